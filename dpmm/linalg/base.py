@@ -1,0 +1,245 @@
+"""The base class of dpmm's implicit matrices.
+
+A :class:`Matrix` is a :class:`scipy.sparse.linalg.LinearOperator` that also
+knows the structured operations the matrix mechanism needs: its Gram matrix,
+its sensitivity, its pseudo-inverse, traces and diagonals. Every operation has
+a generic fallback here (through the dense matrix, guarded by a size limit);
+structured types override them with fast versions (a Kronecker product works
+factor by factor, a marginal through the marginal algebra).
+
+Composition uses ``@``; ``A @ B`` of two matrices is a lazy :class:`Product`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from numbers import Number
+
+import numpy as np
+from scipy.sparse.linalg import LinearOperator
+
+from dpmm.errors import TooLargeError
+
+__all__ = ["DENSE_LIMIT", "Matrix", "check_dense_size"]
+
+#: Most entries :meth:`Matrix.dense` builds unless told otherwise (400 MB of float64).
+DENSE_LIMIT = 50_000_000
+
+
+def check_dense_size(rows: int, cols: int, what: str, limit: int | None = None) -> None:
+    """Raise :class:`TooLargeError` if a ``rows × cols`` dense array exceeds ``limit`` entries."""
+    limit = DENSE_LIMIT if limit is None else limit
+    if rows * cols > limit:
+        raise TooLargeError(
+            f"Refusing to build a dense {rows:,} × {cols:,} array for {what}: "
+            f"{rows * cols:.3g} entries exceed the limit of {limit:,}; "
+            "use its implicit operations instead."
+        )
+
+
+class Matrix(LinearOperator):
+    """An implicitly represented real matrix.
+
+    Subclasses call ``super().__init__(shape)``, implement ``_matmat`` and
+    either ``_adjoint`` (returning a :class:`Matrix`) or ``_rmatmat``.
+    """
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls._matmat is Matrix._matmat:
+            raise TypeError(f"{cls.__name__} must implement _matmat")
+        if cls._adjoint is Matrix._adjoint and cls._rmatmat is Matrix._rmatmat:
+            raise TypeError(f"{cls.__name__} must implement _adjoint or _rmatmat")
+
+    def __init__(self, shape: tuple[int, int], dtype: np.dtype | type = np.float64) -> None:
+        rows, cols = (int(s) for s in shape)
+        if rows < 0 or cols < 0:
+            raise ValueError(f"A matrix shape must be non-negative, got {shape}")
+        super().__init__(dtype=np.dtype(dtype), shape=(rows, cols))
+
+    # -- scipy LinearOperator hooks -------------------------------------------------------
+    def _matmat(self, X: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _matvec(self, x: np.ndarray) -> np.ndarray:
+        return self._matmat(np.asarray(x).reshape(-1, 1)).reshape(-1)
+
+    def _rmatvec(self, x: np.ndarray) -> np.ndarray:
+        return self._rmatmat(np.asarray(x).reshape(-1, 1)).reshape(-1)
+
+    def _rmatmat(self, X: np.ndarray) -> np.ndarray:
+        return self._adjoint()._matmat(X)
+
+    def _adjoint(self) -> Matrix:
+        from dpmm.linalg.combinators import Transposed
+
+        return Transposed(self)
+
+    def _transpose(self) -> Matrix:
+        return self._adjoint()  # real matrices only
+
+    # -- composition ----------------------------------------------------------------------
+    def dot(self, x: object) -> object:
+        from dpmm.linalg.combinators import Product, Weighted
+
+        if isinstance(x, Matrix):
+            return Product([self, x])
+        if isinstance(x, Number) and not isinstance(x, bool):
+            return Weighted(float(x), self)
+        return super().dot(x)
+
+    def __matmul__(self, other: object) -> object:
+        if isinstance(other, Number):
+            raise ValueError("Scalar operands are not allowed with @; use *")
+        return self.dot(other)
+
+    def __rmatmul__(self, other: object) -> object:
+        if isinstance(other, np.ndarray | list):
+            return np.asarray(self.rmatmat(np.asarray(other).T).T)
+        return NotImplemented
+
+    def __add__(self, other: object) -> object:
+        from dpmm.linalg.combinators import Sum
+
+        if isinstance(other, Matrix):
+            return Sum([self, other])
+        return NotImplemented
+
+    def __sub__(self, other: object) -> object:
+        from dpmm.linalg.combinators import Sum, Weighted
+
+        if isinstance(other, Matrix):
+            return Sum([self, Weighted(-1.0, other)])
+        return NotImplemented
+
+    def __neg__(self) -> Matrix:
+        from dpmm.linalg.combinators import Weighted
+
+        return Weighted(-1.0, self)
+
+    def __mul__(self, other: object) -> object:
+        if isinstance(other, Number) and not isinstance(other, bool):
+            return self.dot(other)
+        return NotImplemented
+
+    def __rmul__(self, other: object) -> object:
+        return self.__mul__(other)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.shape[0]}×{self.shape[1]})"
+
+    # -- dense views ----------------------------------------------------------------------
+    def dense(self, limit: int | None = None) -> np.ndarray:
+        """The matrix as a dense array; raises :class:`TooLargeError` above ``limit`` entries."""
+        check_dense_size(*self.shape, what=repr(self), limit=limit)
+        return np.asarray(self._dense(), dtype=np.float64)
+
+    def _dense(self) -> np.ndarray:
+        return self._matmat(np.eye(self.shape[1]))
+
+    def _column_blocks(self, limit: int | None = None):
+        """Yield ``(start, columns)`` blocks of the dense matrix, each within ``limit`` entries."""
+        rows, cols = self.shape
+        limit = DENSE_LIMIT if limit is None else limit
+        width = max(1, min(cols, limit // max(rows, 1)))
+        for start in range(0, cols, width):
+            stop = min(cols, start + width)
+            eye = np.zeros((cols, stop - start))
+            eye[np.arange(start, stop), np.arange(stop - start)] = 1.0
+            yield start, self._matmat(eye)
+
+    # -- structured operations (generic fallbacks) ----------------------------------------
+    @property
+    def size(self) -> int:
+        """Number of entries, rows × columns (an integer, never materialized)."""
+        return self.shape[0] * self.shape[1]
+
+    def gram(self) -> Matrix:
+        """The Gram matrix ``selfᵀ self`` as an implicit matrix."""
+        from dpmm.linalg.combinators import Dense, Product
+
+        if self.size <= DENSE_LIMIT and self.shape[1] ** 2 <= DENSE_LIMIT:
+            dense = self.dense()
+            return Dense(dense.T @ dense)
+        return Product([self.T, self])
+
+    def column_norms(self, p: float = 1) -> np.ndarray:
+        """The ``p``-norm of every column (a vector of length ``shape[1]``)."""
+        p = _check_norm(p)
+        norms = np.empty(self.shape[1])
+        for start, block in self._column_blocks():
+            norms[start : start + block.shape[1]] = _pnorm(block, p)
+        return norms
+
+    def sensitivity(self, p: float = 1) -> float:
+        """The largest column ``p``-norm: the ``L_p`` sensitivity of ``self @ x``."""
+        norms = self.column_norms(p)
+        return float(norms.max()) if norms.size else 0.0
+
+    def pinv(self) -> Matrix:
+        """The Moore–Penrose pseudo-inverse."""
+        from dpmm.linalg.combinators import Dense
+
+        return Dense(np.linalg.pinv(self.dense()))
+
+    def diagonal(self) -> np.ndarray:
+        """The main diagonal of a square matrix."""
+        _check_square(self, "diagonal")
+        diag = np.empty(self.shape[0])
+        for start, block in self._column_blocks():
+            width = block.shape[1]
+            diag[start : start + width] = block[np.arange(start, start + width), np.arange(width)]
+        return diag
+
+    def trace(self) -> float:
+        """The trace of a square matrix."""
+        return float(self.diagonal().sum())
+
+    def trace_dot(self, other: Matrix) -> float:
+        """``trace(self @ other)`` without forming the product when structure allows."""
+        from dpmm.linalg.trace import trace_of_product
+
+        return trace_of_product(self, other)
+
+    def eigh(self) -> tuple[np.ndarray, Matrix]:
+        """Eigenvalues (ascending) and eigenvectors of a symmetric matrix."""
+        from dpmm.linalg.combinators import Dense
+
+        _check_square(self, "eigh")
+        values, vectors = np.linalg.eigh(self.dense())
+        return values, Dense(vectors)
+
+    def singular_values(self) -> np.ndarray:
+        """All singular values, descending (through the dense matrix)."""
+        return np.linalg.svd(self.dense(), compute_uv=False)
+
+    def nuclear_norm(self) -> float:
+        """The sum of the singular values (the trace norm)."""
+        return float(self.singular_values().sum())
+
+
+def _check_norm(p: float) -> float:
+    if p not in (1, 2, np.inf):
+        raise ValueError(f"Only the 1-, 2- and ∞-norms are supported, got p={p!r}")
+    return float(p)
+
+
+def _pnorm(block: np.ndarray, p: float) -> np.ndarray:
+    if p == 1:
+        return np.abs(block).sum(axis=0)
+    if p == 2:
+        return np.sqrt((block * block).sum(axis=0))
+    return np.abs(block).max(axis=0, initial=0.0)
+
+
+def _check_square(matrix: Matrix, operation: str) -> None:
+    if matrix.shape[0] != matrix.shape[1]:
+        raise ValueError(f"{operation} needs a square matrix, got {matrix!r}")
+
+
+def elementwise_norm_combiner(p: float) -> Callable[[list[np.ndarray]], np.ndarray]:
+    """How column ``p``-norms of stacked blocks combine into the stack's column norms."""
+    p = _check_norm(p)
+    if p == np.inf:
+        return lambda parts: np.max(parts, axis=0)
+    return lambda parts: np.sum([part**p for part in parts], axis=0) ** (1.0 / p)

@@ -1,0 +1,317 @@
+"""Explicit matrices and the combinators that build implicit matrices from others.
+
+``Dense`` and ``Sparse`` wrap arrays; ``Transposed``, ``Weighted``, ``Product``,
+``Sum``, ``VStack`` and ``HStack`` combine matrices lazily and pass structured
+operations through to their parts where the algebra allows it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from dpmm.linalg.base import Matrix, _check_norm, _pnorm, elementwise_norm_combiner
+
+__all__ = ["Dense", "HStack", "Product", "Sparse", "Sum", "Transposed", "VStack", "Weighted"]
+
+
+class Dense(Matrix):
+    """A matrix held as a dense numpy array."""
+
+    def __init__(self, array: np.ndarray | Sequence[Sequence[float]]) -> None:
+        array = np.array(array, dtype=np.float64)
+        if array.ndim != 2:
+            raise ValueError(f"Dense needs a 2-D array, got {array.ndim} dimensions")
+        if not np.all(np.isfinite(array)):
+            raise ValueError("Dense needs finite entries")
+        super().__init__(array.shape)
+        self.array = array
+
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
+        return self.array @ X
+
+    def _rmatmat(self, X: np.ndarray) -> np.ndarray:
+        return self.array.T @ X
+
+    def _adjoint(self) -> Dense:
+        return Dense(self.array.T)
+
+    def _dense(self) -> np.ndarray:
+        return self.array
+
+    def gram(self) -> Dense:
+        return Dense(self.array.T @ self.array)
+
+    def column_norms(self, p: float = 1) -> np.ndarray:
+        return _pnorm(self.array, _check_norm(p))
+
+    def diagonal(self) -> np.ndarray:
+        return np.diagonal(self.array).copy()
+
+
+class Sparse(Matrix):
+    """A matrix held as a scipy sparse array (CSR)."""
+
+    def __init__(self, matrix: sp.sparray | sp.spmatrix) -> None:
+        matrix = sp.csr_array(matrix, dtype=np.float64)
+        super().__init__(matrix.shape)
+        self.matrix = matrix
+
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
+        return np.asarray(self.matrix @ X)
+
+    def _rmatmat(self, X: np.ndarray) -> np.ndarray:
+        return np.asarray(self.matrix.T @ X)
+
+    def _adjoint(self) -> Sparse:
+        return Sparse(self.matrix.T)
+
+    def _dense(self) -> np.ndarray:
+        return self.matrix.toarray()
+
+    def gram(self) -> Sparse:
+        return Sparse(self.matrix.T @ self.matrix)
+
+    def column_norms(self, p: float = 1) -> np.ndarray:
+        p = _check_norm(p)
+        magnitudes = abs(self.matrix).tocsc()
+        if p == np.inf:
+            return magnitudes.max(axis=0).toarray().reshape(-1)
+        return np.asarray((magnitudes.power(p)).sum(axis=0)).reshape(-1) ** (1.0 / p)
+
+    def diagonal(self) -> np.ndarray:
+        return self.matrix.diagonal()
+
+
+class Transposed(Matrix):
+    """The transpose of a matrix that implements ``_rmatmat``."""
+
+    def __init__(self, base: Matrix) -> None:
+        super().__init__((base.shape[1], base.shape[0]))
+        self.base = base
+
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
+        return self.base._rmatmat(X)
+
+    def _rmatmat(self, X: np.ndarray) -> np.ndarray:
+        return self.base._matmat(X)
+
+    def _adjoint(self) -> Matrix:
+        return self.base
+
+    def __repr__(self) -> str:
+        return f"{self.base!r}ᵀ"
+
+
+class Weighted(Matrix):
+    """``weight · base`` for a scalar weight."""
+
+    def __init__(self, weight: float, base: Matrix) -> None:
+        if not np.isfinite(weight):
+            raise ValueError(f"A matrix weight must be finite, got {weight!r}")
+        super().__init__(base.shape)
+        self.weight = float(weight)
+        self.base = base
+
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
+        return self.weight * self.base._matmat(X)
+
+    def _rmatmat(self, X: np.ndarray) -> np.ndarray:
+        return self.weight * self.base._rmatmat(X)
+
+    def _adjoint(self) -> Weighted:
+        return Weighted(self.weight, self.base.T)
+
+    def _dense(self) -> np.ndarray:
+        return self.weight * self.base.dense()
+
+    def gram(self) -> Matrix:
+        return Weighted(self.weight**2, self.base.gram())
+
+    def column_norms(self, p: float = 1) -> np.ndarray:
+        return abs(self.weight) * self.base.column_norms(p)
+
+    def sensitivity(self, p: float = 1) -> float:
+        return abs(self.weight) * self.base.sensitivity(p)
+
+    def pinv(self) -> Matrix:
+        if self.weight == 0:
+            return Weighted(0.0, self.base.T)
+        return Weighted(1.0 / self.weight, self.base.pinv())
+
+    def diagonal(self) -> np.ndarray:
+        return self.weight * self.base.diagonal()
+
+    def trace(self) -> float:
+        return self.weight * self.base.trace()
+
+    def eigh(self) -> tuple[np.ndarray, Matrix]:
+        values, vectors = self.base.eigh()
+        values = self.weight * values
+        order = np.argsort(values, kind="stable")
+        if np.array_equal(order, np.arange(values.size)):
+            return values, vectors
+        return values[order], Dense(vectors.dense()[:, order])
+
+    def nuclear_norm(self) -> float:
+        return abs(self.weight) * self.base.nuclear_norm()
+
+    def __repr__(self) -> str:
+        return f"{self.weight:g}·{self.base!r}"
+
+
+class Product(Matrix):
+    """The lazy product ``factors[0] @ factors[1] @ …``."""
+
+    def __init__(self, factors: Sequence[Matrix]) -> None:
+        flat: list[Matrix] = []
+        for factor in factors:
+            flat.extend(factor.factors if isinstance(factor, Product) else [factor])
+        if not flat:
+            raise ValueError("Product needs at least one factor")
+        for left, right in zip(flat, flat[1:], strict=False):
+            if left.shape[1] != right.shape[0]:
+                raise ValueError(f"Cannot multiply {left!r} by {right!r}: inner sizes differ")
+        super().__init__((flat[0].shape[0], flat[-1].shape[1]))
+        self.factors = flat
+
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
+        for factor in reversed(self.factors):
+            X = factor._matmat(X)
+        return X
+
+    def _rmatmat(self, X: np.ndarray) -> np.ndarray:
+        for factor in self.factors:
+            X = factor._rmatmat(X)
+        return X
+
+    def _adjoint(self) -> Product:
+        return Product([factor.T for factor in reversed(self.factors)])
+
+    def __repr__(self) -> str:
+        return " @ ".join(repr(factor) for factor in self.factors)
+
+
+class Sum(Matrix):
+    """The lazy sum of matrices of one shape."""
+
+    def __init__(self, terms: Sequence[Matrix]) -> None:
+        flat: list[Matrix] = []
+        for term in terms:
+            flat.extend(term.terms if isinstance(term, Sum) else [term])
+        if not flat:
+            raise ValueError("Sum needs at least one term")
+        shapes = {term.shape for term in flat}
+        if len(shapes) != 1:
+            raise ValueError(f"Sum needs terms of one shape, got {sorted(shapes)}")
+        super().__init__(flat[0].shape)
+        self.terms = flat
+
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
+        return sum(term._matmat(X) for term in self.terms)
+
+    def _rmatmat(self, X: np.ndarray) -> np.ndarray:
+        return sum(term._rmatmat(X) for term in self.terms)
+
+    def _adjoint(self) -> Sum:
+        return Sum([term.T for term in self.terms])
+
+    def _dense(self) -> np.ndarray:
+        return sum(term.dense() for term in self.terms)
+
+    def diagonal(self) -> np.ndarray:
+        return sum(term.diagonal() for term in self.terms)
+
+    def trace(self) -> float:
+        return float(sum(term.trace() for term in self.terms))
+
+    def __repr__(self) -> str:
+        return "(" + " + ".join(repr(term) for term in self.terms) + ")"
+
+
+class VStack(Matrix):
+    """Blocks stacked vertically: the union of their queries."""
+
+    def __init__(self, blocks: Sequence[Matrix]) -> None:
+        flat: list[Matrix] = []
+        for block in blocks:
+            flat.extend(block.blocks if isinstance(block, VStack) else [block])
+        if not flat:
+            raise ValueError("VStack needs at least one block")
+        widths = {block.shape[1] for block in flat}
+        if len(widths) != 1:
+            raise ValueError(f"VStack needs blocks with one column count, got {sorted(widths)}")
+        super().__init__((sum(block.shape[0] for block in flat), flat[0].shape[1]))
+        self.blocks = flat
+        self.offsets = np.cumsum([0] + [block.shape[0] for block in flat])
+
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
+        return np.concatenate([block._matmat(X) for block in self.blocks], axis=0)
+
+    def _rmatmat(self, X: np.ndarray) -> np.ndarray:
+        parts = (
+            block._rmatmat(X[start:stop])
+            for block, start, stop in zip(
+                self.blocks, self.offsets[:-1], self.offsets[1:], strict=True
+            )
+        )
+        return sum(parts)
+
+    def _adjoint(self) -> HStack:
+        return HStack([block.T for block in self.blocks])
+
+    def _dense(self) -> np.ndarray:
+        return np.concatenate([block.dense() for block in self.blocks], axis=0)
+
+    def gram(self) -> Matrix:
+        grams = [block.gram() for block in self.blocks]
+        return grams[0] if len(grams) == 1 else Sum(grams)
+
+    def column_norms(self, p: float = 1) -> np.ndarray:
+        return elementwise_norm_combiner(p)([block.column_norms(p) for block in self.blocks])
+
+    def __repr__(self) -> str:
+        return "[" + "; ".join(repr(block) for block in self.blocks) + "]"
+
+
+class HStack(Matrix):
+    """Blocks placed side by side."""
+
+    def __init__(self, blocks: Sequence[Matrix]) -> None:
+        flat: list[Matrix] = []
+        for block in blocks:
+            flat.extend(block.blocks if isinstance(block, HStack) else [block])
+        if not flat:
+            raise ValueError("HStack needs at least one block")
+        heights = {block.shape[0] for block in flat}
+        if len(heights) != 1:
+            raise ValueError(f"HStack needs blocks with one row count, got {sorted(heights)}")
+        super().__init__((flat[0].shape[0], sum(block.shape[1] for block in flat)))
+        self.blocks = flat
+        self.offsets = np.cumsum([0] + [block.shape[1] for block in flat])
+
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
+        parts = (
+            block._matmat(X[start:stop])
+            for block, start, stop in zip(
+                self.blocks, self.offsets[:-1], self.offsets[1:], strict=True
+            )
+        )
+        return sum(parts)
+
+    def _rmatmat(self, X: np.ndarray) -> np.ndarray:
+        return np.concatenate([block._rmatmat(X) for block in self.blocks], axis=0)
+
+    def _adjoint(self) -> VStack:
+        return VStack([block.T for block in self.blocks])
+
+    def _dense(self) -> np.ndarray:
+        return np.concatenate([block.dense() for block in self.blocks], axis=1)
+
+    def column_norms(self, p: float = 1) -> np.ndarray:
+        return np.concatenate([block.column_norms(p) for block in self.blocks])
+
+    def __repr__(self) -> str:
+        return "[" + ", ".join(repr(block) for block in self.blocks) + "]"

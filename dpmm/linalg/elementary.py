@@ -1,0 +1,225 @@
+"""One-dimensional query matrices: identity, totals, prefixes and ranges.
+
+Each applies itself in O(n) or O(m) per column through cumulative sums, and
+knows its Gram matrix and column norms in closed form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from dpmm.linalg.base import Matrix, _check_norm
+from dpmm.linalg.combinators import Dense
+
+__all__ = ["AllRange", "Identity", "Ones", "Prefix", "RangeQueries"]
+
+
+def _count_norms(counts: np.ndarray, p: float) -> np.ndarray:
+    """Column p-norms of a 0/1 matrix whose column j has ``counts[j]`` ones."""
+    p = _check_norm(p)
+    counts = np.asarray(counts, dtype=np.float64)
+    if p == np.inf:
+        return (counts > 0).astype(np.float64)
+    return counts ** (1.0 / p)
+
+
+class Identity(Matrix):
+    """The n × n identity: one query per cell."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__((n, n))
+
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
+        return np.array(X, dtype=np.float64, copy=True)
+
+    def _adjoint(self) -> Identity:
+        return self
+
+    def _dense(self) -> np.ndarray:
+        return np.eye(self.shape[0])
+
+    def gram(self) -> Identity:
+        return self
+
+    def pinv(self) -> Identity:
+        return self
+
+    def column_norms(self, p: float = 1) -> np.ndarray:
+        return _count_norms(np.ones(self.shape[1]), p)
+
+    def sensitivity(self, p: float = 1) -> float:
+        _check_norm(p)
+        return 1.0 if self.shape[1] else 0.0
+
+    def diagonal(self) -> np.ndarray:
+        return np.ones(self.shape[0])
+
+    def trace(self) -> float:
+        return float(self.shape[0])
+
+    def eigh(self) -> tuple[np.ndarray, Matrix]:
+        return np.ones(self.shape[0]), self
+
+    def singular_values(self) -> np.ndarray:
+        return np.ones(self.shape[0])
+
+    def nuclear_norm(self) -> float:
+        return float(self.shape[0])
+
+    def __repr__(self) -> str:
+        return f"Identity({self.shape[0]})"
+
+
+class Ones(Matrix):
+    """The m × n matrix of ones; ``Ones(1, n)`` is the total query."""
+
+    def __init__(self, rows: int, cols: int) -> None:
+        super().__init__((rows, cols))
+
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
+        return np.repeat(X.sum(axis=0, keepdims=True), self.shape[0], axis=0)
+
+    def _adjoint(self) -> Ones:
+        return Ones(self.shape[1], self.shape[0])
+
+    def _dense(self) -> np.ndarray:
+        return np.ones(self.shape)
+
+    def gram(self) -> Matrix:
+        from dpmm.linalg.combinators import Weighted
+
+        n = self.shape[1]
+        return Weighted(float(self.shape[0]), Ones(n, n))
+
+    def pinv(self) -> Matrix:
+        from dpmm.linalg.combinators import Weighted
+
+        rows, cols = self.shape
+        if rows == 0 or cols == 0:
+            return Ones(cols, rows)
+        return Weighted(1.0 / (rows * cols), Ones(cols, rows))
+
+    def column_norms(self, p: float = 1) -> np.ndarray:
+        return _count_norms(np.full(self.shape[1], self.shape[0]), p)
+
+    def diagonal(self) -> np.ndarray:
+        return np.ones(min(self.shape))
+
+    def trace(self) -> float:
+        return float(min(self.shape))
+
+    def singular_values(self) -> np.ndarray:
+        values = np.zeros(min(self.shape))
+        if values.size:
+            values[0] = np.sqrt(self.shape[0] * self.shape[1])
+        return values
+
+    def __repr__(self) -> str:
+        return f"Total({self.shape[1]})" if self.shape[0] == 1 else super().__repr__()
+
+
+class Prefix(Matrix):
+    """The n prefix queries ``x[0] + … + x[i]`` (lower-triangular ones)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__((n, n))
+
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
+        return np.cumsum(X, axis=0)
+
+    def _rmatmat(self, X: np.ndarray) -> np.ndarray:
+        return np.cumsum(X[::-1], axis=0)[::-1]
+
+    def _dense(self) -> np.ndarray:
+        return np.tril(np.ones(self.shape))
+
+    def gram(self) -> Dense:
+        n = self.shape[0]
+        index = np.arange(n)
+        return Dense(n - np.maximum.outer(index, index).astype(np.float64))
+
+    def column_norms(self, p: float = 1) -> np.ndarray:
+        n = self.shape[1]
+        return _count_norms(n - np.arange(n), p)
+
+    def __repr__(self) -> str:
+        return f"Prefix({self.shape[0]})"
+
+
+class RangeQueries(Matrix):
+    """An explicit list of inclusive intervals ``[low, high]`` over n cells."""
+
+    def __init__(self, n: int, intervals: Sequence[tuple[int, int]] | np.ndarray) -> None:
+        bounds = np.asarray(intervals, dtype=np.int64).reshape(-1, 2)
+        low, high = bounds[:, 0], bounds[:, 1]
+        bad = (low < 0) | (high >= n) | (low > high)
+        if bad.any():
+            first = int(np.argmax(bad))
+            raise ValueError(
+                f"Interval {first} = [{low[first]}, {high[first]}] is not within [0, {n - 1}] "
+                "with low ≤ high"
+            )
+        super().__init__((bounds.shape[0], n))
+        self.low, self.high = low, high
+
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
+        prefix = np.zeros((X.shape[0] + 1, X.shape[1]))
+        np.cumsum(X, axis=0, out=prefix[1:])
+        return prefix[self.high + 1] - prefix[self.low]
+
+    def _rmatmat(self, X: np.ndarray) -> np.ndarray:
+        n = self.shape[1]
+        delta = np.zeros((n + 1, X.shape[1]))
+        np.add.at(delta, self.low, X)
+        np.add.at(delta, self.high + 1, -X)
+        return np.cumsum(delta[:n], axis=0)
+
+    def coverage(self) -> np.ndarray:
+        """How many intervals contain each cell."""
+        n = self.shape[1]
+        delta = np.zeros(n + 1, dtype=np.int64)
+        np.add.at(delta, self.low, 1)
+        np.add.at(delta, self.high + 1, -1)
+        return np.cumsum(delta[:n])
+
+    def column_norms(self, p: float = 1) -> np.ndarray:
+        return _count_norms(self.coverage(), p)
+
+    def __repr__(self) -> str:
+        return f"RangeQueries({self.shape[1]}, {self.shape[0]} intervals)"
+
+
+class AllRange(RangeQueries):
+    """All n(n+1)/2 intervals over n cells, ordered by low end then high end."""
+
+    def __init__(self, n: int) -> None:
+        low, high = np.triu_indices(n)
+        super().__init__(n, np.stack([low, high], axis=1))
+
+    def _rmatmat(self, X: np.ndarray) -> np.ndarray:
+        # Rows are sorted by (low, high): sum each low-group and each high-group once,
+        # O(m k) with no scatter.
+        n = self.shape[1]
+        starts = np.concatenate([[0], np.cumsum(np.arange(n, 0, -1))[:-1]])
+        by_low = np.add.reduceat(X, starts, axis=0) if X.shape[0] else np.zeros((n, X.shape[1]))
+        order = np.lexsort((self.low, self.high))
+        high_starts = np.concatenate([[0], np.cumsum(np.arange(1, n + 1))[:-1]])
+        by_high = np.add.reduceat(X[order], high_starts, axis=0)
+        delta = np.zeros((n + 1, X.shape[1]))
+        delta[:n] += by_low
+        delta[1:] -= by_high
+        return np.cumsum(delta[:n], axis=0)
+
+    def gram(self) -> Dense:
+        n = self.shape[1]
+        index = np.arange(n, dtype=np.float64)
+        return Dense((np.minimum.outer(index, index) + 1) * (n - np.maximum.outer(index, index)))
+
+    def coverage(self) -> np.ndarray:
+        index = np.arange(self.shape[1], dtype=np.int64)
+        return (index + 1) * (self.shape[1] - index)
+
+    def __repr__(self) -> str:
+        return f"AllRange({self.shape[1]})"

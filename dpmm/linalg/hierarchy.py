@@ -1,0 +1,95 @@
+"""Tree-structured strategies over one ordered attribute: hierarchical and Haar wavelet.
+
+``Hierarchical(n, b)`` counts every node of a b-ary tree whose leaves are the n
+cells (Hay et al.; seed 000's strategy H). ``Haar(n)`` is the unweighted Haar
+wavelet (seed 000's strategy Y): the total, then for every dyadic block the
+left half minus the right half. Both are stored sparse: O(n log n) non-zeros.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from dpmm.linalg.combinators import Sparse
+
+__all__ = ["Haar", "Hierarchical", "tree_intervals"]
+
+
+def tree_intervals(n: int, branching: int) -> list[tuple[int, int]]:
+    """The half-open intervals of a b-ary tree over n cells, breadth first, root first.
+
+    Every node splits its interval into ``branching`` children as evenly as
+    possible (children of size zero are dropped); leaves are single cells.
+
+    Example:
+        >>> tree_intervals(4, 2)
+        [(0, 4), (0, 2), (2, 4), (0, 1), (1, 2), (2, 3), (3, 4)]
+    """
+    if n < 1:
+        raise ValueError(f"A tree needs at least one cell, got n={n}")
+    if branching < 2:
+        raise ValueError(f"A tree's branching factor must be at least 2, got {branching}")
+    level = [(0, n)]
+    nodes: list[tuple[int, int]] = []
+    while level:
+        nodes.extend(level)
+        children = []
+        for low, high in level:
+            if high - low > 1:
+                cuts = np.linspace(low, high, min(branching, high - low) + 1).round().astype(int)
+                children.extend(
+                    (int(a), int(b)) for a, b in zip(cuts, cuts[1:], strict=False) if b > a
+                )
+        level = children
+    return nodes
+
+
+def _interval_matrix(n: int, intervals: list[tuple[int, int]]) -> sp.csr_array:
+    lengths = np.array([high - low for low, high in intervals])
+    rows = np.repeat(np.arange(len(intervals)), lengths)
+    cols = np.concatenate([np.arange(low, high) for low, high in intervals])
+    return sp.csr_array((np.ones(cols.size), (rows, cols)), shape=(len(intervals), n))
+
+
+class Hierarchical(Sparse):
+    """Counts of every node of a ``branching``-ary tree over n cells (root to leaves)."""
+
+    def __init__(self, n: int, branching: int = 2) -> None:
+        super().__init__(_interval_matrix(n, tree_intervals(n, branching)))
+        self.branching = branching
+
+    def __repr__(self) -> str:
+        return f"Hierarchical({self.shape[1]}, b={self.branching})"
+
+
+class Haar(Sparse):
+    """The unweighted Haar wavelet over n cells (columns of the next power of two)."""
+
+    def __init__(self, n: int) -> None:
+        if n < 1:
+            raise ValueError(f"A wavelet needs at least one cell, got n={n}")
+        width = 1 << (n - 1).bit_length()
+        rows, cols, values = [np.zeros(n, dtype=int)], [np.arange(n)], [np.ones(n)]
+        row = 1
+        block = width
+        while block > 1:
+            half = block // 2
+            for start in range(0, width, block):
+                if start >= n:
+                    break
+                left = np.arange(start, min(start + half, n))
+                right = np.arange(start + half, min(start + block, n))
+                rows.append(np.full(left.size + right.size, row))
+                cols.append(np.concatenate([left, right]))
+                values.append(np.concatenate([np.ones(left.size), -np.ones(right.size)]))
+                row += 1
+            block = half
+        matrix = sp.csr_array(
+            (np.concatenate(values), (np.concatenate(rows), np.concatenate(cols))),
+            shape=(row, n),
+        )
+        super().__init__(matrix)
+
+    def __repr__(self) -> str:
+        return f"Haar({self.shape[1]})"

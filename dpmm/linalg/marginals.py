@@ -1,0 +1,289 @@
+"""Marginal queries and the marginal algebra (HDMM's OPT_M structure, in closed form).
+
+Over a domain with attribute sizes ``n_1 … n_d``, the marginal on a set of
+attributes ``a`` is ``M_a = ⊗_i (I if i ∈ a else 1ᵀ)`` and its Gram matrix is
+``C(a) = ⊗_i (I if i ∈ a else J)`` with ``J = 1 1ᵀ``. Weighted sums
+``Σ_a u_a C(a)`` form an algebra closed under product and pseudo-inverse:
+
+* ``C(a) C(b) = (Π_{i ∉ a ∪ b} n_i) C(a ∩ b)``;
+* with ``P_i = J/n_i`` and ``Q_i = I − P_i``, the projections
+  ``E_b = ⊗_{i∈b} Q_i ⊗_{i∉b} P_i`` are orthogonal, sum to I, and
+  ``C(a) = Σ_{b ⊆ a} (Π_{i∉a} n_i) E_b`` — so ``Σ_a u_a C(a)`` has eigenvalue
+  ``λ_b = Σ_{a ⊇ b} u_a Π_{i∉a} n_i`` on ``E_b``, of multiplicity
+  ``Π_{i∈b}(n_i − 1)``;
+* ``E_b = Σ_{a ⊆ b} (−1)^{|b∖a|} (Π_{i∉a} 1/n_i) C(a)`` maps back.
+
+Attribute sets are bit masks (bit i is attribute i). Everything lives on the
+down-closure of the support, so the cost is O(|support| · 2^k) for k-way sets,
+independent of the domain size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+
+import numpy as np
+
+from dpmm.domain import Domain
+from dpmm.linalg.base import Matrix, _check_norm
+from dpmm.linalg.combinators import Product, Sum, VStack, Weighted
+from dpmm.linalg.elementary import Identity, Ones
+from dpmm.linalg.kron import Kron
+
+__all__ = ["Marginal", "Marginals", "MarginalsGram", "attribute_mask"]
+
+#: Relative size below which an eigenvalue of the algebra counts as zero.
+EIGEN_TOLERANCE = 1e-10
+
+
+def _shape_of(domain: Domain | Sequence[int]) -> tuple[int, ...]:
+    if isinstance(domain, Domain):
+        return domain.shape
+    shape = tuple(int(size) for size in domain)
+    if not shape or any(size < 1 for size in shape):
+        raise ValueError(f"A domain shape needs positive sizes, got {tuple(domain)}")
+    return shape
+
+
+def attribute_mask(domain: Domain | Sequence[int], attrs: Sequence[str | int]) -> int:
+    """The bit mask of a set of attributes, given by name (with a Domain) or position."""
+    shape = _shape_of(domain)
+    mask = 0
+    for attr in attrs:
+        if isinstance(attr, str):
+            if not isinstance(domain, Domain):
+                raise ValueError(f"Attribute '{attr}' given by name needs a Domain")
+            position = domain.index(attr)
+        else:
+            position = int(attr)
+            if not 0 <= position < len(shape):
+                raise ValueError(f"Attribute position {position} is outside 0..{len(shape) - 1}")
+        mask |= 1 << position
+    return mask
+
+
+def _members(mask: int, dims: int) -> list[int]:
+    return [i for i in range(dims) if mask >> i & 1]
+
+
+def _submasks(mask: int) -> Iterator[int]:
+    sub = mask
+    while True:
+        yield sub
+        if sub == 0:
+            return
+        sub = (sub - 1) & mask
+
+
+def _marginal_factors(shape: tuple[int, ...], mask: int) -> list[Matrix]:
+    return [Identity(n) if mask >> i & 1 else Ones(1, n) for i, n in enumerate(shape)]
+
+
+class Marginal(Kron):
+    """The marginal table of ``attrs``: ``⊗_i (I if i ∈ attrs else 1ᵀ)``.
+
+    Example:
+        >>> import numpy as np
+        >>> M = Marginal((2, 3), [1])
+        >>> M @ np.arange(6.0)
+        array([3., 5., 7.])
+    """
+
+    def __init__(self, domain: Domain | Sequence[int], attrs: Sequence[str | int]) -> None:
+        self.domain_shape = _shape_of(domain)
+        self.mask = attribute_mask(domain, attrs)
+        super().__init__(_marginal_factors(self.domain_shape, self.mask))
+
+    def gram(self) -> MarginalsGram:
+        return MarginalsGram(self.domain_shape, {self.mask: 1.0})
+
+    def __repr__(self) -> str:
+        return f"Marginal({_members(self.mask, len(self.domain_shape))})"
+
+
+class Marginals(VStack):
+    """A weighted union of marginals: rows ``w_a · M_a`` stacked in the order given."""
+
+    def __init__(
+        self, domain: Domain | Sequence[int], weights: Mapping[tuple[str | int, ...], float]
+    ) -> None:
+        if not weights:
+            raise ValueError("Marginals needs at least one attribute set")
+        self.domain_shape = _shape_of(domain)
+        self.weights: dict[int, float] = {}
+        blocks: list[Matrix] = []
+        for attrs, weight in weights.items():
+            marginal = Marginal(domain, attrs)
+            if marginal.mask in self.weights:
+                raise ValueError(f"Marginals lists the attribute set {attrs!r} twice")
+            self.weights[marginal.mask] = float(weight)
+            blocks.append(marginal if weight == 1 else Weighted(float(weight), marginal))
+        super().__init__(blocks)
+
+    def gram(self) -> MarginalsGram:
+        return MarginalsGram(self.domain_shape, {a: w * w for a, w in self.weights.items()})
+
+    def _column_norm(self, p: float) -> float:
+        p = _check_norm(p)
+        magnitudes = np.abs(list(self.weights.values()))
+        if p == np.inf:
+            return float(magnitudes.max())
+        return float((magnitudes**p).sum() ** (1.0 / p))
+
+    def column_norms(self, p: float = 1) -> np.ndarray:
+        return np.full(self.shape[1], self._column_norm(p))
+
+    def sensitivity(self, p: float = 1) -> float:
+        return self._column_norm(p)
+
+    def pinv(self) -> Matrix:
+        return Product([self.gram().pinv(), self.T])
+
+    def nuclear_norm(self) -> float:
+        return self.gram().eigen_sum(np.sqrt)
+
+    def __repr__(self) -> str:
+        dims = len(self.domain_shape)
+        sets = ", ".join(str(_members(mask, dims)) for mask in self.weights)
+        return f"Marginals({sets})"
+
+
+class MarginalsGram(Matrix):
+    """``Σ_a u_a C(a)``: an element of the marginal algebra over a domain shape."""
+
+    def __init__(self, shape: Sequence[int], coefficients: Mapping[int, float]) -> None:
+        self.domain_shape = _shape_of(shape)
+        full = (1 << len(self.domain_shape)) - 1
+        self.coefficients = {int(a): float(u) for a, u in coefficients.items() if u != 0}
+        if any(a & ~full for a in self.coefficients):
+            raise ValueError("MarginalsGram has an attribute set outside the domain")
+        cells = math.prod(self.domain_shape)
+        super().__init__((cells, cells))
+
+    def _outside(self, mask: int) -> int:
+        return math.prod(n for i, n in enumerate(self.domain_shape) if not mask >> i & 1)
+
+    # O(k · N · |support|): sum out the attributes outside a, broadcast back.
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
+        columns = X.shape[1]
+        tensor = X.reshape([*self.domain_shape, columns])
+        result = np.zeros_like(tensor, dtype=np.float64)
+        dims = len(self.domain_shape)
+        for mask, coefficient in self.coefficients.items():
+            axes = tuple(i for i in range(dims) if not mask >> i & 1)
+            result += coefficient * tensor.sum(axis=axes, keepdims=True)
+        return result.reshape(-1, columns)
+
+    def _adjoint(self) -> MarginalsGram:
+        return self
+
+    def as_kron_sum(self) -> Matrix:
+        """The same matrix as a Sum of weighted Kron products of I and J."""
+        terms = [
+            Weighted(
+                u,
+                Kron(
+                    [
+                        Identity(n) if a >> i & 1 else Ones(n, n)
+                        for i, n in enumerate(self.domain_shape)
+                    ]
+                ),
+            )
+            for a, u in self.coefficients.items()
+        ]
+        return Sum(terms) if terms else Weighted(0.0, Identity(self.shape[0]))
+
+    def _dense(self) -> np.ndarray:
+        return self.as_kron_sum().dense()
+
+    def gram(self) -> MarginalsGram:
+        return self.dot_algebra(self)
+
+    def dot_algebra(self, other: MarginalsGram) -> MarginalsGram:
+        """The product ``self @ other``, kept in the algebra."""
+        self._check_same_domain(other)
+        product: dict[int, float] = {}
+        for a, u in self.coefficients.items():
+            for b, v in other.coefficients.items():
+                key = a & b
+                product[key] = product.get(key, 0.0) + u * v * self._outside(a | b)
+        return MarginalsGram(self.domain_shape, product)
+
+    def dot(self, x: object) -> object:
+        if isinstance(x, MarginalsGram):
+            return self.dot_algebra(x)
+        return super().dot(x)
+
+    def eigenvalues(self) -> dict[int, float]:
+        """``{b: λ_b}`` on the down-closure of the support; every other E_b has eigenvalue 0."""
+        values: dict[int, float] = {}
+        for a, u in self.coefficients.items():
+            weight = u * self._outside(a)
+            for b in _submasks(a):
+                values[b] = values.get(b, 0.0) + weight
+        scale = max((abs(v) for v in values.values()), default=0.0)
+        return {b: v for b, v in values.items() if abs(v) > EIGEN_TOLERANCE * scale}
+
+    def multiplicity(self, mask: int) -> int:
+        """The rank of ``E_b``: ``Π_{i∈b} (n_i − 1)``."""
+        return math.prod(n - 1 for i, n in enumerate(self.domain_shape) if mask >> i & 1)
+
+    def eigen_sum(self, function: object = None) -> float:
+        """``Σ_b multiplicity(b) · f(λ_b)`` over the non-zero eigenvalues (f defaults to identity)."""
+        apply = (lambda v: v) if function is None else function
+        return float(sum(self.multiplicity(b) * apply(v) for b, v in self.eigenvalues().items()))
+
+    @classmethod
+    def from_eigenvalues(cls, shape: Sequence[int], values: Mapping[int, float]) -> MarginalsGram:
+        """``Σ_b λ_b E_b`` written back in the ``C(a)`` basis (the Möbius inversion)."""
+        domain_shape = _shape_of(shape)
+        coefficients: dict[int, float] = {}
+        for b, value in values.items():
+            for a in _submasks(b):
+                sign = -1.0 if (b & ~a).bit_count() % 2 else 1.0
+                outside = math.prod(n for i, n in enumerate(domain_shape) if not a >> i & 1)
+                coefficients[a] = coefficients.get(a, 0.0) + sign * value / outside
+        return cls(domain_shape, coefficients)
+
+    def pinv(self) -> MarginalsGram:
+        inverse = {b: 1.0 / v for b, v in self.eigenvalues().items()}
+        return MarginalsGram.from_eigenvalues(self.domain_shape, inverse)
+
+    def diagonal(self) -> np.ndarray:
+        return np.full(self.shape[0], sum(self.coefficients.values()))
+
+    def trace(self) -> float:
+        return float(self.shape[0] * sum(self.coefficients.values()))
+
+    def nuclear_norm(self) -> float:
+        return self.eigen_sum(abs)
+
+    def _trace_dot(self, other: Matrix) -> float | object:
+        if isinstance(other, MarginalsGram):
+            self._check_same_domain(other)
+            mine, theirs = self.eigenvalues(), other.eigenvalues()
+            return sum(self.multiplicity(b) * v * theirs[b] for b, v in mine.items() if b in theirs)
+        if isinstance(other, Kron) and self._kron_matches(other):
+            # trace(C(a) ⊗_i Y_i) = Π_{i∈a} trace(Y_i) · Π_{i∉a} 1ᵀ Y_i 1.
+            traces = [factor.trace() for factor in other.factors]
+            sums = [float(f._matmat(np.ones((f.shape[1], 1))).sum()) for f in other.factors]
+            return sum(
+                u * math.prod(traces[i] if a >> i & 1 else sums[i] for i in range(len(traces)))
+                for a, u in self.coefficients.items()
+            )
+        return NotImplemented
+
+    def _kron_matches(self, other: Kron) -> bool:
+        return len(other.factors) == len(self.domain_shape) and all(
+            f.shape == (n, n) for f, n in zip(other.factors, self.domain_shape, strict=True)
+        )
+
+    def _check_same_domain(self, other: MarginalsGram) -> None:
+        if other.domain_shape != self.domain_shape:
+            raise ValueError(
+                f"Marginal algebra elements over {self.domain_shape} and {other.domain_shape}"
+            )
+
+    def __repr__(self) -> str:
+        return f"MarginalsGram({len(self.coefficients)} terms over {self.domain_shape})"

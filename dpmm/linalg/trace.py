@@ -1,0 +1,80 @@
+"""``trace(X @ Y)`` through structure: the core of every expected-error formula.
+
+The expected error of a workload ``W`` under a strategy ``A`` is
+``trace(WᵀW (AᵀA)⁺)``; both Grams are usually sums of Kronecker products (or
+elements of the marginal algebra), whose trace of product factors into small
+per-attribute traces.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dpmm.linalg.base import DENSE_LIMIT, Matrix
+from dpmm.linalg.combinators import Dense, Sparse, Sum, Weighted
+from dpmm.linalg.elementary import Identity, Ones
+from dpmm.linalg.kron import Kron
+
+__all__ = ["trace_of_product"]
+
+
+def trace_of_product(X: Matrix, Y: Matrix) -> float:
+    """``trace(X @ Y)`` for an ``m × n`` matrix X and an ``n × m`` matrix Y.
+
+    Example:
+        >>> from dpmm.linalg import Kron, Prefix, Identity
+        >>> X = Kron([Prefix(3), Identity(2)])
+        >>> round(trace_of_product(X.gram(), X.gram().pinv()), 6)
+        6.0
+    """
+    if X.shape != (Y.shape[1], Y.shape[0]):
+        raise ValueError(f"trace(X @ Y) needs X of shape Yᵀ, got {X!r} and {Y!r}")
+    for left, right in ((X, Y), (Y, X)):  # trace(XY) = trace(YX)
+        result = _structured(left, right)
+        if result is not None:
+            return result
+    return _generic(X, Y)
+
+
+def _structured(X: Matrix, Y: Matrix) -> float | None:
+    if isinstance(X, Weighted):
+        return X.weight * trace_of_product(X.base, Y)
+    if isinstance(X, Sum):
+        return float(sum(trace_of_product(term, Y) for term in X.terms))
+    if isinstance(X, Identity):
+        return Y.trace()
+    if isinstance(X, Ones):
+        # trace(1 1ᵀ Y) = 1ᵀ Y 1 for square X; otherwise sum of the whole Y.
+        return float(Y._matmat(np.ones((Y.shape[1], 1))).sum())
+    if isinstance(X, Kron) and isinstance(Y, Kron) and _kron_aligned(X, Y):
+        return math.prod(trace_of_product(x, y) for x, y in zip(X.factors, Y.factors, strict=True))
+    hook = getattr(X, "_trace_dot", None)
+    if hook is not None:
+        result = hook(Y)
+        if result is not NotImplemented:
+            return float(result)
+    if isinstance(X, Dense | Sparse) and isinstance(Y, Dense | Sparse):
+        return _generic(X, Y)
+    return None
+
+
+def _kron_aligned(X: Kron, Y: Kron) -> bool:
+    return len(X.factors) == len(Y.factors) and all(
+        x.shape == (y.shape[1], y.shape[0]) for x, y in zip(X.factors, Y.factors, strict=True)
+    )
+
+
+def _generic(X: Matrix, Y: Matrix) -> float:
+    """Column blocks of Y, multiplied by X, keeping only the diagonal: O(cost(XY))."""
+    if isinstance(X, Sparse) and isinstance(Y, Sparse):
+        return float(X.matrix.multiply(Y.matrix.T).sum())
+    if X.size <= DENSE_LIMIT and Y.size <= DENSE_LIMIT:
+        return float(np.einsum("ij,ji->", X.dense(), Y.dense()))
+    total = 0.0
+    for start, block in Y._column_blocks():
+        product = X._matmat(block)
+        width = block.shape[1]
+        total += float(product[np.arange(start, start + width), np.arange(width)].sum())
+    return total

@@ -1,0 +1,90 @@
+"""``diag(W P Wᵀ)`` for a workload W and a symmetric P: the per-query variance factor.
+
+With ``P = (AᵀA)⁺`` this is, up to the noise constant, the variance of every
+least-squares answer. The diagonal is linear in P and splits over W's blocks;
+a Kron W against a Kron P is the Kron of per-factor diagonals, and a marginal
+against the marginal algebra is constant over the table's cells.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dpmm.linalg.base import DENSE_LIMIT, Matrix, check_dense_size
+from dpmm.linalg.combinators import Dense, Sparse, Sum, VStack, Weighted
+from dpmm.linalg.kron import Kron
+from dpmm.linalg.marginals import Marginal, MarginalsGram
+
+__all__ = ["query_variances"]
+
+
+def query_variances(W: Matrix, P: Matrix) -> np.ndarray:
+    """The diagonal of ``W @ P @ Wᵀ`` (one entry per row of W), P symmetric.
+
+    Example:
+        >>> from dpmm.linalg import Prefix, Identity
+        >>> query_variances(Prefix(3), Identity(3))
+        array([1., 2., 3.])
+    """
+    if P.shape != (W.shape[1], W.shape[1]):
+        raise ValueError(f"diag(W P Wᵀ) needs P of shape {W.shape[1]}², got {P!r}")
+    check_dense_size(1, W.shape[0], f"the per-query variances of {W!r}")
+    return _variances(W, P)
+
+
+def _variances(W: Matrix, P: Matrix) -> np.ndarray:
+    if isinstance(W, VStack):
+        return np.concatenate([_variances(block, P) for block in W.blocks])
+    if isinstance(W, Weighted):
+        return W.weight**2 * _variances(W.base, P)
+    if isinstance(P, Weighted):
+        return P.weight * _variances(W, P.base)
+    if isinstance(P, Sum):
+        return np.sum([_variances(W, term) for term in P.terms], axis=0)
+    if isinstance(W, Marginal) and isinstance(P, MarginalsGram):
+        return np.full(W.shape[0], _marginal_variance(W, P))
+    if isinstance(W, Kron) and isinstance(P, MarginalsGram):
+        return _variances(W, P.as_kron_sum())
+    if isinstance(W, Kron) and isinstance(P, Kron) and _aligned(W, P):
+        parts = [_variances(w, p) for w, p in zip(W.factors, P.factors, strict=True)]
+        return _kron_all(parts)
+    return _generic(W, P)
+
+
+def _aligned(W: Kron, P: Kron) -> bool:
+    return len(W.factors) == len(P.factors) and all(
+        p.shape == (w.shape[1], w.shape[1]) for w, p in zip(W.factors, P.factors, strict=True)
+    )
+
+
+def _kron_all(parts: list[np.ndarray]) -> np.ndarray:
+    result = parts[0]
+    for part in parts[1:]:
+        result = np.kron(result, part)
+    return result
+
+
+def _marginal_variance(W: Marginal, P: MarginalsGram) -> float:
+    # M_S C(a) M_Sᵀ = ⊗_{i∈S} (I or J) · Π_{i∉S} (n_i if i∈a else n_i²): its diagonal is constant.
+    if W.domain_shape != P.domain_shape:
+        raise ValueError("A marginal and a marginal-algebra element over different domains")
+    total = 0.0
+    for a, u in P.coefficients.items():
+        outside = math.prod(
+            n if a >> i & 1 else n * n for i, n in enumerate(W.domain_shape) if not W.mask >> i & 1
+        )
+        total += u * outside
+    return total
+
+
+def _generic(W: Matrix, P: Matrix) -> np.ndarray:
+    """Rows of W in blocks: ``Σ_j (Wᵀ)_{j,i} (P Wᵀ)_{j,i}`` — O(cost(P Wᵀ))."""
+    if isinstance(W, Dense | Sparse) and isinstance(P, Dense | Sparse) and W.size <= DENSE_LIMIT:
+        dense_w = W.dense()
+        return np.einsum("ij,ij->i", dense_w, P._matmat(dense_w.T).T)
+    variances = np.empty(W.shape[0])
+    for start, block in W.T._column_blocks():
+        variances[start : start + block.shape[1]] = np.einsum("ji,ji->i", block, P._matmat(block))
+    return variances
