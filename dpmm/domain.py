@@ -7,6 +7,7 @@ attributes.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -55,7 +56,7 @@ class Attribute:
                     f"Attribute '{self.name}' needs {self.size + 1} bin edges, got {len(edges)}"
                 )
             if any(not math.isfinite(e) for e in edges) or any(
-                b <= a for a, b in zip(edges, edges[1:], strict=False)
+                b <= a for a, b in itertools.pairwise(edges)
             ):
                 raise DomainError(
                     f"Attribute '{self.name}' bin edges must be finite and increasing"

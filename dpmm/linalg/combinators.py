@@ -7,6 +7,7 @@ operations through to their parts where the algebra allows it.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -171,7 +172,7 @@ class Product(Matrix):
             flat.extend(factor.factors if isinstance(factor, Product) else [factor])
         if not flat:
             raise ValueError("Product needs at least one factor")
-        for left, right in zip(flat, flat[1:], strict=False):
+        for left, right in itertools.pairwise(flat):
             if left.shape[1] != right.shape[0]:
                 raise ValueError(f"Cannot multiply {left!r} by {right!r}: inner sizes differ")
         super().__init__((flat[0].shape[0], flat[-1].shape[1]))
@@ -247,6 +248,9 @@ class VStack(Matrix):
         self.blocks = flat
         self.offsets = np.cumsum([0] + [block.shape[0] for block in flat])
 
+    def _spans(self) -> zip:
+        return zip(self.blocks, self.offsets[:-1], self.offsets[1:], strict=True)
+
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         return np.concatenate([block._matmat(X) for block in self.blocks], axis=0)
 
@@ -291,6 +295,9 @@ class HStack(Matrix):
         super().__init__((flat[0].shape[0], sum(block.shape[1] for block in flat)))
         self.blocks = flat
         self.offsets = np.cumsum([0] + [block.shape[1] for block in flat])
+
+    def _spans(self) -> zip:
+        return zip(self.blocks, self.offsets[:-1], self.offsets[1:], strict=True)
 
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         parts = (

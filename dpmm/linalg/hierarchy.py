@@ -8,6 +8,8 @@ left half minus the right half. Both are stored sparse: O(n log n) non-zeros.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -38,9 +40,7 @@ def tree_intervals(n: int, branching: int) -> list[tuple[int, int]]:
         for low, high in level:
             if high - low > 1:
                 cuts = np.linspace(low, high, min(branching, high - low) + 1).round().astype(int)
-                children.extend(
-                    (int(a), int(b)) for a, b in zip(cuts, cuts[1:], strict=False) if b > a
-                )
+                children.extend((int(a), int(b)) for a, b in itertools.pairwise(cuts) if b > a)
         level = children
     return nodes
 

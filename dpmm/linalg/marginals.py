@@ -230,7 +230,7 @@ class MarginalsGram(Matrix):
         return math.prod(n - 1 for i, n in enumerate(self.domain_shape) if mask >> i & 1)
 
     def eigen_sum(self, function: object = None) -> float:
-        """``Σ_b multiplicity(b) · f(λ_b)`` over the non-zero eigenvalues (f defaults to identity)."""
+        """``Σ_b multiplicity(b) · f(λ_b)`` over the non-zero eigenvalues (f: identity)."""
         apply = (lambda v: v) if function is None else function
         return float(sum(self.multiplicity(b) * apply(v) for b, v in self.eigenvalues().items()))
 
