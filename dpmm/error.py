@@ -1,0 +1,114 @@
+"""Expected error of the matrix mechanism, exactly, through the matrices' structure.
+
+Answering workload ``W`` by measuring strategy ``A`` with noise of variance
+``v`` per answer and least-squares reconstruction gives unbiased answers with
+covariance ``v · W (AᵀA)⁺ Wᵀ``. So (DESIGN.md §4, seed 000):
+
+* total squared error  ``v · trace(WᵀW (AᵀA)⁺)``,
+* per-query variance   ``v · diag(W (AᵀA)⁺ Wᵀ)``,
+* with ``v = 2 ‖A‖₁² / ε²`` (Laplace, pure ε-DP) or ``v = ‖A‖₂² / (2ρ)`` (Gaussian, ρ-zCDP).
+
+The SVD bound ``v₁ · (Σ σᵢ(W))² / n`` (``v₁`` the variance at sensitivity 1)
+is the least total squared error any strategy can reach under Gaussian noise,
+and a lower bound under Laplace noise (Li & Miklau).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dpmm.errors import UnsupportedQueryError
+from dpmm.linalg import Matrix, query_variances, trace_of_product
+from dpmm.linalg.spectral import nuclear_norm, row_space_projector
+from dpmm.privacy import PrivacyParameter
+
+__all__ = [
+    "expected_error",
+    "identity_error",
+    "noise_variance",
+    "per_query_variance",
+    "rmse",
+    "svd_bound",
+]
+
+#: Relative slack when deciding whether a workload lies in a strategy's row space.
+SUPPORT_TOLERANCE = 1e-8
+
+
+def noise_variance(A: Matrix, privacy: PrivacyParameter) -> float:
+    """The variance of the noise on each answer of strategy ``A`` under ``privacy``.
+
+    Example:
+        >>> from dpmm.linalg import Prefix
+        >>> from dpmm.privacy import PureDP
+        >>> noise_variance(Prefix(4), PureDP(1))   # sensitivity 4: 2·4²/1²
+        32.0
+    """
+    return privacy.noise_variance(A.sensitivity(privacy.norm))
+
+
+def _check_shapes(W: Matrix, A: Matrix) -> None:
+    if W.shape[1] != A.shape[1]:
+        raise ValueError(
+            f"Workload {W!r} has {W.shape[1]:,} columns but strategy {A!r} has {A.shape[1]:,}"
+        )
+
+
+def _check_supported(W: Matrix, A: Matrix, workload_gram: Matrix) -> None:
+    """Raise unless every query of W is a linear combination of A's queries."""
+    if A.known_full_column_rank:
+        return
+    total = workload_gram.trace()
+    captured = trace_of_product(workload_gram, row_space_projector(A))
+    if captured < total * (1 - SUPPORT_TOLERANCE) - SUPPORT_TOLERANCE:
+        raise UnsupportedQueryError(
+            f"Strategy {A!r} cannot answer workload {W!r}: "
+            f"{1 - captured / total:.3g} of the workload lies outside the strategy's row space"
+        )
+
+
+def expected_error(W: Matrix, A: Matrix, privacy: PrivacyParameter) -> float:
+    """Total expected squared error over all queries of ``W``, measuring ``A``.
+
+    Example:
+        >>> from dpmm.linalg import Identity, Prefix
+        >>> from dpmm.privacy import PureDP
+        >>> expected_error(Prefix(4), Identity(4), PureDP(1))   # 2 · (1+2+3+4)
+        20.0
+    """
+    _check_shapes(W, A)
+    workload_gram = W.gram()
+    _check_supported(W, A, workload_gram)
+    trace = trace_of_product(workload_gram, A.gram().pinv())
+    return noise_variance(A, privacy) * trace
+
+
+def per_query_variance(W: Matrix, A: Matrix, privacy: PrivacyParameter) -> np.ndarray:
+    """The variance of each query's least-squares answer (one entry per row of ``W``)."""
+    _check_shapes(W, A)
+    _check_supported(W, A, W.gram())
+    return noise_variance(A, privacy) * query_variances(W, A.gram().pinv())
+
+
+def rmse(W: Matrix, A: Matrix, privacy: PrivacyParameter) -> float:
+    """Root mean squared error per query: ``√(expected_error / queries)``."""
+    return math.sqrt(expected_error(W, A, privacy) / W.shape[0])
+
+
+def identity_error(W: Matrix, privacy: PrivacyParameter) -> float:
+    """Total expected squared error of the Identity strategy: ``v₁ · ‖W‖_F²``."""
+    return privacy.noise_variance(1.0) * W.gram().trace()
+
+
+def svd_bound(W: Matrix, privacy: PrivacyParameter) -> float:
+    """The SVD lower bound ``v₁ · (Σ σᵢ(W))² / n`` on the total squared error.
+
+    Example:
+        >>> from dpmm.linalg import Identity
+        >>> from dpmm.privacy import ZCDP
+        >>> svd_bound(Identity(8), ZCDP("1/2"))   # identity is optimal: v₁ · n
+        8.0
+    """
+    return privacy.noise_variance(1.0) * nuclear_norm(W) ** 2 / W.shape[1]

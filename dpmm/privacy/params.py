@@ -1,0 +1,151 @@
+"""Privacy parameters as exact rationals: pure ε-DP (Laplace) and ρ-zCDP (Gaussian).
+
+Budgets are ``fractions.Fraction`` values so that accounting never rounds. A
+float given by a user is read as the decimal it prints as (``0.1`` is 1/10),
+which is the number the user wrote, not its binary approximation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+from numbers import Rational
+from typing import Any, ClassVar, Protocol
+
+from dpmm.errors import PrivacyParameterError
+
+__all__ = ["ZCDP", "PrivacyParameter", "PureDP", "exact_fraction", "privacy_from_config"]
+
+
+def exact_fraction(value: object, name: str) -> Fraction:
+    """``value`` as an exact positive finite Fraction, or a PrivacyParameterError naming ``name``.
+
+    Example:
+        >>> exact_fraction(0.1, "epsilon"), exact_fraction("1/3", "rho")
+        (Fraction(1, 10), Fraction(1, 3))
+    """
+    problem = f"{name} must be a positive finite number, got {value!r}"
+    if isinstance(value, bool):
+        raise PrivacyParameterError(problem)
+    try:
+        if isinstance(value, Rational):
+            exact = Fraction(value)
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                raise PrivacyParameterError(problem)
+            exact = Fraction(repr(value))
+        elif isinstance(value, Decimal):
+            if not value.is_finite():
+                raise PrivacyParameterError(problem)
+            exact = Fraction(value)
+        elif isinstance(value, str):
+            text = value.strip()
+            exact = Fraction(text) if "/" in text else Fraction(Decimal(text))
+        else:
+            raise PrivacyParameterError(problem)
+    except (ValueError, ZeroDivisionError, InvalidOperation, OverflowError):
+        raise PrivacyParameterError(problem) from None
+    if exact <= 0:
+        raise PrivacyParameterError(problem)
+    return exact
+
+
+class PrivacyParameter(Protocol):
+    """What the error formulas need from a privacy guarantee."""
+
+    #: The norm whose column maximum is the strategy's sensitivity (1 or 2).
+    norm: int
+    #: The noise distribution the guarantee is reached with.
+    noise: str
+
+    def noise_variance(self, sensitivity: float) -> float:
+        """Variance of the noise added to every strategy answer."""
+
+    def to_dict(self) -> dict[str, str]:
+        """A JSON-ready description with the exact value as a fraction string."""
+
+
+@dataclass(frozen=True, init=False)
+class PureDP:
+    """Pure ε-differential privacy, reached with Laplace noise of scale ``Δ₁/ε``.
+
+    Example:
+        >>> PureDP(1).noise_variance(sensitivity=2.0)
+        8.0
+    """
+
+    epsilon: Fraction
+    norm: ClassVar[int] = 1
+    noise: ClassVar[str] = "laplace"
+
+    def __init__(self, epsilon: object) -> None:
+        object.__setattr__(self, "epsilon", exact_fraction(epsilon, "epsilon"))
+
+    def noise_variance(self, sensitivity: float) -> float:
+        """``2 Δ₁² / ε²``: the variance of Laplace noise with scale ``Δ₁/ε``."""
+        return 2.0 * sensitivity**2 / float(self.epsilon) ** 2
+
+    def to_dict(self) -> dict[str, str]:
+        return {"kind": "pure", "epsilon": str(self.epsilon)}
+
+
+@dataclass(frozen=True, init=False)
+class ZCDP:
+    """ρ-zero-concentrated differential privacy, reached with Gaussian noise ``σ² = Δ₂²/(2ρ)``.
+
+    Example:
+        >>> ZCDP("1/2").noise_variance(sensitivity=1.0)
+        1.0
+    """
+
+    rho: Fraction
+    norm: ClassVar[int] = 2
+    noise: ClassVar[str] = "gaussian"
+
+    def __init__(self, rho: object) -> None:
+        object.__setattr__(self, "rho", exact_fraction(rho, "rho"))
+
+    def noise_variance(self, sensitivity: float) -> float:
+        """``Δ₂² / (2ρ)``."""
+        return sensitivity**2 / (2.0 * float(self.rho))
+
+    def to_dict(self) -> dict[str, str]:
+        return {"kind": "zcdp", "rho": str(self.rho)}
+
+
+_KINDS = {"pure": ("epsilon", PureDP), "zcdp": ("rho", ZCDP)}
+
+
+def privacy_from_config(section: object, where: str = "privacy") -> PureDP | ZCDP:
+    """Read ``{kind: pure, epsilon: 1}`` or ``{kind: zcdp, rho: 0.5}`` (kind inferred if omitted).
+
+    Example:
+        >>> privacy_from_config({"epsilon": "1/2"})
+        PureDP(epsilon=Fraction(1, 2))
+    """
+    if not isinstance(section, Mapping):
+        raise PrivacyParameterError(f"{where} must be a mapping such as {{epsilon: 1}}")
+    section = dict[str, Any](section)
+    kind = section.pop("kind", None)
+    if kind is None:
+        kinds = [name for name, (key, _) in _KINDS.items() if key in section]
+        if len(kinds) != 1:
+            raise PrivacyParameterError(f"{where} needs exactly one of 'epsilon' or 'rho'")
+        kind = kinds[0]
+    if kind not in _KINDS:
+        raise PrivacyParameterError(
+            f"{where}.kind: unknown privacy kind {kind!r} (expected one of: pure, zcdp)"
+        )
+    key, make = _KINDS[kind]
+    if key not in section:
+        raise PrivacyParameterError(f"{where}.{key} is required for kind '{kind}'")
+    value = section.pop(key)
+    if section:
+        raise PrivacyParameterError(f"{where}.{sorted(section)[0]}: unknown key")
+    try:
+        return make(value)
+    except PrivacyParameterError as error:
+        raise PrivacyParameterError(f"{where}.{error}") from None
