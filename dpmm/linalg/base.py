@@ -95,7 +95,10 @@ class Matrix(LinearOperator):
 
     def __rmatmul__(self, other: object) -> object:
         if isinstance(other, np.ndarray | list):
-            return np.asarray(self.rmatmat(np.asarray(other).T).T)
+            other = np.asarray(other)
+            if other.ndim == 1:  # y @ M for a vector y, as numpy does
+                return np.asarray(self.rmatvec(other))
+            return np.asarray(self.rmatmat(other.T).T)
         return NotImplemented
 
     def __add__(self, other: object) -> object:
@@ -150,6 +153,11 @@ class Matrix(LinearOperator):
 
     # -- structured operations (generic fallbacks) ----------------------------------------
     @property
+    def known_full_column_rank(self) -> bool:
+        """True when the type guarantees linearly independent columns (so ``(AᵀA)⁺ = (AᵀA)⁻¹``)."""
+        return False
+
+    @property
     def size(self) -> int:
         """Number of entries, rows × columns (an integer, never materialized)."""
         return self.shape[0] * self.shape[1]
@@ -160,7 +168,7 @@ class Matrix(LinearOperator):
 
         if self.size <= DENSE_LIMIT and self.shape[1] ** 2 <= DENSE_LIMIT:
             dense = self.dense()
-            return Dense(dense.T @ dense)
+            return Dense(dense.T @ dense, full_column_rank=self.known_full_column_rank)
         return Product([self.T, self])
 
     def column_norms(self, p: float = 1) -> np.ndarray:
@@ -180,7 +188,12 @@ class Matrix(LinearOperator):
         """The Moore–Penrose pseudo-inverse."""
         from dpmm.linalg.combinators import Dense
 
-        return Dense(np.linalg.pinv(self.dense()))
+        dense = self.dense()
+        square = dense.shape[0] == dense.shape[1]
+        if square and self.known_full_column_rank:
+            return Dense(np.linalg.inv(dense), full_column_rank=True)
+        symmetric = square and np.allclose(dense, dense.T)
+        return Dense(np.linalg.pinv(dense, hermitian=symmetric))
 
     def diagonal(self) -> np.ndarray:
         """The main diagonal of a square matrix."""
@@ -210,7 +223,12 @@ class Matrix(LinearOperator):
         return values, Dense(vectors)
 
     def singular_values(self) -> np.ndarray:
-        """All singular values, descending (through the dense matrix)."""
+        """All singular values, descending (from the Gram when it is the smaller side)."""
+        rows, cols = self.shape
+        if rows > cols:
+            check_dense_size(cols, cols, f"the Gram of {self!r}")
+            values = np.linalg.eigvalsh(self.gram().dense())[::-1]
+            return np.sqrt(np.clip(values, 0.0, None))
         return np.linalg.svd(self.dense(), compute_uv=False)
 
     def nuclear_norm(self) -> float:

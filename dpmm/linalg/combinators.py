@@ -21,7 +21,10 @@ __all__ = ["Dense", "HStack", "Product", "Sparse", "Sum", "Transposed", "VStack"
 class Dense(Matrix):
     """A matrix held as a dense numpy array."""
 
-    def __init__(self, array: np.ndarray | Sequence[Sequence[float]]) -> None:
+    def __init__(
+        self, array: np.ndarray | Sequence[Sequence[float]], *, full_column_rank: bool = False
+    ) -> None:
+        """``full_column_rank=True`` promises independent columns (inverses skip the SVD)."""
         array = np.array(array, dtype=np.float64)
         if array.ndim != 2:
             raise ValueError(f"Dense needs a 2-D array, got {array.ndim} dimensions")
@@ -29,6 +32,11 @@ class Dense(Matrix):
             raise ValueError("Dense needs finite entries")
         super().__init__(array.shape)
         self.array = array
+        self._full_column_rank = full_column_rank
+
+    @property
+    def known_full_column_rank(self) -> bool:
+        return self._full_column_rank
 
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         return self.array @ X
@@ -37,13 +45,14 @@ class Dense(Matrix):
         return self.array.T @ X
 
     def _adjoint(self) -> Dense:
-        return Dense(self.array.T)
+        square = self.shape[0] == self.shape[1]
+        return Dense(self.array.T, full_column_rank=square and self._full_column_rank)
 
     def _dense(self) -> np.ndarray:
         return self.array
 
     def gram(self) -> Dense:
-        return Dense(self.array.T @ self.array)
+        return Dense(self.array.T @ self.array, full_column_rank=self._full_column_rank)
 
     def column_norms(self, p: float = 1) -> np.ndarray:
         return _pnorm(self.array, _check_norm(p))
@@ -55,10 +64,16 @@ class Dense(Matrix):
 class Sparse(Matrix):
     """A matrix held as a scipy sparse array (CSR)."""
 
-    def __init__(self, matrix: sp.sparray | sp.spmatrix) -> None:
+    def __init__(self, matrix: sp.sparray | sp.spmatrix, *, full_column_rank: bool = False) -> None:
+        """``full_column_rank=True`` promises independent columns (inverses skip the SVD)."""
         matrix = sp.csr_array(matrix, dtype=np.float64)
         super().__init__(matrix.shape)
         self.matrix = matrix
+        self._full_column_rank = full_column_rank
+
+    @property
+    def known_full_column_rank(self) -> bool:
+        return self._full_column_rank
 
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         return np.asarray(self.matrix @ X)
@@ -73,7 +88,7 @@ class Sparse(Matrix):
         return self.matrix.toarray()
 
     def gram(self) -> Sparse:
-        return Sparse(self.matrix.T @ self.matrix)
+        return Sparse(self.matrix.T @ self.matrix, full_column_rank=self._full_column_rank)
 
     def column_norms(self, p: float = 1) -> np.ndarray:
         p = _check_norm(p)
@@ -136,6 +151,10 @@ class Weighted(Matrix):
 
     def sensitivity(self, p: float = 1) -> float:
         return abs(self.weight) * self.base.sensitivity(p)
+
+    @property
+    def known_full_column_rank(self) -> bool:
+        return self.weight != 0 and self.base.known_full_column_rank
 
     def pinv(self) -> Matrix:
         if self.weight == 0:
@@ -268,6 +287,10 @@ class VStack(Matrix):
 
     def _dense(self) -> np.ndarray:
         return np.concatenate([block.dense() for block in self.blocks], axis=0)
+
+    @property
+    def known_full_column_rank(self) -> bool:
+        return any(block.known_full_column_rank for block in self.blocks)
 
     def gram(self) -> Matrix:
         grams = [block.gram() for block in self.blocks]

@@ -31,6 +31,10 @@ class Identity(Matrix):
     def __init__(self, n: int) -> None:
         super().__init__((n, n))
 
+    @property
+    def known_full_column_rank(self) -> bool:
+        return True
+
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         return np.array(X, dtype=np.float64, copy=True)
 
@@ -126,6 +130,10 @@ class Prefix(Matrix):
     def __init__(self, n: int) -> None:
         super().__init__((n, n))
 
+    @property
+    def known_full_column_rank(self) -> bool:
+        return True
+
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         return np.cumsum(X, axis=0)
 
@@ -138,7 +146,7 @@ class Prefix(Matrix):
     def gram(self) -> Dense:
         n = self.shape[0]
         index = np.arange(n)
-        return Dense(n - np.maximum.outer(index, index).astype(np.float64))
+        return Dense(n - np.maximum.outer(index, index).astype(np.float64), full_column_rank=True)
 
     def column_norms(self, p: float = 1) -> np.ndarray:
         n = self.shape[1]
@@ -198,6 +206,10 @@ class AllRange(RangeQueries):
         low, high = np.triu_indices(n)
         super().__init__(n, np.stack([low, high], axis=1))
 
+    @property
+    def known_full_column_rank(self) -> bool:
+        return True
+
     def _rmatmat(self, X: np.ndarray) -> np.ndarray:
         # Rows are sorted by (low, high): sum each low-group and each high-group once,
         # O(m k) with no scatter.
@@ -215,7 +227,8 @@ class AllRange(RangeQueries):
     def gram(self) -> Dense:
         n = self.shape[1]
         index = np.arange(n, dtype=np.float64)
-        return Dense((np.minimum.outer(index, index) + 1) * (n - np.maximum.outer(index, index)))
+        gram = (np.minimum.outer(index, index) + 1) * (n - np.maximum.outer(index, index))
+        return Dense(gram, full_column_rank=True)
 
     def coverage(self) -> np.ndarray:
         index = np.arange(self.shape[1], dtype=np.int64)

@@ -56,7 +56,7 @@ class Hierarchical(Sparse):
     """Counts of every node of a ``branching``-ary tree over n cells (root to leaves)."""
 
     def __init__(self, n: int, branching: int = 2) -> None:
-        super().__init__(_interval_matrix(n, tree_intervals(n, branching)))
+        super().__init__(_interval_matrix(n, tree_intervals(n, branching)), full_column_rank=True)
         self.branching = branching
 
     def __repr__(self) -> str:
@@ -89,7 +89,7 @@ class Haar(Sparse):
             (np.concatenate(values), (np.concatenate(rows), np.concatenate(cols))),
             shape=(row, n),
         )
-        super().__init__(matrix)
+        super().__init__(matrix, full_column_rank=True)
 
     def __repr__(self) -> str:
         return f"Haar({self.shape[1]})"

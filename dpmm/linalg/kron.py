@@ -63,11 +63,23 @@ class Kron(Matrix):
     def _dense(self) -> np.ndarray:
         return reduce(np.kron, [factor.dense() for factor in self.factors])
 
+    @property
+    def known_full_column_rank(self) -> bool:
+        return all(factor.known_full_column_rank for factor in self.factors)
+
+    def _per_distinct_factor(self, operation: str) -> Kron:
+        # Strategies often repeat one factor object across attributes: compute it once.
+        done: dict[int, Matrix] = {}
+        for factor in self.factors:
+            if id(factor) not in done:
+                done[id(factor)] = getattr(factor, operation)()
+        return Kron([done[id(factor)] for factor in self.factors])
+
     def gram(self) -> Kron:
-        return Kron([factor.gram() for factor in self.factors])
+        return self._per_distinct_factor("gram")
 
     def pinv(self) -> Kron:
-        return Kron([factor.pinv() for factor in self.factors])
+        return self._per_distinct_factor("pinv")
 
     def _kron_vector(self, parts: list[np.ndarray], what: str) -> np.ndarray:
         check_dense_size(1, math.prod(part.size for part in parts), f"the {what} of {self!r}")
@@ -79,10 +91,18 @@ class Kron(Matrix):
     def sensitivity(self, p: float = 1) -> float:
         return math.prod(factor.sensitivity(p) for factor in self.factors)
 
+    def _square_factors(self) -> bool:
+        # A square Kron of non-square factors (a×b ⊗ b×a) has no factor-wise diagonal.
+        return all(factor.shape[0] == factor.shape[1] for factor in self.factors)
+
     def diagonal(self) -> np.ndarray:
+        if not self._square_factors():
+            return super().diagonal()
         return self._kron_vector([f.diagonal() for f in self.factors], "diagonal")
 
     def trace(self) -> float:
+        if not self._square_factors():
+            return super().trace()
         return math.prod(factor.trace() for factor in self.factors)
 
     def factor_eigh(self) -> list[tuple[np.ndarray, Matrix]]:
