@@ -179,8 +179,19 @@ class Matrix(LinearOperator):
             norms[start : start + block.shape[1]] = _pnorm(block, p)
         return norms
 
+    def uniform_column_norm(self, p: float = 1) -> float | None:
+        """The common ``p``-norm of the columns when the structure shows they all agree, else None.
+
+        Cheap by construction: it never builds the vector of column norms of a large matrix.
+        """
+        _check_norm(p)
+        return None
+
     def sensitivity(self, p: float = 1) -> float:
         """The largest column ``p``-norm: the ``L_p`` sensitivity of ``self @ x``."""
+        uniform = self.uniform_column_norm(p)
+        if uniform is not None:
+            return uniform
         norms = self.column_norms(p)
         return float(norms.max()) if norms.size else 0.0
 
@@ -225,7 +236,7 @@ class Matrix(LinearOperator):
     def singular_values(self) -> np.ndarray:
         """All singular values, descending (from the Gram when it is the smaller side)."""
         rows, cols = self.shape
-        if rows > cols:
+        if rows >= cols:
             check_dense_size(cols, cols, f"the Gram of {self!r}")
             values = np.linalg.eigvalsh(self.gram().dense())[::-1]
             return np.sqrt(np.clip(values, 0.0, None))

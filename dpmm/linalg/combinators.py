@@ -57,6 +57,9 @@ class Dense(Matrix):
     def column_norms(self, p: float = 1) -> np.ndarray:
         return _pnorm(self.array, _check_norm(p))
 
+    def uniform_column_norm(self, p: float = 1) -> float | None:
+        return _common_value(self.column_norms(p))
+
     def diagonal(self) -> np.ndarray:
         return np.diagonal(self.array).copy()
 
@@ -97,8 +100,25 @@ class Sparse(Matrix):
             return magnitudes.max(axis=0).toarray().reshape(-1)
         return np.asarray((magnitudes.power(p)).sum(axis=0)).reshape(-1) ** (1.0 / p)
 
+    def uniform_column_norm(self, p: float = 1) -> float | None:
+        return _common_value(self.column_norms(p))
+
     def diagonal(self) -> np.ndarray:
         return self.matrix.diagonal()
+
+
+def _list_repr(blocks: Sequence[Matrix], separator: str, shown: int = 4) -> str:
+    """``[a; b; c]``, abbreviated to the first and last blocks for long lists."""
+    if len(blocks) <= shown:
+        return "[" + separator.join(repr(block) for block in blocks) + "]"
+    head = separator.join(repr(block) for block in blocks[: shown - 1])
+    return f"[{head}{separator}…{separator}{blocks[-1]!r}] ({len(blocks)} blocks)"
+
+
+def _common_value(values: np.ndarray) -> float | None:
+    if values.size and np.allclose(values, values[0], rtol=1e-12, atol=0.0):
+        return float(values.max())
+    return None
 
 
 class Transposed(Matrix):
@@ -151,6 +171,10 @@ class Weighted(Matrix):
 
     def sensitivity(self, p: float = 1) -> float:
         return abs(self.weight) * self.base.sensitivity(p)
+
+    def uniform_column_norm(self, p: float = 1) -> float | None:
+        uniform = self.base.uniform_column_norm(p)
+        return None if uniform is None else abs(self.weight) * uniform
 
     @property
     def known_full_column_rank(self) -> bool:
@@ -293,14 +317,25 @@ class VStack(Matrix):
         return any(block.known_full_column_rank for block in self.blocks)
 
     def gram(self) -> Matrix:
-        grams = [block.gram() for block in self.blocks]
+        from dpmm.linalg.marginals import collapse_marginal_grams
+
+        grams = collapse_marginal_grams([block.gram() for block in self.blocks])
         return grams[0] if len(grams) == 1 else Sum(grams)
 
+    def uniform_column_norm(self, p: float = 1) -> float | None:
+        parts = [block.uniform_column_norm(p) for block in self.blocks]
+        if any(part is None for part in parts):
+            return None
+        return float(elementwise_norm_combiner(p)([np.array([part]) for part in parts])[0])
+
     def column_norms(self, p: float = 1) -> np.ndarray:
+        uniform = self.uniform_column_norm(p)
+        if uniform is not None:
+            return np.full(self.shape[1], uniform)
         return elementwise_norm_combiner(p)([block.column_norms(p) for block in self.blocks])
 
     def __repr__(self) -> str:
-        return "[" + "; ".join(repr(block) for block in self.blocks) + "]"
+        return _list_repr(self.blocks, "; ")
 
 
 class HStack(Matrix):
@@ -344,4 +379,4 @@ class HStack(Matrix):
         return np.concatenate([block.column_norms(p) for block in self.blocks])
 
     def __repr__(self) -> str:
-        return "[" + ", ".join(repr(block) for block in self.blocks) + "]"
+        return _list_repr(self.blocks, ", ")

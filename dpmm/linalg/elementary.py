@@ -57,6 +57,9 @@ class Identity(Matrix):
         _check_norm(p)
         return 1.0 if self.shape[1] else 0.0
 
+    def uniform_column_norm(self, p: float = 1) -> float | None:
+        return self.sensitivity(p)
+
     def diagonal(self) -> np.ndarray:
         return np.ones(self.shape[0])
 
@@ -107,6 +110,9 @@ class Ones(Matrix):
 
     def column_norms(self, p: float = 1) -> np.ndarray:
         return _count_norms(np.full(self.shape[1], self.shape[0]), p)
+
+    def uniform_column_norm(self, p: float = 1) -> float | None:
+        return float(_count_norms(np.array([self.shape[0]]), p)[0])
 
     def diagonal(self) -> np.ndarray:
         return np.ones(min(self.shape))

@@ -91,6 +91,10 @@ class Kron(Matrix):
     def sensitivity(self, p: float = 1) -> float:
         return math.prod(factor.sensitivity(p) for factor in self.factors)
 
+    def uniform_column_norm(self, p: float = 1) -> float | None:
+        parts = [factor.uniform_column_norm(p) for factor in self.factors]
+        return None if any(part is None for part in parts) else math.prod(parts)
+
     def _square_factors(self) -> bool:
         # A square Kron of non-square factors (a×b ⊗ b×a) has no factor-wise diagonal.
         return all(factor.shape[0] == factor.shape[1] for factor in self.factors)

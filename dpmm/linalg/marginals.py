@@ -137,6 +137,9 @@ class Marginals(VStack):
     def sensitivity(self, p: float = 1) -> float:
         return self._column_norm(p)
 
+    def uniform_column_norm(self, p: float = 1) -> float | None:
+        return self._column_norm(p)
+
     def pinv(self) -> Matrix:
         return Product([self.gram().pinv(), self.T])
 
@@ -147,6 +150,21 @@ class Marginals(VStack):
         dims = len(self.domain_shape)
         sets = ", ".join(str(_members(mask, dims)) for mask in self.weights)
         return f"Marginals({sets})"
+
+
+def collapse_marginal_grams(grams: Sequence[Matrix]) -> list[Matrix]:
+    """Merge the marginal-algebra terms of a sum (incl. weighted ones) into one element."""
+    merged: dict[tuple[int, ...], dict[int, float]] = {}
+    rest: list[Matrix] = []
+    for gram in grams:
+        weight, base = (gram.weight, gram.base) if isinstance(gram, Weighted) else (1.0, gram)
+        if isinstance(base, MarginalsGram):
+            into = merged.setdefault(base.domain_shape, {})
+            for mask, coefficient in base.coefficients.items():
+                into[mask] = into.get(mask, 0.0) + weight * coefficient
+        else:
+            rest.append(gram)
+    return [MarginalsGram(shape, coefficients) for shape, coefficients in merged.items()] + rest
 
 
 class MarginalsGram(Matrix):

@@ -16,7 +16,7 @@ Example:
     >>> from dpmm.linalg import AllRange
     >>> from dpmm.privacy import PureDP
     >>> optimize(AllRange(64), "hierarchical", PureDP(1))
-    Hierarchical(64, b=8)
+    Hierarchical(64, b=13)
 """
 
 from __future__ import annotations
