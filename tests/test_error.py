@@ -60,8 +60,12 @@ CASES = [
         Marginals((3, 4, 2), {(0, 1): 1.0, (1, 2): 0.5, (0, 2): 2.0}),
         ZCDP("1/4"),
     ),
-    ("union-vs-kron", VStack([Kron([Prefix(3), Ones(1, 4)]), Kron([Identity(3), Prefix(4)])]),
-     Kron([Hierarchical(3, 2), Haar(4)]), PureDP(2)),
+    (
+        "union-vs-kron",
+        VStack([Kron([Prefix(3), Ones(1, 4)]), Kron([Identity(3), Prefix(4)])]),
+        Kron([Hierarchical(3, 2), Haar(4)]),
+        PureDP(2),
+    ),
 ]
 
 
@@ -175,7 +179,9 @@ ANCHORS = [
 ]
 
 
-@pytest.mark.parametrize(("name", "build", "identity", "bound"), ANCHORS, ids=[a[0] for a in ANCHORS])
+@pytest.mark.parametrize(
+    ("name", "build", "identity", "bound"), ANCHORS, ids=[a[0] for a in ANCHORS]
+)
 def test_identity_error_and_svd_bound_match_hdmm(name, build, identity, bound):
     W = build()
     assert identity_error(W, PureDP(1)) == pytest.approx(identity, rel=1e-5)

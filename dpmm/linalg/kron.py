@@ -124,7 +124,9 @@ class Kron(Matrix):
         return self._kron_vector([f.singular_values() for f in self.factors], "singular values")
 
     def nuclear_norm(self) -> float:
-        return math.prod(factor.nuclear_norm() for factor in self.factors)
+        norms = {id(factor): factor for factor in self.factors}
+        computed = {key: factor.nuclear_norm() for key, factor in norms.items()}
+        return math.prod(computed[id(factor)] for factor in self.factors)
 
     def __repr__(self) -> str:
         return " ⊗ ".join(repr(factor) for factor in self.factors)

@@ -13,7 +13,7 @@ from functools import reduce
 import numpy as np
 
 from dpmm.errors import TooLargeError
-from dpmm.linalg.base import DENSE_LIMIT, Matrix, check_dense_size
+from dpmm.linalg.base import DENSE_LIMIT, Matrix, check_dense_size, symmetric_eigenvalues
 from dpmm.linalg.combinators import Dense, VStack, Weighted
 from dpmm.linalg.elementary import Identity
 from dpmm.linalg.kron import Kron
@@ -38,10 +38,10 @@ def nuclear_norm(W: Matrix) -> float:
             return gram.eigen_sum(np.sqrt)
         rows, cols = W.shape
         if rows <= cols and rows * rows <= DENSE_LIMIT:
-            values = np.linalg.eigvalsh(row_gram(W))
+            values = symmetric_eigenvalues(row_gram(W))
             return float(np.sqrt(np.clip(values, 0.0, None)).sum())
         if cols * cols <= DENSE_LIMIT:
-            values = np.linalg.eigvalsh(W.gram().dense())
+            values = symmetric_eigenvalues(W.gram().dense())
             return float(np.sqrt(np.clip(values, 0.0, None)).sum())
         raise TooLargeError(
             f"The singular values of {W!r} ({rows:,} queries over {cols:,} cells) need a dense "
