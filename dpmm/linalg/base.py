@@ -26,6 +26,10 @@ __all__ = ["DENSE_LIMIT", "Matrix", "check_dense_size", "symmetric_eigenvalues"]
 #: Most entries :meth:`Matrix.dense` builds unless told otherwise (400 MB of float64).
 DENSE_LIMIT = 50_000_000
 
+#: Singular values below this fraction of the largest count as zero in :meth:`Matrix.pinv`
+#: (numpy's default, 1e-15, is below the rounding error of a formed Gram ``AᵀA``).
+PINV_TOLERANCE = 1e-10
+
 
 def check_dense_size(rows: int, cols: int, what: str, limit: int | None = None) -> None:
     """Raise :class:`TooLargeError` if a ``rows × cols`` dense array exceeds ``limit`` entries."""
@@ -42,6 +46,15 @@ def symmetric_eigenvalues(dense: np.ndarray) -> np.ndarray:
     """Ascending eigenvalues of a dense symmetric matrix (divide and conquer: several times
     faster than the default driver on the thousand-row Grams of census workloads)."""
     return scipy.linalg.eigvalsh(dense, driver="evd")
+
+
+def singular_values_of_gram(gram: np.ndarray) -> np.ndarray:
+    """Descending singular values of M from a dense Gram ``MᵀM`` (or ``M Mᵀ``)."""
+    values = symmetric_eigenvalues(gram)[::-1]
+    # Rounding leaves Gram eigenvalues near eps·λ_max where the truth is zero; their
+    # roots (near √eps·σ_max) would be spurious singular values.
+    floor = values.max(initial=0.0) * gram.shape[0] * np.finfo(np.float64).eps
+    return np.sqrt(np.where(values > floor, values, 0.0))
 
 
 class Matrix(LinearOperator):
@@ -213,7 +226,7 @@ class Matrix(LinearOperator):
         # Only exact symmetry: eigh reads one triangle, so a near-symmetric matrix would be
         # inverted as its symmetrization.
         symmetric = square and np.array_equal(dense, dense.T)
-        return Dense(np.linalg.pinv(dense, hermitian=symmetric))
+        return Dense(np.linalg.pinv(dense, rcond=PINV_TOLERANCE, hermitian=symmetric))
 
     def diagonal(self) -> np.ndarray:
         """The main diagonal of a square matrix."""
@@ -247,8 +260,7 @@ class Matrix(LinearOperator):
         rows, cols = self.shape
         if rows >= cols:
             check_dense_size(cols, cols, f"the Gram of {self!r}")
-            values = symmetric_eigenvalues(self.gram().dense())[::-1]
-            return np.sqrt(np.clip(values, 0.0, None))
+            return singular_values_of_gram(self.gram().dense())
         return np.linalg.svd(self.dense(), compute_uv=False)
 
     def nuclear_norm(self) -> float:

@@ -229,7 +229,8 @@ class MarginalsGram(Matrix):
         return MarginalsGram(self.domain_shape, product)
 
     def dot(self, x: object) -> object:
-        if isinstance(x, MarginalsGram):
+        # Over another factorization of the same cells there is no shared algebra: stay lazy.
+        if isinstance(x, MarginalsGram) and x.domain_shape == self.domain_shape:
             return self.dot_algebra(x)
         return super().dot(x)
 
@@ -240,6 +241,9 @@ class MarginalsGram(Matrix):
             weight = u * self._outside(a)
             for b in _submasks(a):
                 values[b] = values.get(b, 0.0) + weight
+        # E_b = 0 when b holds an attribute of size one: such a b has no eigenvalue, and
+        # must not set the scale below which the true eigenvalues count as zero.
+        values = {b: v for b, v in values.items() if self.multiplicity(b)}
         scale = max((abs(v) for v in values.values()), default=0.0)
         return {b: v for b, v in values.items() if abs(v) > EIGEN_TOLERANCE * scale}
 
@@ -258,6 +262,8 @@ class MarginalsGram(Matrix):
         domain_shape = _shape_of(shape)
         coefficients: dict[int, float] = {}
         for b, value in values.items():
+            if any(domain_shape[i] == 1 for i in _members(b, len(domain_shape))):
+                continue  # E_b = 0: its terms would only cancel, with rounding error
             for a in _submasks(b):
                 sign = -1.0 if (b & ~a).bit_count() % 2 else 1.0
                 outside = math.prod(n for i, n in enumerate(domain_shape) if not a >> i & 1)
@@ -278,8 +284,7 @@ class MarginalsGram(Matrix):
         return self.eigen_sum(abs)
 
     def _trace_dot(self, other: Matrix) -> float | object:
-        if isinstance(other, MarginalsGram):
-            self._check_same_domain(other)
+        if isinstance(other, MarginalsGram) and other.domain_shape == self.domain_shape:
             mine, theirs = self.eigenvalues(), other.eigenvalues()
             return sum(self.multiplicity(b) * v * theirs[b] for b, v in mine.items() if b in theirs)
         if isinstance(other, Kron) and self._kron_matches(other):

@@ -13,7 +13,7 @@ from functools import reduce
 import numpy as np
 
 from dpmm.errors import TooLargeError
-from dpmm.linalg.base import DENSE_LIMIT, Matrix, check_dense_size, symmetric_eigenvalues
+from dpmm.linalg.base import DENSE_LIMIT, Matrix, check_dense_size, singular_values_of_gram
 from dpmm.linalg.combinators import Dense, VStack, Weighted
 from dpmm.linalg.elementary import Identity
 from dpmm.linalg.kron import Kron
@@ -38,11 +38,9 @@ def nuclear_norm(W: Matrix) -> float:
             return gram.eigen_sum(np.sqrt)
         rows, cols = W.shape
         if rows <= cols and rows * rows <= DENSE_LIMIT:
-            values = symmetric_eigenvalues(row_gram(W))
-            return float(np.sqrt(np.clip(values, 0.0, None)).sum())
+            return float(singular_values_of_gram(row_gram(W)).sum())
         if cols * cols <= DENSE_LIMIT:
-            values = symmetric_eigenvalues(W.gram().dense())
-            return float(np.sqrt(np.clip(values, 0.0, None)).sum())
+            return float(singular_values_of_gram(W.gram().dense()).sum())
         raise TooLargeError(
             f"The singular values of {W!r} ({rows:,} queries over {cols:,} cells) need a dense "
             f"Gram of {min(rows, cols):,}² entries, over the limit of {DENSE_LIMIT:,}"

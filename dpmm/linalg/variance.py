@@ -43,7 +43,11 @@ def _variances(W: Matrix, P: Matrix) -> np.ndarray:
         return P.weight * _variances(W, P.base)
     if isinstance(P, Sum):
         return np.sum([_variances(W, term) for term in P.terms], axis=0)
-    if isinstance(W, Marginal) and isinstance(P, MarginalsGram):
+    if (
+        isinstance(W, Marginal)
+        and isinstance(P, MarginalsGram)
+        and W.domain_shape == P.domain_shape
+    ):
         return np.full(W.shape[0], _marginal_variance(W, P))
     if isinstance(W, Kron) and isinstance(P, MarginalsGram):
         return _variances(W, P.as_kron_sum())
