@@ -166,7 +166,13 @@ class RangeQueries(Matrix):
     """An explicit list of inclusive intervals ``[low, high]`` over n cells."""
 
     def __init__(self, n: int, intervals: Sequence[tuple[int, int]] | np.ndarray) -> None:
-        bounds = np.asarray(intervals, dtype=np.int64).reshape(-1, 2)
+        given = np.asarray(intervals)
+        if given.size and not (
+            np.issubdtype(given.dtype, np.integer)
+            or (np.issubdtype(given.dtype, np.floating) and np.all(given == np.round(given)))
+        ):
+            raise ValueError("Interval bounds must be integer cell indices")
+        bounds = given.astype(np.int64).reshape(-1, 2)
         low, high = bounds[:, 0], bounds[:, 1]
         bad = (low < 0) | (high >= n) | (low > high)
         if bad.any():

@@ -178,3 +178,11 @@ def test_unsupported_norm_is_refused_by_every_type(kind: str) -> None:
     for operation in (M.column_norms, M.sensitivity):
         with pytest.raises(ValueError, match="Only the 1-, 2- and ∞-norms are supported, got p=3"):
             operation(3)
+
+
+def test_range_queries_refuse_fractional_bounds():
+    from dpmm.linalg import RangeQueries
+
+    with pytest.raises(ValueError, match="integer cell indices"):
+        RangeQueries(4, [[0.5, 2.7]])
+    assert RangeQueries(4, [[0.0, 2.0]]).shape == (1, 4)
