@@ -28,8 +28,23 @@ def test_exact_fraction_reads_the_number_written(value, expected):
 
 @pytest.mark.parametrize(
     "value",
-    [0, -1, -0.5, "0", "-1/2", float("nan"), float("inf"), "inf", "nan", "abc", "1/0", True,
-     None, [1], Decimal("Infinity")],
+    [
+        0,
+        -1,
+        -0.5,
+        "0",
+        "-1/2",
+        float("nan"),
+        float("inf"),
+        "inf",
+        "nan",
+        "abc",
+        "1/0",
+        True,
+        None,
+        [1],
+        Decimal("Infinity"),
+    ],
 )
 def test_non_positive_or_non_finite_values_are_rejected(value):
     with pytest.raises(PrivacyParameterError, match="epsilon must be a positive finite number"):

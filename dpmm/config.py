@@ -1,0 +1,364 @@
+"""Release configurations: one YAML file says what to release, over which domain, at what cost.
+
+A config names the release, its domain, its privacy budget, the workload of
+query groups to answer and how to pick the strategy (the schema is in
+``config/README.md`` and ``config/schema.json``)::
+
+    name: adult-marginals             # letters, digits, '.', '_', '-'
+    description: One- and two-way tables of the Adult data.
+    domain: {file: adult-domain.json} # or {attributes: [...]} or {age: 85, sex: 2}
+    privacy: {epsilon: 1}             # or {rho: 0.5}
+    workload:
+      - {name: one-way, kind: marginals, k: 1}
+    strategy: {method: auto}          # optional; default auto
+    data: {...}                       # reserved for the release pipeline
+    release: {...}
+    ledger: {...}
+
+:func:`load_config` validates everything it can without touching data: every
+problem is a :class:`~dpmm.errors.ConfigError` with one sentence that starts
+with the file name and names the key, e.g. ``config/x.yaml: privacy.epsilon
+must be a positive finite number, got -1``.
+
+Example:
+    >>> import pathlib, tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "tiny.yaml").write_text(
+    ...     "name: tiny\\n"
+    ...     "domain: {sex: 2, age: 10}\\n"
+    ...     "privacy: {epsilon: 0.5}\\n"
+    ...     "workload: [{kind: prefix, attribute: age, by: [sex]}]\\n"
+    ... )
+    >>> config = load_config(folder / "tiny.yaml")
+    >>> config.name, config.domain.shape, config.privacy, config.strategy_method
+    ('tiny', (2, 10), PureDP(epsilon=Fraction(1, 2)), 'auto')
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+import yaml
+
+from dpmm.domain import Attribute, Domain
+from dpmm.errors import ConfigError, DomainError, DpmmError, PrivacyParameterError
+from dpmm.privacy import ZCDP, PureDP, privacy_from_config
+from dpmm.strategy import METHODS
+from dpmm.workload import WorkloadGroup, from_config
+
+__all__ = ["DEFAULT_METHOD", "NAME_PATTERN", "TOP_LEVEL_KEYS", "ReleaseConfig", "load_config"]
+
+#: Every key a config may have at its top level, required ones first.
+TOP_LEVEL_KEYS = (
+    "name",
+    "domain",
+    "privacy",
+    "workload",
+    "description",
+    "strategy",
+    "data",
+    "release",
+    "ledger",
+)
+REQUIRED_KEYS = ("name", "domain", "privacy", "workload")
+#: Sections kept for the release pipeline (ingest, release writer, ledger); not validated yet.
+RESERVED_SECTIONS = ("data", "release", "ledger")
+#: A release name becomes a folder name, so it starts with a letter or digit.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+NAME_MAX_LENGTH = 100
+DEFAULT_METHOD = "auto"
+ATTRIBUTE_KEYS = ("name", "size", "labels", "bins")
+
+
+@dataclass(frozen=True)
+class ReleaseConfig:
+    """A validated release configuration.
+
+    Attributes:
+        name: The release name (letters, digits, ``.``, ``_``, ``-``).
+        description: Free text; empty when the file has none.
+        domain: The data domain.
+        privacy: The total privacy budget of the release.
+        workload: The query groups, in file order.
+        strategy_method: The strategy method :func:`dpmm.strategy.optimize` is called with.
+        raw: The parsed YAML document, including the reserved ``data``, ``release``
+            and ``ledger`` sections.
+        path: The config file, as given to :func:`load_config`.
+        sha256: Hex SHA-256 of the file's bytes.
+    """
+
+    name: str
+    description: str
+    domain: Domain
+    privacy: PureDP | ZCDP
+    workload: tuple[WorkloadGroup, ...]
+    strategy_method: str
+    raw: dict[str, Any]
+    path: Path
+    sha256: str
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """The safe loader, refusing a key repeated in one mapping (the last would silently win)."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict:
+    seen: set = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue  # keys merged in with `<<:` may be overridden; that is what merging is for
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            repeated = key in seen
+        except TypeError:  # an unhashable key; construct_mapping reports it
+            continue
+        if repeated:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=True)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _describe(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class _Reader:
+    """Validates one parsed document; every error names the file first."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, key: str, message: str) -> NoReturn:
+        raise ConfigError(f"{self.path}: {key}: {message}")
+
+    def wrap(self, error: DpmmError, key: str | None = None) -> NoReturn:
+        prefix = f"{self.path}: " if key is None else f"{self.path}: {key}: "
+        raise ConfigError(prefix + str(error)) from error
+
+    def document(self, text: str) -> dict[str, Any]:
+        try:
+            # A SafeLoader subclass: yaml.safe_load plus a check for repeated keys.
+            document = yaml.load(text, Loader=_UniqueKeyLoader)
+        except yaml.MarkedYAMLError as error:
+            mark = error.problem_mark or error.context_mark
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = error.problem or error.context or "cannot be parsed"
+            raise ConfigError(f"{self.path}: malformed YAML{where}: {problem}") from None
+        except yaml.YAMLError as error:
+            raise ConfigError(f"{self.path}: malformed YAML: {error}") from None
+        if document is None:
+            raise ConfigError(f"{self.path}: the file is empty; a config needs {_required()}")
+        if not isinstance(document, Mapping):
+            raise ConfigError(
+                f"{self.path}: the top level must be a mapping of keys "
+                f"({', '.join(TOP_LEVEL_KEYS)}), got {type(document).__name__}"
+            )
+        for key in document:
+            if not isinstance(key, str) or key not in TOP_LEVEL_KEYS:
+                raise ConfigError(
+                    f"{self.path}: unknown top-level key {_describe(key)} "
+                    f"(allowed: {', '.join(TOP_LEVEL_KEYS)})"
+                )
+        for key in REQUIRED_KEYS:
+            if key not in document:
+                raise ConfigError(f"{self.path}: {key} is required ({_example(key)})")
+        return dict(document)
+
+    def name(self, value: object) -> str:
+        if not isinstance(value, str):
+            hint = ' (quote it: name: "2030")' if isinstance(value, int | float) else ""
+            self.fail("name", f"must be a string, got {_describe(value)}{hint}")
+        if not NAME_PATTERN.fullmatch(value):
+            self.fail(
+                "name",
+                "must start with a letter or digit and use only letters, digits, '.', '_' "
+                f"and '-', got {_describe(value)}",
+            )
+        if len(value) > NAME_MAX_LENGTH:
+            self.fail("name", f"must be at most {NAME_MAX_LENGTH} characters, got {len(value)}")
+        return value
+
+    def description(self, value: object) -> str:
+        if value is None:
+            return ""
+        if not isinstance(value, str):
+            self.fail("description", f"must be a string, got {_describe(value)}")
+        return value
+
+    def domain(self, value: object) -> Domain:
+        if not isinstance(value, Mapping) or not value:
+            self.fail(
+                "domain",
+                "must be {file: path}, {attributes: [{name, size}, ...]} or a mapping of "
+                f"attribute to size, got {_describe(value)}",
+            )
+        if list(value) == ["file"] and isinstance(value["file"], str):
+            return self._domain_file(value["file"])
+        if list(value) == ["attributes"] and isinstance(value["attributes"], list):
+            return self._domain_list(value["attributes"])
+        attributes = []
+        for name, size in value.items():
+            if not isinstance(name, str):
+                self.fail("domain", f"attribute names must be strings, got {_describe(name)}")
+            key = f"domain.{name}"
+            attributes.append(self._attribute({"name": name, "size": size}, key, key))
+        return self._join(attributes)
+
+    def _domain_file(self, file: str) -> Domain:
+        target = Path(file).expanduser()
+        if not target.is_absolute():
+            target = self.path.parent / target
+        if not target.is_file():
+            self.fail("domain.file", f"the domain file '{target}' does not exist")
+        try:
+            return Domain.from_json(target)
+        except DomainError as error:
+            self.wrap(error, "domain.file")
+
+    def _domain_list(self, items: list) -> Domain:
+        if not items:
+            self.fail("domain.attributes", "must list at least one attribute")
+        attributes = []
+        for index, item in enumerate(items):
+            key = f"domain.attributes[{index}]"
+            if not isinstance(item, Mapping) or "name" not in item or "size" not in item:
+                self.fail(key, f"must be a mapping with 'name' and 'size', got {_describe(item)}")
+            unknown = [k for k in item if k not in ATTRIBUTE_KEYS]
+            if unknown:
+                self.fail(
+                    f"{key}.{unknown[0]}",
+                    f"unknown attribute key (allowed: {', '.join(ATTRIBUTE_KEYS)})",
+                )
+            if not isinstance(item["name"], str):
+                self.fail(f"{key}.name", f"must be a string, got {_describe(item['name'])}")
+            attributes.append(self._attribute(item, key, f"{key}.size"))
+        return self._join(attributes)
+
+    def _attribute(self, item: Mapping, key: str, size_key: str) -> Attribute:
+        size = item["size"]
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            self.fail(size_key, f"attribute size must be a positive integer, got {_describe(size)}")
+        try:
+            return Attribute(item["name"], size, item.get("labels"), item.get("bins"))
+        except (DomainError, TypeError, ValueError) as error:
+            if isinstance(error, DomainError):
+                self.wrap(error, key)
+            self.fail(key, f"labels and bins must be lists ({error})")
+
+    def _join(self, attributes: list[Attribute]) -> Domain:
+        try:
+            return Domain(tuple(attributes))
+        except DomainError as error:
+            self.wrap(error, "domain")
+
+    def privacy(self, value: object) -> PureDP | ZCDP:
+        try:
+            return privacy_from_config(value, where="privacy")
+        except PrivacyParameterError as error:
+            self.wrap(error)
+
+    def workload(self, value: object, domain: Domain) -> tuple[WorkloadGroup, ...]:
+        try:
+            return tuple(from_config(value, domain))
+        except DpmmError as error:
+            self.wrap(error)
+
+    def strategy(self, value: object) -> str:
+        if value is None:
+            return DEFAULT_METHOD
+        if not isinstance(value, Mapping):
+            self.fail("strategy", f"must be a mapping such as {{method: auto}}, got {value!r}")
+        for key in value:
+            if key != "method":
+                self.fail(f"strategy.{key}", "unknown key (allowed: method)")
+        method = value.get("method", DEFAULT_METHOD)
+        if not isinstance(method, str) or method not in METHODS:
+            self.fail(
+                "strategy.method",
+                f"unknown strategy method {_describe(method)} "
+                f"(expected one of: {', '.join(METHODS)})",
+            )
+        return method
+
+    def reserved(self, document: Mapping[str, Any]) -> None:
+        for key in RESERVED_SECTIONS:
+            value = document.get(key)
+            if value is not None and not isinstance(value, Mapping):
+                self.fail(key, f"must be a mapping, got {_describe(value)}")
+
+
+def _required() -> str:
+    return ", ".join(REQUIRED_KEYS)
+
+
+def _example(key: str) -> str:
+    return {
+        "name": "e.g. name: adult-marginals",
+        "domain": "e.g. domain: {file: adult-domain.json}",
+        "privacy": "e.g. privacy: {epsilon: 1}",
+        "workload": "a list of query groups, e.g. workload: [{kind: marginals, k: 1}]",
+    }[key]
+
+
+def load_config(path: str | Path) -> ReleaseConfig:
+    """Read and validate a release configuration file.
+
+    Args:
+        path: The YAML file. A ``domain: {file: ...}`` path is read relative to
+            the folder that holds it.
+
+    Returns:
+        The validated configuration, with the workload built over the domain.
+
+    Raises:
+        ConfigError: One sentence naming the file and the key of the first problem
+            (a missing or unreadable file, malformed YAML, an unknown or missing key,
+            a bad value, a workload that does not fit the domain).
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: the config file does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder, not a config file") from None
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read the config file ({error.strerror})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"{path}: the config file is not UTF-8 text (byte {error.start})"
+        ) from None
+    reader = _Reader(path)
+    document = reader.document(text)
+    name = reader.name(document["name"])
+    description = reader.description(document.get("description"))
+    domain = reader.domain(document["domain"])
+    privacy = reader.privacy(document["privacy"])
+    workload = reader.workload(document["workload"], domain)
+    strategy_method = reader.strategy(document.get("strategy"))
+    reader.reserved(document)
+    return ReleaseConfig(
+        name=name,
+        description=description,
+        domain=domain,
+        privacy=privacy,
+        workload=workload,
+        strategy_method=strategy_method,
+        raw=copy.deepcopy(document),
+        path=path,
+        sha256=hashlib.sha256(data).hexdigest(),
+    )

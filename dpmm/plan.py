@@ -1,0 +1,309 @@
+"""The plan stage: pick the strategy for a release and report its expected error, per query group.
+
+Planning reads only the configuration (public facts): it builds the workload
+``W`` (the config's groups stacked), asks :func:`dpmm.strategy.optimize` for
+the strategy ``A``, and for each group computes, exactly (DESIGN.md §4):
+
+* the expected total squared error of answering the group through ``A``
+  (least-squares reconstruction), and the RMSE per query ``√(error / queries)``;
+* the SVD bound of the group on its own, the least total squared error any
+  strategy built for that group alone could reach under Gaussian noise (a lower
+  bound under Laplace noise);
+* the error of the Identity strategy (one noisy count per cell).
+
+Errors add up over groups (the trace of ``W (AᵀA)⁺ Wᵀ`` is a sum over rows),
+so the totals are the sums; the SVD bound of the whole workload is computed on
+the stacked ``W``. No data is read and no budget is spent.
+
+Example:
+    >>> from dpmm.domain import Domain
+    >>> from dpmm.privacy import PureDP
+    >>> from dpmm.workload import from_config
+    >>> domain = Domain.from_dict({"age": 16})
+    >>> groups = from_config([{"name": "cdf", "kind": "prefix", "attribute": "age"}], domain)
+    >>> report = plan_workload(groups, PureDP(1), "identity", domain)
+    >>> report.strategy_repr, report.total.total_squared_error  # 2 · (1 + 2 + … + 16)
+    ('Identity(16)', 272.0)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from dpmm import __version__
+from dpmm.config import ReleaseConfig
+from dpmm.domain import Domain
+from dpmm.error import expected_error, identity_error, svd_bound
+from dpmm.errors import ConfigError, TooLargeError, UnsupportedQueryError
+from dpmm.linalg import Matrix
+from dpmm.privacy import ZCDP, PureDP
+from dpmm.strategy import optimize
+from dpmm.workload import WorkloadGroup, stack
+
+__all__ = ["GroupReport", "PlanReport", "plan", "plan_workload"]
+
+logger = logging.getLogger("dpmm.plan")
+
+#: Errors that leave one figure out of the report instead of failing the plan.
+UNAVAILABLE = (TooLargeError, UnsupportedQueryError)
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or denominator is None or denominator <= 0:
+        return None
+    return numerator / denominator
+
+
+def _root_mean(total: float | None, queries: int) -> float | None:
+    if total is None or queries <= 0:
+        return None
+    return math.sqrt(total / queries)
+
+
+def _finite(value: float | None) -> float | None:
+    """JSON has no infinity or NaN; a figure that is not finite is left out."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+@dataclass(frozen=True)
+class GroupReport:
+    """The expected error of one query group (or of the whole workload, on the total row).
+
+    Figures that could not be computed (the matrix is too large for the dense
+    fallback the figure needs) are ``None``; ``notes`` says why.
+    """
+
+    name: str
+    kind: str
+    queries: int
+    total_squared_error: float | None
+    svd_bound: float | None
+    identity_error: float | None
+    seconds: float
+    notes: tuple[str, ...] = ()
+
+    @property
+    def rmse(self) -> float | None:
+        """Root mean squared error per query."""
+        return _root_mean(self.total_squared_error, self.queries)
+
+    @property
+    def svd_bound_rmse(self) -> float | None:
+        """``√(svd_bound / queries)``: the per-query RMSE at the SVD bound."""
+        return _root_mean(self.svd_bound, self.queries)
+
+    @property
+    def identity_rmse(self) -> float | None:
+        """Root mean squared error per query of the Identity strategy."""
+        return _root_mean(self.identity_error, self.queries)
+
+    @property
+    def ratio_to_identity(self) -> float | None:
+        """``rmse / identity_rmse``: below 1 where the strategy beats Identity."""
+        return _ratio(self.rmse, self.identity_rmse)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready description; missing figures are ``None``."""
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "queries": self.queries,
+            "total_squared_error": _finite(self.total_squared_error),
+            "rmse": _finite(self.rmse),
+            "svd_bound": _finite(self.svd_bound),
+            "svd_bound_rmse": _finite(self.svd_bound_rmse),
+            "identity_error": _finite(self.identity_error),
+            "identity_rmse": _finite(self.identity_rmse),
+            "ratio_to_identity": _finite(self.ratio_to_identity),
+            "seconds": self.seconds,
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class PlanReport:
+    """What a release would cost in accuracy: the chosen strategy and the error per group.
+
+    ``total`` is the row for the whole workload; its ``seconds`` is the whole
+    plan's time, strategy selection included.
+    """
+
+    name: str
+    domain: Domain
+    privacy: PureDP | ZCDP
+    method: str
+    strategy: Matrix
+    strategy_seconds: float
+    groups: tuple[GroupReport, ...]
+    total: GroupReport
+    config_path: str | None = None
+    config_sha256: str | None = None
+
+    @property
+    def strategy_repr(self) -> str:
+        """The strategy matrix's description, e.g. ``Hierarchical(64, b=8)``."""
+        return repr(self.strategy)
+
+    @property
+    def seconds(self) -> float:
+        """Wall time of the whole plan."""
+        return self.total.seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready object: the totals at the top level, one entry per group in ``groups``.
+
+        ``domain_size`` is an exact integer (it may exceed 2⁶³; Python's JSON keeps it).
+        """
+        totals = self.total.to_dict()
+        for key in ("name", "kind", "seconds", "notes"):
+            totals.pop(key)
+        return {
+            "name": self.name,
+            "config": self.config_path,
+            "config_sha256": self.config_sha256,
+            "dpmm_version": __version__,
+            "domain": self.domain.to_dict(),
+            "domain_size": self.domain.size,
+            "privacy": self.privacy.to_dict(),
+            "method": self.method,
+            "strategy": self.strategy_repr,
+            "strategy_shape": list(self.strategy.shape),
+            "strategy_seconds": self.strategy_seconds,
+            **totals,
+            "seconds": self.seconds,
+            "notes": list(self.total.notes),
+            "groups": [group.to_dict() for group in self.groups],
+        }
+
+
+def _figure(what: str, where: str, compute: Callable[[], float], notes: list[str]) -> float | None:
+    """``compute()``, or ``None`` with a note when the matrices are too large for it."""
+    try:
+        return compute()
+    except UNAVAILABLE as error:
+        note = f"{what}: {error}"
+        logger.warning("%s: %s not computed: %s", where, what, error)
+        notes.append(note)
+        return None
+
+
+def _group_report(group: WorkloadGroup, A: Matrix, privacy: PureDP | ZCDP) -> GroupReport:
+    start = time.perf_counter()
+    W = group.matrix
+    notes: list[str] = []
+    where = f"group '{group.name}'"
+    error = _figure("expected error", where, lambda: expected_error(W, A, privacy), notes)
+    bound = _figure("SVD bound", where, lambda: svd_bound(W, privacy), notes)
+    baseline = _figure("identity error", where, lambda: identity_error(W, privacy), notes)
+    seconds = time.perf_counter() - start
+    logger.info("%s: %d queries, figures in %.2f s", where, W.shape[0], seconds)
+    return GroupReport(
+        name=group.name,
+        kind=group.kind,
+        queries=W.shape[0],
+        total_squared_error=error,
+        svd_bound=bound,
+        identity_error=baseline,
+        seconds=seconds,
+        notes=tuple(notes),
+    )
+
+
+def _short(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"
+
+
+def _sum(values: Sequence[float | None]) -> float | None:
+    return None if any(value is None for value in values) else math.fsum(values)
+
+
+def plan_workload(
+    groups: Sequence[WorkloadGroup],
+    privacy: PureDP | ZCDP,
+    method: str,
+    domain: Domain,
+    name: str = "workload",
+) -> PlanReport:
+    """Pick the strategy for ``groups`` and compute the expected error of every group.
+
+    Args:
+        groups: The workload's query groups, all over ``domain``.
+        privacy: The privacy guarantee the strategy's answers are measured under.
+        method: A :func:`dpmm.strategy.optimize` method (``auto``, ``hierarchical``, …).
+        domain: The domain the groups' matrices have one column per cell of.
+        name: The name the report carries.
+
+    Raises:
+        ConfigError: ``method`` is unknown.
+        TooLargeError: ``method`` cannot build a strategy for this workload.
+    """
+    start = time.perf_counter()
+    groups = list(groups)
+    W = stack(groups)
+    logger.info(
+        "%s: %d groups, %s queries over %s cells; selecting a strategy (%s)",
+        name,
+        len(groups),
+        f"{W.shape[0]:,}",
+        f"{domain.size:,}",
+        method,
+    )
+    A = optimize(W, method, privacy)
+    strategy_seconds = time.perf_counter() - start
+    logger.info("%s: strategy %s selected in %.2f s", name, _short(repr(A)), strategy_seconds)
+    reports = tuple(_group_report(group, A, privacy) for group in groups)
+    notes = [f"group '{r.name}': {note}" for r in reports for note in r.notes]
+    if len(reports) == 1:
+        bound = reports[0].svd_bound
+    else:
+        whole: list[str] = []
+        bound = _figure("SVD bound", "whole workload", lambda: svd_bound(W, privacy), whole)
+        notes += [f"whole workload: {note}" for note in whole]
+    total = GroupReport(
+        name="total",
+        kind="",
+        queries=W.shape[0],
+        total_squared_error=_sum([r.total_squared_error for r in reports]),
+        svd_bound=bound,
+        identity_error=_sum([r.identity_error for r in reports]),
+        seconds=time.perf_counter() - start,
+        notes=tuple(notes),
+    )
+    logger.info("%s: planned in %.2f s", name, total.seconds)
+    return PlanReport(
+        name=name,
+        domain=domain,
+        privacy=privacy,
+        method=method,
+        strategy=A,
+        strategy_seconds=strategy_seconds,
+        groups=reports,
+        total=total,
+    )
+
+
+def plan(config: ReleaseConfig) -> PlanReport:
+    """Plan a release: its strategy and expected error per query group. Touches no data.
+
+    Args:
+        config: A configuration from :func:`dpmm.config.load_config`.
+
+    Raises:
+        ConfigError: The configured strategy method cannot build a strategy for this
+            workload (the message names the file and ``strategy.method``).
+    """
+    try:
+        report = plan_workload(
+            config.workload, config.privacy, config.strategy_method, config.domain, config.name
+        )
+    except TooLargeError as error:
+        raise ConfigError(
+            f"{config.path}: strategy.method: '{config.strategy_method}' cannot build a "
+            f"strategy for this workload ({error})"
+        ) from error
+    return replace(report, config_path=str(config.path), config_sha256=config.sha256)

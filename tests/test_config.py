@@ -1,0 +1,322 @@
+"""Release configs: the examples load and match the schema; each bad config names file and key."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dpmm.config import REQUIRED_KEYS, TOP_LEVEL_KEYS, ReleaseConfig, load_config
+from dpmm.domain import Domain
+from dpmm.errors import ConfigError
+from dpmm.privacy import ZCDP, PureDP
+from dpmm.strategy import METHODS
+from dpmm.workload import census_domain
+from dpmm.workload.config import KINDS
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted((ROOT / "config" / "examples").glob("*.yaml"))
+SCHEMA = json.loads((ROOT / "config" / "schema.json").read_text())
+
+VALID = {
+    "name": "tiny",
+    "description": "A small release.",
+    "domain": {"sex": 2, "age": 10},
+    "privacy": {"epsilon": 1},
+    "workload": [{"name": "cdf", "kind": "prefix", "attribute": "age", "by": ["sex"]}],
+    "strategy": {"method": "hierarchical"},
+}
+
+
+def write(folder: Path, document: object, name: str = "release.yaml") -> Path:
+    path = folder / name
+    text = document if isinstance(document, str) else yaml.safe_dump(document, sort_keys=False)
+    path.write_text(text)
+    return path
+
+
+def with_changes(**changes: object) -> dict:
+    document = json.loads(json.dumps(VALID))
+    for key, value in changes.items():
+        if value is None:
+            document.pop(key)
+        else:
+            document[key] = value
+    return document
+
+
+def test_there_are_examples() -> None:
+    names = {path.name for path in EXAMPLES}
+    assert {"adult-marginals.yaml", "adult-3way.yaml", "census-sf1.yaml", "ranges-1d.yaml"} <= names
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda path: path.name)
+def test_every_example_loads(path: Path) -> None:
+    config = load_config(path)
+    assert config.name == path.stem
+    assert config.workload
+    assert config.strategy_method in METHODS
+    assert config.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    for group in config.workload:
+        assert group.matrix.shape[1] == config.domain.size
+
+
+def test_adult_examples_use_the_shared_adult_domain() -> None:
+    domain = load_config(ROOT / "config" / "examples" / "adult-marginals.yaml").domain
+    copied = json.loads((ROOT / "config" / "examples" / "adult-domain.json").read_text())
+    assert dict(zip(domain.attributes, domain.shape, strict=True)) == copied
+    assert len(domain) == 14
+
+
+def test_census_example_has_the_census_domain() -> None:
+    config = load_config(ROOT / "config" / "examples" / "census-sf1.yaml")
+    census = census_domain()
+    assert (config.domain.attributes, config.domain.shape) == (census.attributes, census.shape)
+    assert config.privacy == PureDP(1)
+    assert config.strategy_method == "hierarchical"
+
+
+def test_ranges_example_is_zcdp() -> None:
+    config = load_config(ROOT / "config" / "examples" / "ranges-1d.yaml")
+    assert config.privacy == ZCDP("1/2")
+    assert [group.kind for group in config.workload] == ["prefix", "all_range"]
+
+
+# -- the schema ------------------------------------------------------------------------------
+
+
+def test_schema_lists_exactly_the_keys_the_loader_accepts() -> None:
+    assert SCHEMA["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert set(SCHEMA["properties"]) == set(TOP_LEVEL_KEYS)
+    assert set(SCHEMA["required"]) == set(REQUIRED_KEYS)
+    assert SCHEMA["additionalProperties"] is False
+    group = SCHEMA["$defs"]["group"]["properties"]
+    assert tuple(group["kind"]["enum"]) == KINDS
+    assert SCHEMA["properties"]["strategy"]["properties"]["method"]["enum"] == list(METHODS)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda path: path.name)
+def test_every_example_matches_the_schema(path: Path) -> None:
+    document = yaml.safe_load(path.read_text())
+    assert set(document) <= set(SCHEMA["properties"])
+    assert set(SCHEMA["required"]) <= set(document)
+    group_keys = set(SCHEMA["$defs"]["group"]["properties"])
+    for group in document["workload"]:
+        assert set(group) <= group_keys
+    try:
+        import jsonschema
+    except ImportError:  # the structural checks above still ran
+        return
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    jsonschema.Draft202012Validator(SCHEMA).validate(document)
+
+
+def test_schema_rejects_what_the_loader_rejects() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    assert validator.is_valid(VALID)
+    assert not validator.is_valid(with_changes(color="blue"))
+    assert not validator.is_valid(with_changes(privacy=None))
+    assert not validator.is_valid(with_changes(privacy={"epsilon": -1}))
+    assert not validator.is_valid(with_changes(domain={"age": 0}))
+    assert not validator.is_valid(with_changes(workload=[{"kind": "histogram"}]))
+    assert not validator.is_valid(with_changes(strategy={"method": "magic"}))
+
+
+def test_readme_example_loads(tmp_path: Path) -> None:
+    readme = (ROOT / "config" / "README.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", readme, flags=re.DOTALL)
+    complete = next(block for block in blocks if block.startswith("name:"))
+    (tmp_path / "adult-domain.json").write_bytes(
+        (ROOT / "config" / "examples" / "adult-domain.json").read_bytes()
+    )
+    config = load_config(write(tmp_path, complete))
+    assert [group.name for group in config.workload] == ["one-way", "age-cdf-by-sex"]
+    workload = next(block for block in blocks if block.startswith("workload:"))
+    document = {
+        **yaml.safe_load(complete),
+        "domain": {"sex": 2, "race": 3, "age": 10, "income": 4},
+        **yaml.safe_load(workload),
+    }
+    config = load_config(write(tmp_path, document, "workload.yaml"))
+    assert len(config.workload) == 6
+
+
+# -- what a loaded config holds --------------------------------------------------------------
+
+
+def test_loaded_config_holds_every_section(tmp_path: Path) -> None:
+    document = with_changes(data={"path": "people.parquet"}, ledger={"url": "ledger.sqlite"})
+    path = write(tmp_path, document)
+    config = load_config(path)
+    assert isinstance(config, ReleaseConfig)
+    assert config.name == "tiny"
+    assert config.description == "A small release."
+    assert config.domain == Domain.from_dict({"sex": 2, "age": 10})
+    assert config.privacy == PureDP(1)
+    assert config.strategy_method == "hierarchical"
+    assert config.raw == document
+    assert config.path == path
+    assert config.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.name = "other"  # type: ignore[misc]
+
+
+def test_defaults(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, with_changes(description=None, strategy=None)))
+    assert config.description == ""
+    assert config.strategy_method == "auto"
+
+
+@pytest.mark.parametrize(
+    ("domain", "shape"),
+    [
+        ({"sex": 2, "age": 10}, (2, 10)),
+        (
+            {
+                "attributes": [
+                    {"name": "sex", "size": 2, "labels": ["m", "f"]},
+                    {"name": "age", "size": 10},
+                ]
+            },
+            (2, 10),
+        ),
+        ({"file": "domains/people.json"}, (2, 10)),
+        ({"file": 3, "age": 10}, (3, 10)),  # 'file' is an attribute here, not a path
+    ],
+)
+def test_domain_forms(tmp_path: Path, domain: dict, shape: tuple) -> None:
+    (tmp_path / "domains").mkdir()
+    (tmp_path / "domains" / "people.json").write_text(json.dumps({"sex": 2, "age": 10}))
+    workload = [{"kind": "prefix", "attribute": "age"}]
+    config = load_config(write(tmp_path, with_changes(domain=domain, workload=workload)))
+    assert config.domain.shape == shape
+
+
+def test_domain_file_is_relative_to_the_config_not_the_working_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "domain.json").write_text(json.dumps({"sex": 2, "age": 10}))
+    path = write(tmp_path / "configs", with_changes(domain={"file": "../shared/domain.json"}))
+    monkeypatch.chdir(tmp_path / "shared")
+    assert load_config(path).domain.shape == (2, 10)
+
+
+def test_fractional_budget_is_exact(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, with_changes(privacy={"rho": "1/3"})))
+    assert config.privacy == ZCDP("1/3")
+
+
+# -- bad configs -----------------------------------------------------------------------------
+
+BAD = {
+    "unknown top-level key": (with_changes(colour="blue"), "colour"),
+    "missing privacy": (with_changes(privacy=None), "privacy"),
+    "missing workload": (with_changes(workload=None), "workload"),
+    "missing name": (with_changes(name=None), "name"),
+    "negative epsilon": (with_changes(privacy={"epsilon": -1}), "privacy.epsilon"),
+    "zero epsilon": (with_changes(privacy={"epsilon": 0}), "privacy.epsilon"),
+    "non-numeric epsilon": (with_changes(privacy={"epsilon": "lots"}), "privacy.epsilon"),
+    "infinite rho": (with_changes(privacy={"rho": float("inf")}), "privacy.rho"),
+    "both budgets": (with_changes(privacy={"epsilon": 1, "rho": 1}), "privacy"),
+    "unknown privacy kind": (
+        with_changes(privacy={"kind": "approx", "epsilon": 1}),
+        "privacy.kind",
+    ),
+    "unknown attribute": (
+        with_changes(workload=[{"kind": "total"}, {"kind": "prefix", "attribute": "agee"}]),
+        "workload[1].attribute",
+    ),
+    "zero attribute size": (with_changes(domain={"sex": 2, "age": 0}), "domain.age"),
+    "negative attribute size": (
+        with_changes(domain={"attributes": [{"name": "age", "size": -3}]}),
+        "domain.attributes[0].size",
+    ),
+    "duplicate attribute": (
+        with_changes(
+            domain={"attributes": [{"name": "age", "size": 3}, {"name": "age", "size": 3}]}
+        ),
+        "domain",
+    ),
+    "unknown attribute key": (
+        with_changes(domain={"attributes": [{"name": "age", "size": 3, "unit": "years"}]}),
+        "domain.attributes[0].unit",
+    ),
+    "unknown workload kind": (with_changes(workload=[{"kind": "histogram"}]), "workload[0].kind"),
+    "empty workload": (with_changes(workload=[]), "workload"),
+    "unknown strategy method": (with_changes(strategy={"method": "magic"}), "strategy.method"),
+    "unknown strategy key": (with_changes(strategy={"method": "auto", "seed": 1}), "strategy.seed"),
+    "bad name": (with_changes(name="my release"), "name"),
+    "hidden name": (with_changes(name=".."), "name"),
+    "numeric name": (with_changes(name=2030), "name"),
+    "description not text": (with_changes(description=["a"]), "description"),
+    "data not a mapping": (with_changes(data="people.parquet"), "data"),
+    "missing domain file": (with_changes(domain={"file": "nowhere.json"}), "domain.file"),
+    "malformed YAML": ("name: tiny\nprivacy: {epsilon: 1\nworkload: []\n", "malformed YAML"),
+    "tab-indented YAML": ("name: tiny\ndomain:\n\tage: 3\n", "malformed YAML"),
+    "repeated key": (
+        "name: tiny\ndomain: {age: 3}\nprivacy: {epsilon: 1}\nprivacy: {epsilon: 100}\n"
+        "workload: [{kind: total}]\n",
+        "duplicate key 'privacy'",
+    ),
+    "repeated nested key": (
+        "name: tiny\ndomain: {age: 3}\nprivacy: {epsilon: 1}\n"
+        "workload: [{kind: total, kind: identity}]\n",
+        "duplicate key 'kind'",
+    ),
+    "empty file": ("", "empty"),
+    "top level is a list": ("- name: tiny\n", "top level"),
+}
+
+
+@pytest.mark.parametrize(("document", "key"), BAD.values(), ids=BAD.keys())
+def test_bad_config_names_file_and_key(tmp_path: Path, document: object, key: str) -> None:
+    path = write(tmp_path, document)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: ")
+    assert key in message
+    assert "\n" not in message
+
+
+def test_yaml_merge_keys_may_override(tmp_path: Path) -> None:
+    text = (
+        "name: tiny\ndomain: {sex: 2, age: 10}\nprivacy: {epsilon: 1}\nworkload:\n"
+        "  - &cdf {name: cdf, kind: prefix, attribute: age}\n"
+        "  - {<<: *cdf, name: cdf-by-sex, by: [sex]}\n"
+    )
+    config = load_config(write(tmp_path, text))
+    assert [group.name for group in config.workload] == ["cdf", "cdf-by-sex"]
+    assert config.workload[1].spec["by"] == ["sex"]
+
+
+def test_malformed_yaml_gives_the_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: tiny\ndomain: {age: 3}\nprivacy: [epsilon: 1\n")
+    with pytest.raises(ConfigError, match=r"line \d+, column \d+"):
+        load_config(path)
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    path = tmp_path / "absent.yaml"
+    with pytest.raises(ConfigError, match=r"absent\.yaml: the config file does not exist"):
+        load_config(path)
+
+
+def test_a_folder_is_not_a_config(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="folder"):
+        load_config(tmp_path)
+
+
+def test_epsilon_message_reads_as_documented(tmp_path: Path) -> None:
+    path = write(tmp_path, with_changes(privacy={"epsilon": -1}))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value) == f"{path}: privacy.epsilon must be a positive finite number, got -1"

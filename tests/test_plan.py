@@ -1,0 +1,248 @@
+"""The plan stage: every figure against the error functions, and against numpy on small domains."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+import dpmm.plan
+from dpmm.config import load_config
+from dpmm.error import expected_error, identity_error, svd_bound
+from dpmm.errors import ConfigError, TooLargeError
+from dpmm.plan import PlanReport, plan
+from dpmm.strategy import optimize
+from dpmm.workload import stack
+
+DOMAIN = {"sex": 2, "race": 3, "age": 8}
+WORKLOAD = [
+    {"name": "age-cdf-by-sex", "kind": "prefix", "attribute": "age", "by": ["sex"]},
+    {"name": "pairs", "kind": "marginals", "k": 2},
+    {"name": "people", "kind": "total"},
+    {"name": "age-bands", "kind": "ranges", "attribute": "age", "intervals": [[0, 2], [3, 7]]},
+]
+PRIVACY = {"pure": {"epsilon": "1/2"}, "zcdp": {"rho": 2}}
+METHODS = ("identity", "hierarchical", "wavelet", "workload", "auto")
+REQUIRED_KEYS = {
+    "strategy",
+    "method",
+    "total_squared_error",
+    "rmse",
+    "svd_bound",
+    "identity_error",
+    "identity_rmse",
+    "queries",
+    "domain_size",
+    "seconds",
+    "privacy",
+    "config_sha256",
+    "groups",
+}
+GROUP_KEYS = {
+    "name",
+    "kind",
+    "queries",
+    "total_squared_error",
+    "rmse",
+    "svd_bound",
+    "identity_error",
+    "identity_rmse",
+    "seconds",
+}
+
+
+def write_config(folder: Path, method: str = "auto", privacy: str = "pure", **changes) -> Path:
+    document = {
+        "name": "small",
+        "domain": DOMAIN,
+        "privacy": PRIVACY[privacy],
+        "workload": WORKLOAD,
+        "strategy": {"method": method},
+        **changes,
+    }
+    path = folder / f"small-{method}-{privacy}.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def dense_error(W: np.ndarray, A: np.ndarray, privacy) -> float:
+    """``v · trace(W (AᵀA)⁺ Wᵀ)`` straight from the definitions (DESIGN.md §4)."""
+    sensitivity = np.abs(A).sum(axis=0).max() if privacy.norm == 1 else np.sqrt((A**2).sum(0)).max()
+    trace = np.trace(W @ np.linalg.pinv(A.T @ A) @ W.T)
+    return privacy.noise_variance(float(sensitivity)) * trace
+
+
+@pytest.mark.parametrize("privacy", PRIVACY)
+@pytest.mark.parametrize("method", METHODS)
+def test_group_figures_equal_the_error_functions(tmp_path: Path, method: str, privacy: str) -> None:
+    config = load_config(write_config(tmp_path, method, privacy))
+    report = plan(config)
+    W = stack(config.workload)
+    A = optimize(W, method, config.privacy)
+    assert report.strategy_repr == repr(A)
+    assert [g.name for g in report.groups] == [g["name"] for g in WORKLOAD]
+    for group, figures in zip(config.workload, report.groups, strict=True):
+        matrix = group.matrix
+        expected = expected_error(matrix, report.strategy, config.privacy)
+        assert figures.kind == group.kind
+        assert figures.queries == matrix.shape[0]
+        assert figures.total_squared_error == pytest.approx(expected, rel=1e-9)
+        assert figures.svd_bound == pytest.approx(svd_bound(matrix, config.privacy), rel=1e-9)
+        assert figures.identity_error == pytest.approx(identity_error(matrix, config.privacy))
+        assert figures.rmse == pytest.approx(math.sqrt(expected / matrix.shape[0]))
+        assert figures.identity_rmse == pytest.approx(
+            math.sqrt(figures.identity_error / figures.queries)
+        )
+        assert figures.svd_bound_rmse == pytest.approx(
+            math.sqrt(figures.svd_bound / figures.queries)
+        )
+        # no strategy beats the SVD bound of the group it answers
+        assert figures.total_squared_error >= figures.svd_bound * (1 - 1e-9)
+        assert figures.seconds >= 0
+
+
+@pytest.mark.parametrize("privacy", PRIVACY)
+@pytest.mark.parametrize("method", ["hierarchical", "auto"])
+def test_totals_are_sums_and_match_the_whole_workload(
+    tmp_path: Path, method: str, privacy: str
+) -> None:
+    config = load_config(write_config(tmp_path, method, privacy))
+    report = plan(config)
+    W = stack(config.workload)
+    total = report.total
+    assert total.queries == W.shape[0] == sum(g.queries for g in report.groups)
+    assert total.total_squared_error == pytest.approx(
+        sum(g.total_squared_error for g in report.groups), rel=1e-12
+    )
+    assert total.identity_error == pytest.approx(sum(g.identity_error for g in report.groups))
+    # the sum over groups is the whole workload's error, computed in one piece
+    whole = expected_error(W, report.strategy, config.privacy)
+    assert total.total_squared_error == pytest.approx(whole, rel=1e-9)
+    assert total.identity_error == pytest.approx(identity_error(W, config.privacy))
+    assert total.svd_bound == pytest.approx(svd_bound(W, config.privacy), rel=1e-9)
+    assert total.rmse == pytest.approx(math.sqrt(whole / W.shape[0]))
+    assert total.ratio_to_identity == pytest.approx(total.rmse / total.identity_rmse)
+
+
+@pytest.mark.parametrize("privacy", PRIVACY)
+def test_figures_match_numpy_on_dense_matrices(tmp_path: Path, privacy: str) -> None:
+    config = load_config(write_config(tmp_path, "hierarchical", privacy))
+    report = plan(config)
+    A = report.strategy.dense()
+    for group, figures in zip(config.workload, report.groups, strict=True):
+        W = group.matrix.dense()
+        assert figures.total_squared_error == pytest.approx(
+            dense_error(W, A, config.privacy), rel=1e-8
+        )
+        identity = dense_error(W, np.eye(W.shape[1]), config.privacy)
+        assert figures.identity_error == pytest.approx(identity, rel=1e-10)
+        singular = np.linalg.svd(W, compute_uv=False)
+        bound = config.privacy.noise_variance(1.0) * singular.sum() ** 2 / W.shape[1]
+        assert figures.svd_bound == pytest.approx(bound, rel=1e-8)
+
+
+def test_identity_method_reproduces_the_identity_baseline(tmp_path: Path) -> None:
+    report = plan(load_config(write_config(tmp_path, "identity")))
+    for figures in (*report.groups, report.total):
+        assert figures.total_squared_error == pytest.approx(figures.identity_error)
+        assert figures.ratio_to_identity == pytest.approx(1.0)
+
+
+def test_auto_is_never_worse_than_identity(tmp_path: Path) -> None:
+    report = plan(load_config(write_config(tmp_path, "auto")))
+    assert report.total.total_squared_error <= report.total.identity_error * (1 + 1e-9)
+
+
+def test_to_dict_is_json_with_the_required_keys(tmp_path: Path) -> None:
+    path = write_config(tmp_path, "auto", "zcdp")
+    config = load_config(path)
+    report = plan(config)
+    data = json.loads(json.dumps(report.to_dict(), allow_nan=False))
+    assert set(data) >= REQUIRED_KEYS
+    assert data["strategy"] == repr(report.strategy)
+    assert data["method"] == "auto"
+    assert data["privacy"] == {"kind": "zcdp", "rho": "2"}
+    assert data["config_sha256"] == config.sha256
+    assert data["config"] == str(path)
+    assert data["domain_size"] == 48
+    assert data["queries"] == report.total.queries
+    assert data["total_squared_error"] == report.total.total_squared_error
+    assert data["seconds"] >= data["strategy_seconds"] >= 0
+    assert len(data["groups"]) == len(WORKLOAD)
+    for entry, figures in zip(data["groups"], report.groups, strict=True):
+        assert set(entry) >= GROUP_KEYS
+        assert entry["name"] == figures.name
+        assert entry["rmse"] == figures.rmse
+
+
+def test_domain_size_beyond_int64_stays_exact(tmp_path: Path) -> None:
+    domain = {f"flag{i}": 2 for i in range(64)}
+    path = write_config(tmp_path, "auto", workload=[{"kind": "marginals", "k": 1}], domain=domain)
+    data = plan(load_config(path)).to_dict()
+    text = json.dumps(data)
+    assert data["domain_size"] == 2**64
+    assert json.loads(text)["domain_size"] == 2**64
+    assert '"domain_size": 18446744073709551616' in text
+
+
+def test_a_figure_too_large_to_compute_is_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(W, privacy):
+        raise TooLargeError(f"Refusing the singular values of {W!r}")
+
+    monkeypatch.setattr(dpmm.plan, "svd_bound", refuse)
+    report = plan(load_config(write_config(tmp_path, "hierarchical")))
+    assert all(g.svd_bound is None and g.svd_bound_rmse is None for g in report.groups)
+    assert report.total.svd_bound is None
+    assert all(g.total_squared_error is not None for g in report.groups)
+    data = json.loads(json.dumps(report.to_dict(), allow_nan=False))
+    assert data["svd_bound"] is None
+    assert data["groups"][0]["svd_bound"] is None
+    assert any("SVD bound" in note for note in data["notes"])
+
+
+def test_a_missing_group_error_leaves_the_total_unknown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = dpmm.plan.expected_error
+
+    def refuse_marginals(W, A, privacy):
+        if W.shape[0] == 2 * 3 + 2 * 8 + 3 * 8:  # the 'pairs' group
+            raise TooLargeError("too large")
+        return real(W, A, privacy)
+
+    monkeypatch.setattr(dpmm.plan, "expected_error", refuse_marginals)
+    report = plan(load_config(write_config(tmp_path, "hierarchical")))
+    pairs = report.groups[1]
+    assert pairs.total_squared_error is None and pairs.rmse is None
+    assert pairs.ratio_to_identity is None
+    assert report.groups[0].total_squared_error is not None
+    assert report.total.total_squared_error is None
+    assert report.total.identity_error is not None
+
+
+def test_a_method_that_cannot_apply_is_a_config_error(tmp_path: Path) -> None:
+    # a union of marginals and a prefix over 10⁸ cells: its Gram has no structured inverse
+    domain = {"a": 100, "b": 100, "c": 100, "d": 100}
+    workload = [{"kind": "marginals", "k": 1}, {"kind": "prefix", "attribute": "a"}]
+    path = write_config(tmp_path, "workload", domain=domain, workload=workload)
+    with pytest.raises(ConfigError) as caught:
+        plan(load_config(path))
+    assert str(caught.value).startswith(f"{path}: strategy.method: ")
+
+
+def test_plan_logs_progress_and_does_not_print(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="dpmm.plan"):
+        report = plan(load_config(write_config(tmp_path)))
+    assert isinstance(report, PlanReport)
+    assert any("strategy" in record.getMessage() for record in caplog.records)
+    assert all(record.name == "dpmm.plan" for record in caplog.records)
+    assert capsys.readouterr() == ("", "")
