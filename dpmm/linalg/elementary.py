@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import scipy.sparse as sp
 
 from dpmm.linalg.base import Matrix, _check_norm
-from dpmm.linalg.combinators import Dense
+from dpmm.linalg.combinators import Dense, Sparse
 
-__all__ = ["AllRange", "Identity", "Ones", "Prefix", "RangeQueries"]
+__all__ = ["AllRange", "ClosedFormGram", "Identity", "Ones", "Prefix", "RangeQueries"]
 
 
 def _count_norms(counts: np.ndarray, p: float) -> np.ndarray:
@@ -23,6 +24,29 @@ def _count_norms(counts: np.ndarray, p: float) -> np.ndarray:
     if p == np.inf:
         return (counts > 0).astype(np.float64)
     return counts ** (1.0 / p)
+
+
+def _tridiagonal(diagonal: np.ndarray, off: float) -> sp.csr_array:
+    n = diagonal.size
+    return sp.diags_array([np.full(n - 1, off), diagonal, np.full(n - 1, off)], offsets=[-1, 0, 1])
+
+
+class ClosedFormGram(Dense):
+    """A Gram matrix with a known sparse inverse and known eigenvalues (prefix, all-range)."""
+
+    def __init__(self, array: np.ndarray, inverse: sp.sparray, eigenvalues: np.ndarray) -> None:
+        super().__init__(array, full_column_rank=True)
+        self.inverse = sp.csr_array(inverse)
+        self.eigenvalues = np.sort(eigenvalues)[::-1]
+
+    def pinv(self) -> Sparse:
+        return Sparse(self.inverse, full_column_rank=True)
+
+    def singular_values(self) -> np.ndarray:
+        return self.eigenvalues.copy()  # symmetric positive definite: σ = λ
+
+    def nuclear_norm(self) -> float:
+        return float(self.eigenvalues.sum())
 
 
 class Identity(Matrix):
@@ -149,10 +173,27 @@ class Prefix(Matrix):
     def _dense(self) -> np.ndarray:
         return np.tril(np.ones(self.shape))
 
-    def gram(self) -> Dense:
+    def gram(self) -> ClosedFormGram:
+        # PᵀP has entries n − max(s, t); its inverse is D Dᵀ for the difference matrix D = P⁻¹.
         n = self.shape[0]
         index = np.arange(n)
-        return Dense(n - np.maximum.outer(index, index).astype(np.float64), full_column_rank=True)
+        diagonal = np.full(n, 2.0)
+        diagonal[0] = 1.0
+        return ClosedFormGram(
+            n - np.maximum.outer(index, index).astype(np.float64),
+            _tridiagonal(diagonal, -1.0),
+            self.singular_values() ** 2,
+        )
+
+    def singular_values(self) -> np.ndarray:
+        # P⁻¹ = D has DᵀD = tridiag(−1, 2, −1) with last diagonal entry 1, whose eigenvalues
+        # are 4 sin²((2k − 1)π / (2(2n + 1))), k = 1 … n.
+        n = self.shape[0]
+        k = np.arange(1, n + 1)
+        return 1.0 / (2.0 * np.sin((2 * k - 1) * np.pi / (2 * (2 * n + 1))))
+
+    def nuclear_norm(self) -> float:
+        return float(self.singular_values().sum())
 
     def column_norms(self, p: float = 1) -> np.ndarray:
         n = self.shape[1]
@@ -236,11 +277,23 @@ class AllRange(RangeQueries):
         delta[1:] -= by_high
         return np.cumsum(delta[:n], axis=0)
 
-    def gram(self) -> Dense:
+    def gram(self) -> ClosedFormGram:
+        # (min(s,t) + 1)(n − max(s,t)) = (n + 1) T⁻¹ for T = tridiag(−1, 2, −1): the Green's
+        # function of the discrete Laplacian.
         n = self.shape[1]
         index = np.arange(n, dtype=np.float64)
         gram = (np.minimum.outer(index, index) + 1) * (n - np.maximum.outer(index, index))
-        return Dense(gram, full_column_rank=True)
+        inverse = _tridiagonal(np.full(n, 2.0 / (n + 1)), -1.0 / (n + 1))
+        return ClosedFormGram(gram, inverse, self.singular_values() ** 2)
+
+    def singular_values(self) -> np.ndarray:
+        # Eigenvalues of (n + 1) T⁻¹: (n + 1) / (4 sin²(kπ / (2(n + 1)))), k = 1 … n.
+        n = self.shape[1]
+        k = np.arange(1, n + 1)
+        return np.sqrt((n + 1) / (4.0 * np.sin(k * np.pi / (2 * (n + 1))) ** 2))
+
+    def nuclear_norm(self) -> float:
+        return float(self.singular_values().sum())
 
     def coverage(self) -> np.ndarray:
         index = np.arange(self.shape[1], dtype=np.int64)
