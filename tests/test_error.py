@@ -28,6 +28,7 @@ from dpmm.linalg import (
     Weighted,
 )
 from dpmm.privacy import ZCDP, PureDP
+from dpmm.workload import census_sf1, census_w1
 
 TRIALS = 40_000
 
@@ -176,6 +177,8 @@ ANCHORS = [
         370772,
     ),
     ("marg2_bin15", lambda: _exact_marginals([2] * 15, 2), 6.88128e06, 14684.1),
+    ("sf1", census_sf1, 3.79971e07, 18159.2),
+    ("census_w1", census_w1, 2.23512e06, 18159.2),
 ]
 
 

@@ -1,9 +1,15 @@
 """Spectral quantities of structured matrices: nuclear norms and row-space projectors.
 
 The nuclear norm ``Σ σᵢ(W)`` drives the SVD lower bound. For a union of
-Kronecker products (a census table set) neither Gram is a Kron, but the row
-Gram ``W Wᵀ`` has one small block per pair of products, each the Kron of
-per-attribute products, so it is cheap whenever the union has few queries.
+Kronecker products ``W = [w_k ⊗_i W_ki]`` (a census table set) neither Gram
+is a Kron, but ``WᵀW = Σ_k w_k² ⊗_i G_ki`` with small factor Grams ``G_ki``:
+
+* where every ``G_ki`` of one attribute i commutes (totals, identities and
+  their stacks do), one orthonormal basis diagonalizes them all, and in it
+  ``WᵀW`` splits into one block per basis vector j: the union over the other
+  attributes with weights ``w_k² d_kj`` (terms with ``d_kj = 0`` drop out);
+* what no attribute splits further is solved through the smaller dense Gram:
+  the row Gram ``W Wᵀ`` (one small Kron block per pair of products) or ``WᵀW``.
 """
 
 from __future__ import annotations
@@ -36,16 +42,102 @@ def nuclear_norm(W: Matrix) -> float:
         gram = W.gram()
         if isinstance(gram, MarginalsGram):  # a union of marginals: closed form
             return gram.eigen_sum(np.sqrt)
-        rows, cols = W.shape
-        if rows <= cols and rows * rows <= DENSE_LIMIT:
-            return float(singular_values_of_gram(row_gram(W)).sum())
-        if cols * cols <= DENSE_LIMIT:
-            return float(singular_values_of_gram(W.gram().dense()).sum())
-        raise TooLargeError(
-            f"The singular values of {W!r} ({rows:,} queries over {cols:,} cells) need a dense "
-            f"Gram of {min(rows, cols):,}² entries, over the limit of {DENSE_LIMIT:,}"
-        )
+        terms = _union_terms(W)
+        if terms is not None:
+            return _union_nuclear_norm(terms, {})
+        return _dense_nuclear_norm(W)
     return W.nuclear_norm()
+
+
+#: A weighted Kronecker product: (squared weight, factors).
+_Term = tuple[float, tuple[Matrix, ...]]
+
+#: Largest attribute whose factor Grams are diagonalized jointly.
+_SPLIT_LIMIT = 4096
+
+
+def _union_terms(W: VStack) -> list[_Term] | None:
+    terms: list[_Term] = []
+    for block in W.blocks:
+        weight, base = (block.weight, block.base) if isinstance(block, Weighted) else (1.0, block)
+        if not isinstance(base, Kron):
+            return None
+        terms.append((weight * weight, tuple(base.factors)))
+    sizes = {tuple(f.shape[1] for f in factors) for _, factors in terms}
+    return terms if len(sizes) == 1 else None
+
+
+def _merge(terms: list[_Term]) -> list[_Term]:
+    """Identical products add up: ``w₁² G + w₂² G = (w₁² + w₂²) G``."""
+    merged: dict[tuple[int, ...], _Term] = {}
+    for squared, factors in terms:
+        key = tuple(id(f) for f in factors)
+        previous = merged.get(key, (0.0, factors))[0]
+        merged[key] = (previous + squared, factors)
+    return list(merged.values())
+
+
+def _joint_eigenbasis(grams: list[np.ndarray]) -> np.ndarray | None:
+    """An orthonormal basis diagonalizing every Gram, or None if they do not commute."""
+    # A generic combination has the joint eigenspaces as its eigenspaces.
+    mix = sum((1.0 + ((k + 1) * 0.6180339887) % 1.0) * g for k, g in enumerate(grams))
+    _, basis = np.linalg.eigh(mix)
+    for gram in grams:
+        rotated = basis.T @ gram @ basis
+        off = rotated - np.diag(np.diagonal(rotated))
+        if np.abs(off).max(initial=0.0) > 1e-9 * max(1.0, np.abs(gram).max()):
+            return None
+    return basis
+
+
+def _union_nuclear_norm(terms: list[_Term], memo: dict) -> float:
+    terms = _merge(terms)
+    key = tuple(sorted((round(s, 9), tuple(id(f) for f in fs)) for s, fs in terms))
+    if key in memo:
+        return memo[key]
+    if not terms[0][1]:  # no attribute left: W is a column of weights
+        result = float(np.sqrt(sum(squared for squared, _ in terms)))
+    else:
+        result = _split_or_solve(terms, memo)
+    memo[key] = result
+    return result
+
+
+def _split_or_solve(terms: list[_Term], memo: dict) -> float:
+    for i, size in enumerate(f.shape[1] for f in terms[0][1]):
+        if size > _SPLIT_LIMIT:
+            continue
+        distinct = {id(fs[i]): fs[i] for _, fs in terms}
+        grams = {key: factor.gram().dense() for key, factor in distinct.items()}
+        basis = _joint_eigenbasis(list(grams.values()))
+        if basis is None:
+            continue
+        diagonals = {key: np.diagonal(basis.T @ g @ basis) for key, g in grams.items()}
+        scale = max(np.abs(d).max(initial=0.0) for d in diagonals.values())
+        total = 0.0
+        for j in range(size):
+            block = [
+                (squared * diagonals[id(fs[i])][j], fs[:i] + fs[i + 1 :])
+                for squared, fs in terms
+                if diagonals[id(fs[i])][j] > 1e-12 * scale
+            ]
+            if block:
+                total += _union_nuclear_norm(block, memo)
+        return total
+    stacked = VStack([Weighted(float(np.sqrt(s)), Kron(list(fs))) for s, fs in terms])
+    return _dense_nuclear_norm(stacked)
+
+
+def _dense_nuclear_norm(W: VStack) -> float:
+    rows, cols = W.shape
+    if rows <= cols and rows * rows <= DENSE_LIMIT:
+        return float(singular_values_of_gram(row_gram(W)).sum())
+    if cols * cols <= DENSE_LIMIT:
+        return float(singular_values_of_gram(W.gram().dense()).sum())
+    raise TooLargeError(
+        f"The singular values of {W!r} ({rows:,} queries over {cols:,} cells) need a dense "
+        f"Gram of {min(rows, cols):,}² entries, over the limit of {DENSE_LIMIT:,}"
+    )
 
 
 def row_gram(W: VStack) -> np.ndarray:
