@@ -15,7 +15,20 @@ import scipy.sparse as sp
 
 from dpmm.linalg.combinators import Sparse
 
-__all__ = ["Haar", "Hierarchical", "tree_intervals"]
+__all__ = ["Haar", "Hierarchical", "split_interval", "tree_intervals"]
+
+
+def split_interval(low: int, high: int, branching: int) -> list[tuple[int, int]]:
+    """The children of the tree node ``[low, high)``: up to ``branching`` near-equal parts.
+
+    Example:
+        >>> split_interval(0, 5, 2)
+        [(0, 2), (2, 5)]
+    """
+    if high - low <= 1:
+        return []
+    cuts = np.linspace(low, high, min(branching, high - low) + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in itertools.pairwise(cuts) if b > a]
 
 
 def tree_intervals(n: int, branching: int) -> list[tuple[int, int]]:
@@ -36,12 +49,7 @@ def tree_intervals(n: int, branching: int) -> list[tuple[int, int]]:
     nodes: list[tuple[int, int]] = []
     while level:
         nodes.extend(level)
-        children = []
-        for low, high in level:
-            if high - low > 1:
-                cuts = np.linspace(low, high, min(branching, high - low) + 1).round().astype(int)
-                children.extend((int(a), int(b)) for a, b in itertools.pairwise(cuts) if b > a)
-        level = children
+        level = [child for low, high in level for child in split_interval(low, high, branching)]
     return nodes
 
 
@@ -58,6 +66,11 @@ class Hierarchical(Sparse):
     def __init__(self, n: int, branching: int = 2) -> None:
         super().__init__(_interval_matrix(n, tree_intervals(n, branching)), full_column_rank=True)
         self.branching = branching
+
+    def gram(self) -> Sparse:
+        from dpmm.linalg.tree_gram import TreeGram
+
+        return TreeGram(self)
 
     def __repr__(self) -> str:
         return f"Hierarchical({self.shape[1]}, b={self.branching})"
