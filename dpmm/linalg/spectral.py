@@ -14,9 +14,11 @@ is a Kron, but ``WᵀW = Σ_k w_k² ⊗_i G_ki`` with small factor Grams ``G_ki`
 
 from __future__ import annotations
 
+import math
 from functools import reduce
 
 import numpy as np
+import scipy.linalg
 
 from dpmm.errors import TooLargeError
 from dpmm.linalg.base import DENSE_LIMIT, Matrix, check_dense_size, singular_values_of_gram
@@ -52,8 +54,12 @@ def nuclear_norm(W: Matrix) -> float:
 #: A weighted Kronecker product: (squared weight, factors).
 _Term = tuple[float, tuple[Matrix, ...]]
 
-#: Largest attribute whose factor Grams are diagonalized jointly.
-_SPLIT_LIMIT = 4096
+#: Below this many rows (or cells) a block goes straight to the dense path (well under 1 s).
+_DENSE_ENOUGH = 1024
+
+#: Largest attribute whose factor Grams are tried for a joint diagonalization (the try
+#: costs one dense eigendecomposition of that size).
+_SPLIT_LIMIT = 512
 
 
 def _union_terms(W: VStack) -> list[_Term] | None:
@@ -81,7 +87,7 @@ def _joint_eigenbasis(grams: list[np.ndarray]) -> np.ndarray | None:
     """An orthonormal basis diagonalizing every Gram, or None if they do not commute."""
     # A generic combination has the joint eigenspaces as its eigenspaces.
     mix = sum((1.0 + ((k + 1) * 0.6180339887) % 1.0) * g for k, g in enumerate(grams))
-    _, basis = np.linalg.eigh(mix)
+    _, basis = scipy.linalg.eigh(mix, driver="evd")
     for gram in grams:
         rotated = basis.T @ gram @ basis
         off = rotated - np.diag(np.diagonal(rotated))
@@ -104,9 +110,13 @@ def _union_nuclear_norm(terms: list[_Term], memo: dict) -> float:
 
 
 def _split_or_solve(terms: list[_Term], memo: dict) -> float:
-    for i, size in enumerate(f.shape[1] for f in terms[0][1]):
-        if size > _SPLIT_LIMIT:
-            continue
+    sizes = [f.shape[1] for f in terms[0][1]]
+    rows = sum(math.prod(f.shape[0] for f in factors) for _, factors in terms)
+    if min(rows, math.prod(sizes)) <= _DENSE_ENOUGH:
+        sizes = []  # small enough: one dense eigendecomposition beats any split
+    for i, size in enumerate(sizes):
+        if size > _SPLIT_LIMIT or len(sizes) == 1:
+            continue  # one attribute left: the dense path costs the same as the try
         distinct = {id(fs[i]): fs[i] for _, fs in terms}
         grams = {key: factor.gram().dense() for key, factor in distinct.items()}
         basis = _joint_eigenbasis(list(grams.values()))
@@ -124,6 +134,8 @@ def _split_or_solve(terms: list[_Term], memo: dict) -> float:
             if block:
                 total += _union_nuclear_norm(block, memo)
         return total
+    if not terms[0][1]:
+        return float(np.sqrt(sum(squared for squared, _ in terms)))
     stacked = VStack([Weighted(float(np.sqrt(s)), Kron(list(fs))) for s, fs in terms])
     return _dense_nuclear_norm(stacked)
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from dpmm.linalg import AllRange, Dense, Identity, Kron, Ones, Prefix, VStack, Weighted
+from dpmm.linalg import AllRange, Dense, Identity, Kron, Ones, Prefix, VStack, Weighted, spectral
 from dpmm.linalg.spectral import nuclear_norm, row_gram
 
 
@@ -17,8 +17,11 @@ def _factor_pool(rng):
     ]
 
 
+@pytest.mark.parametrize("dense_enough", [0, 1024])
 @pytest.mark.parametrize("seed", range(12))
-def test_union_nuclear_norm_matches_numpy(seed):
+def test_union_nuclear_norm_matches_numpy(seed, dense_enough, monkeypatch):
+    # dense_enough = 0 forces the attribute split on these small unions.
+    monkeypatch.setattr(spectral, "_DENSE_ENOUGH", dense_enough)
     rng = np.random.default_rng(seed)
     pool = _factor_pool(rng)
     blocks = []
