@@ -261,3 +261,14 @@ def test_readme_config_example_plans(tmp_path: Path, capsys) -> None:
     status, out, err = run(["plan", str(write(tmp_path, snippet)), "--json"], capsys)
     assert status == 0, err
     assert [group["name"] for group in json.loads(out)["groups"]] == ["age-cdf", "people"]
+
+
+def test_python_dash_m_runs_the_command() -> None:
+    import subprocess
+    import sys
+
+    completed = subprocess.run(
+        [sys.executable, "-m", "dpmm", "--version"], capture_output=True, text=True, check=False
+    )
+    assert completed.returncode == 0
+    assert "dpmm" in completed.stdout + completed.stderr
