@@ -195,8 +195,9 @@ def row_space_projector(A: Matrix) -> Matrix:
     if isinstance(A, Kron):
         return Kron([row_space_projector(factor) for factor in A.factors])
     gram = A.gram()
-    if isinstance(gram, MarginalsGram):
-        return gram.pinv().dot_algebra(gram)
+    if isinstance(gram, MarginalsGram):  # Σ E_b over the non-zero eigenvalues
+        support = dict.fromkeys(gram.eigenvalues(), 1.0)
+        return MarginalsGram.from_eigenvalues(gram.domain_shape, support)
     check_dense_size(A.shape[1], A.shape[1], f"the row-space projector of {A!r}")
     dense = gram.dense()
     return Dense(np.linalg.pinv(dense, hermitian=True) @ dense)
