@@ -9,6 +9,9 @@ Methods:
 * ``wavelet`` — per attribute, the Haar wavelet (seed 000's Y).
 * ``workload`` — measure the workload itself (seed 003's "Workload" baseline);
   only where its Gram's pseudo-inverse is structured (Kron, marginals) or small.
+* ``marginals`` — every marginal table that some product of the workload
+  reads (the attributes it does not total), each measured once with unit
+  weight: the starting point of HDMM's OPT_M, without its weight search.
 * ``auto`` — every method above that applies, keeping the one with the least
   exact expected error; never worse than identity.
 
@@ -25,7 +28,7 @@ from collections.abc import Callable, Sequence
 
 from dpmm.error import expected_error
 from dpmm.errors import ConfigError, DpmmError
-from dpmm.linalg import Haar, Hierarchical, Identity, Matrix
+from dpmm.linalg import Haar, Hierarchical, Identity, Marginals, Matrix, Ones
 from dpmm.privacy import PrivacyParameter
 from dpmm.strategy.product import best_kron_strategy, kron_terms
 
@@ -64,10 +67,25 @@ def _workload(W: Matrix, privacy: PrivacyParameter) -> Matrix:
     return W
 
 
+def _is_total(factor: Matrix) -> bool:
+    return isinstance(factor, Ones) and factor.shape[0] == 1
+
+
+def _marginal_support(W: Matrix, privacy: PrivacyParameter) -> Matrix:
+    """Every marginal table some product of W reads (its non-total attributes), unit weights."""
+    terms = kron_terms(W)
+    shape = tuple(factor.shape[1] for factor in terms[0].factors)
+    sets = {
+        tuple(i for i, factor in enumerate(term.factors) if not _is_total(factor)): 1.0
+        for term in terms
+    }
+    return Marginals(shape, sets)
+
+
 def _auto(W: Matrix, privacy: PrivacyParameter) -> Matrix:
     best = METHODS["identity"](W, privacy)
     best_error = expected_error(W, best, privacy)
-    for name in ("hierarchical", "wavelet", "workload"):
+    for name in ("hierarchical", "wavelet", "workload", "marginals"):
         try:
             candidate = METHODS[name](W, privacy)
             error = expected_error(W, candidate, privacy)
@@ -83,6 +101,7 @@ METHODS: dict[str, Callable[[Matrix, PrivacyParameter], Matrix]] = {
     "hierarchical": _per_attribute(_tree_candidates),
     "wavelet": _per_attribute(_wavelet_candidates),
     "workload": _workload,
+    "marginals": _marginal_support,
     "auto": _auto,
 }
 

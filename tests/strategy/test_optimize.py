@@ -111,7 +111,7 @@ def test_auto_is_the_best_simple_method_and_never_worse_than_identity(name, priv
     auto_error = expected_error(W, optimize(W, "auto", privacy), privacy)
     others = [
         expected_error(W, optimize(W, method, privacy), privacy)
-        for method in ("identity", "hierarchical", "wavelet", "workload")
+        for method in ("identity", "hierarchical", "wavelet", "workload", "marginals")
     ]
     assert auto_error == pytest.approx(min(others), rel=1e-12)
     assert auto_error <= identity_error(W, privacy) * (1 + 1e-12)
@@ -140,3 +140,20 @@ def test_large_product_domains_stay_factor_wise():
     A = optimize(W, "hierarchical", PureDP(1))
     assert isinstance(A, Kron) and A.shape[1] == 256**3
     assert expected_error(W, A, PureDP(1)) < identity_error(W, PureDP(1))
+
+
+def test_marginals_method_measures_the_tables_each_product_reads():
+    W = VStack(
+        [
+            Kron([Prefix(4), Ones(1, 3), Identity(2)]),
+            Kron([Ones(1, 4), Ones(1, 3), Ones(1, 2)]),
+            Kron([Identity(4), AllRange(3), Ones(1, 2)]),
+        ]
+    )
+    A = optimize(W, "marginals", ZCDP(1))
+    assert isinstance(A, Marginals)
+    assert A.weights == {0b101: 1.0, 0b000: 1.0, 0b011: 1.0}
+    # Every product is answerable from its table, so the error is finite and matches dense.
+    Wd, Ad = W.dense(), A.dense()
+    dense = np.trace(Wd @ np.linalg.pinv(Ad.T @ Ad) @ Wd.T) * ZCDP(1).noise_variance(np.sqrt(3.0))
+    assert expected_error(W, A, ZCDP(1)) == pytest.approx(dense, rel=1e-9)
