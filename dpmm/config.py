@@ -47,7 +47,13 @@ from typing import Any, NoReturn
 import yaml
 
 from dpmm.domain import Attribute, Domain
-from dpmm.errors import ConfigError, DomainError, DpmmError, PrivacyParameterError
+from dpmm.errors import (
+    ConfigError,
+    DomainError,
+    DpmmError,
+    PrivacyParameterError,
+    describe_value,
+)
 from dpmm.privacy import ZCDP, PureDP, privacy_from_config
 from dpmm.strategy import METHODS
 from dpmm.workload import WorkloadGroup, from_config
@@ -129,11 +135,6 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def _describe(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 class _Reader:
     """Validates one parsed document; every error names the file first."""
 
@@ -158,6 +159,8 @@ class _Reader:
             raise ConfigError(f"{self.path}: malformed YAML{where}: {problem}") from None
         except yaml.YAMLError as error:
             raise ConfigError(f"{self.path}: malformed YAML: {error}") from None
+        except ValueError as error:  # a scalar the loader matched but cannot build (2021-02-30)
+            raise ConfigError(f"{self.path}: unreadable YAML value: {error}") from None
         if document is None:
             raise ConfigError(f"{self.path}: the file is empty; a config needs {_required()}")
         if not isinstance(document, Mapping):
@@ -168,7 +171,7 @@ class _Reader:
         for key in document:
             if not isinstance(key, str) or key not in TOP_LEVEL_KEYS:
                 raise ConfigError(
-                    f"{self.path}: unknown top-level key {_describe(key)} "
+                    f"{self.path}: unknown top-level key {describe_value(key)} "
                     f"(allowed: {', '.join(TOP_LEVEL_KEYS)})"
                 )
         for key in REQUIRED_KEYS:
@@ -179,12 +182,12 @@ class _Reader:
     def name(self, value: object) -> str:
         if not isinstance(value, str):
             hint = ' (quote it: name: "2030")' if isinstance(value, int | float) else ""
-            self.fail("name", f"must be a string, got {_describe(value)}{hint}")
+            self.fail("name", f"must be a string, got {describe_value(value)}{hint}")
         if not NAME_PATTERN.fullmatch(value):
             self.fail(
                 "name",
                 "must start with a letter or digit and use only letters, digits, '.', '_' "
-                f"and '-', got {_describe(value)}",
+                f"and '-', got {describe_value(value)}",
             )
         if len(value) > NAME_MAX_LENGTH:
             self.fail("name", f"must be at most {NAME_MAX_LENGTH} characters, got {len(value)}")
@@ -194,7 +197,7 @@ class _Reader:
         if value is None:
             return ""
         if not isinstance(value, str):
-            self.fail("description", f"must be a string, got {_describe(value)}")
+            self.fail("description", f"must be a string, got {describe_value(value)}")
         return value
 
     def domain(self, value: object) -> Domain:
@@ -202,7 +205,7 @@ class _Reader:
             self.fail(
                 "domain",
                 "must be {file: path}, {attributes: [{name, size}, ...]} or a mapping of "
-                f"attribute to size, got {_describe(value)}",
+                f"attribute to size, got {describe_value(value)}",
             )
         if list(value) == ["file"] and isinstance(value["file"], str):
             return self._domain_file(value["file"])
@@ -211,7 +214,7 @@ class _Reader:
         attributes = []
         for name, size in value.items():
             if not isinstance(name, str):
-                self.fail("domain", f"attribute names must be strings, got {_describe(name)}")
+                self.fail("domain", f"attribute names must be strings, got {describe_value(name)}")
             key = f"domain.{name}"
             attributes.append(self._attribute({"name": name, "size": size}, key, key))
         return self._join(attributes)
@@ -221,7 +224,8 @@ class _Reader:
         if not target.is_absolute():
             target = self.path.parent / target
         if not target.is_file():
-            self.fail("domain.file", f"the domain file '{target}' does not exist")
+            problem = "is a folder, not a file" if target.is_dir() else "does not exist"
+            self.fail("domain.file", f"the domain file '{target}' {problem}")
         try:
             return Domain.from_json(target)
         except DomainError as error:
@@ -234,7 +238,10 @@ class _Reader:
         for index, item in enumerate(items):
             key = f"domain.attributes[{index}]"
             if not isinstance(item, Mapping) or "name" not in item or "size" not in item:
-                self.fail(key, f"must be a mapping with 'name' and 'size', got {_describe(item)}")
+                self.fail(
+                    key,
+                    f"must be a mapping with 'name' and 'size', got {describe_value(item)}",
+                )
             unknown = [k for k in item if k not in ATTRIBUTE_KEYS]
             if unknown:
                 self.fail(
@@ -242,14 +249,17 @@ class _Reader:
                     f"unknown attribute key (allowed: {', '.join(ATTRIBUTE_KEYS)})",
                 )
             if not isinstance(item["name"], str):
-                self.fail(f"{key}.name", f"must be a string, got {_describe(item['name'])}")
+                self.fail(f"{key}.name", f"must be a string, got {describe_value(item['name'])}")
             attributes.append(self._attribute(item, key, f"{key}.size"))
         return self._join(attributes)
 
     def _attribute(self, item: Mapping, key: str, size_key: str) -> Attribute:
         size = item["size"]
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            self.fail(size_key, f"attribute size must be a positive integer, got {_describe(size)}")
+            self.fail(
+                size_key,
+                f"attribute size must be a positive integer, got {describe_value(size)}",
+            )
         try:
             return Attribute(item["name"], size, item.get("labels"), item.get("bins"))
         except (DomainError, TypeError, ValueError) as error:
@@ -287,7 +297,7 @@ class _Reader:
         if not isinstance(method, str) or method not in METHODS:
             self.fail(
                 "strategy.method",
-                f"unknown strategy method {_describe(method)} "
+                f"unknown strategy method {describe_value(method)} "
                 f"(expected one of: {', '.join(METHODS)})",
             )
         return method
@@ -296,7 +306,7 @@ class _Reader:
         for key in RESERVED_SECTIONS:
             value = document.get(key)
             if value is not None and not isinstance(value, Mapping):
-                self.fail(key, f"must be a mapping, got {_describe(value)}")
+                self.fail(key, f"must be a mapping, got {describe_value(value)}")
 
 
 def _required() -> str:

@@ -20,6 +20,19 @@ from dpmm.errors import DomainError
 __all__ = ["Attribute", "Domain"]
 
 
+def _is_list(value: object) -> bool:
+    """A list-like of values: not a string (whose characters would pass for labels)."""
+    return isinstance(value, Iterable) and not isinstance(value, str | bytes | Mapping)
+
+
+def _floats(values: Iterable[object]) -> tuple[float, ...] | None:
+    """The values as floats, or None if one of them is not a number."""
+    try:
+        return tuple(float(value) for value in values)
+    except (TypeError, ValueError):
+        return None
+
+
 @dataclass(frozen=True)
 class Attribute:
     """One attribute: its name, number of values, and optional labels or numeric bin edges.
@@ -41,6 +54,10 @@ class Attribute:
                 f"Attribute '{self.name}' must have a positive integer size, got {self.size!r}"
             )
         if self.labels is not None:
+            if not _is_list(self.labels):
+                raise DomainError(
+                    f"Attribute '{self.name}' labels must be a list, got {self.labels!r}"
+                )
             object.__setattr__(self, "labels", tuple(str(label) for label in self.labels))
             if len(self.labels) != self.size:
                 raise DomainError(
@@ -49,7 +66,11 @@ class Attribute:
             if len(set(self.labels)) != self.size:
                 raise DomainError(f"Attribute '{self.name}' has duplicate labels")
         if self.bins is not None:
-            edges = tuple(float(edge) for edge in self.bins)
+            edges = _floats(self.bins) if _is_list(self.bins) else None
+            if edges is None:
+                raise DomainError(
+                    f"Attribute '{self.name}' bins must be a list of numbers, got {self.bins!r}"
+                )
             object.__setattr__(self, "bins", edges)
             if len(edges) != self.size + 1:
                 raise DomainError(
@@ -132,9 +153,15 @@ class Domain:
         """Read a domain file (``{name: size}`` as private-pgm writes it, or a list of dicts)."""
         path = Path(path)
         try:
-            spec = json.loads(path.read_text())
+            spec = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise DomainError(f"Domain file '{path}' does not exist") from None
+        except OSError as error:
+            raise DomainError(f"Domain file '{path}' cannot be read ({error.strerror})") from None
+        except UnicodeDecodeError as error:
+            raise DomainError(
+                f"Domain file '{path}' is not UTF-8 text (byte {error.start})"
+            ) from None
         except json.JSONDecodeError as error:
             raise DomainError(f"Domain file '{path}' is not valid JSON: {error.msg}") from None
         try:

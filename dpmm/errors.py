@@ -13,6 +13,7 @@ __all__ = [
     "PrivacyParameterError",
     "TooLargeError",
     "UnsupportedQueryError",
+    "describe_value",
 ]
 
 
@@ -29,7 +30,7 @@ class DomainError(DpmmError, ValueError):
 
 
 class PrivacyParameterError(DpmmError, ValueError):
-    """A privacy parameter is not a positive finite number."""
+    """A privacy parameter is not a positive number between 1e-100 and 1e100."""
 
 
 class TooLargeError(DpmmError, MemoryError):
@@ -38,3 +39,14 @@ class TooLargeError(DpmmError, MemoryError):
 
 class UnsupportedQueryError(DpmmError, ValueError):
     """A strategy cannot answer a workload (a query lies outside its row space)."""
+
+
+def describe_value(value: object, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters, for quoting a bad value in a message.
+
+    Example:
+        >>> describe_value("agee"), describe_value(list(range(100)), limit=12)
+        ("'agee'", '[0, 1, 2,...')
+    """
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

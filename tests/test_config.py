@@ -19,8 +19,8 @@ from dpmm.strategy import METHODS
 from dpmm.workload import census_domain
 from dpmm.workload.config import KINDS
 
-ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = sorted((ROOT / "config" / "examples").glob("*.yaml"))
+from .conftest import EXAMPLES, ROOT
+
 SCHEMA = json.loads((ROOT / "config" / "schema.json").read_text())
 
 VALID = {
@@ -259,6 +259,23 @@ BAD = {
     "description not text": (with_changes(description=["a"]), "description"),
     "data not a mapping": (with_changes(data="people.parquet"), "data"),
     "missing domain file": (with_changes(domain={"file": "nowhere.json"}), "domain.file"),
+    "labels not a list": (
+        with_changes(domain={"attributes": [{"name": "sex", "size": 2, "labels": "mf"}]}),
+        "domain.attributes[0]: Attribute 'sex' labels must be a list",
+    ),
+    "bins not numbers": (
+        with_changes(domain={"attributes": [{"name": "age", "size": 1, "bins": ["a", "b"]}]}),
+        "domain.attributes[0]: Attribute 'age' bins must be a list of numbers",
+    ),
+    "epsilon beyond the range": (
+        with_changes(privacy={"epsilon": "1e999999999"}),
+        "privacy.epsilon must be between 1e-100 and 1e100",
+    ),
+    "privacy kind not a name": (
+        with_changes(privacy={"kind": ["zcdp"], "rho": 1}),
+        "privacy.kind: unknown privacy kind",
+    ),
+    "impossible date": ("name: tiny\ndescription: 2021-02-30\n", "unreadable YAML value"),
     "malformed YAML": ("name: tiny\nprivacy: {epsilon: 1\nworkload: []\n", "malformed YAML"),
     "tab-indented YAML": ("name: tiny\ndomain:\n\tage: 3\n", "malformed YAML"),
     "repeated key": (
@@ -302,6 +319,30 @@ def test_malformed_yaml_gives_the_line(tmp_path: Path) -> None:
     path = write(tmp_path, "name: tiny\ndomain: {age: 3}\nprivacy: [epsilon: 1\n")
     with pytest.raises(ConfigError, match=r"line \d+, column \d+"):
         load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b'[{"name": "age", "size": 2, "bins": ["a", "b", "c"]}]', "bins must be a list of"),
+        (b'[{"name": "age", "size": 2, "labels": 5}]', "labels must be a list, got 5"),
+        (b'\xff\xfe{"age": 2}', "is not UTF-8 text (byte 0)"),
+        (None, "is a folder, not a file"),
+    ],
+    ids=["bins", "labels", "encoding", "folder"],
+)
+def test_bad_domain_file_is_a_config_error(
+    tmp_path: Path, content: bytes | None, problem: str
+) -> None:
+    target = tmp_path / "domain.json"
+    if content is None:
+        target.mkdir()
+    else:
+        target.write_bytes(content)
+    path = write(tmp_path, with_changes(domain={"file": "domain.json"}))
+    with pytest.raises(ConfigError, match=r"domain\.file: ") as caught:
+        load_config(path)
+    assert problem in str(caught.value)
 
 
 def test_missing_config_file(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ Composition uses ``@``; ``A @ B`` of two matrices is a lazy :class:`Product`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from numbers import Number
 
 import numpy as np
@@ -100,6 +100,7 @@ class Matrix(LinearOperator):
 
     # -- composition ----------------------------------------------------------------------
     def dot(self, x: object) -> object:
+        """``self @ x``: a lazy Product with a matrix, a Weighted with a scalar, else an array."""
         from dpmm.linalg.combinators import Product, Weighted
 
         if isinstance(x, Matrix):
@@ -160,7 +161,7 @@ class Matrix(LinearOperator):
     def _dense(self) -> np.ndarray:
         return self._matmat(np.eye(self.shape[1]))
 
-    def _column_blocks(self, limit: int | None = None):
+    def _column_blocks(self, limit: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
         """Yield ``(start, columns)`` blocks of the dense matrix, each within ``limit`` entries."""
         rows, cols = self.shape
         limit = DENSE_LIMIT if limit is None else limit

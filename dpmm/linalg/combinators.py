@@ -8,7 +8,7 @@ operations through to their parts where the algebra allows it.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -291,20 +291,15 @@ class VStack(Matrix):
         self.blocks = flat
         self.offsets = np.cumsum([0] + [block.shape[0] for block in flat])
 
-    def _spans(self) -> zip:
+    def _spans(self) -> Iterator[tuple[Matrix, int, int]]:
+        """Each block with the rows ``[start, stop)`` it fills."""
         return zip(self.blocks, self.offsets[:-1], self.offsets[1:], strict=True)
 
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         return np.concatenate([block._matmat(X) for block in self.blocks], axis=0)
 
     def _rmatmat(self, X: np.ndarray) -> np.ndarray:
-        parts = (
-            block._rmatmat(X[start:stop])
-            for block, start, stop in zip(
-                self.blocks, self.offsets[:-1], self.offsets[1:], strict=True
-            )
-        )
-        return sum(parts)
+        return sum(block._rmatmat(X[start:stop]) for block, start, stop in self._spans())
 
     def _adjoint(self) -> HStack:
         return HStack([block.T for block in self.blocks])
@@ -354,17 +349,12 @@ class HStack(Matrix):
         self.blocks = flat
         self.offsets = np.cumsum([0] + [block.shape[1] for block in flat])
 
-    def _spans(self) -> zip:
+    def _spans(self) -> Iterator[tuple[Matrix, int, int]]:
+        """Each block with the columns ``[start, stop)`` it reads."""
         return zip(self.blocks, self.offsets[:-1], self.offsets[1:], strict=True)
 
     def _matmat(self, X: np.ndarray) -> np.ndarray:
-        parts = (
-            block._matmat(X[start:stop])
-            for block, start, stop in zip(
-                self.blocks, self.offsets[:-1], self.offsets[1:], strict=True
-            )
-        )
-        return sum(parts)
+        return sum(block._matmat(X[start:stop]) for block, start, stop in self._spans())
 
     def _rmatmat(self, X: np.ndarray) -> np.ndarray:
         return np.concatenate([block._rmatmat(X) for block in self.blocks], axis=0)

@@ -124,8 +124,8 @@ class Kron(Matrix):
         return self._kron_vector([f.singular_values() for f in self.factors], "singular values")
 
     def nuclear_norm(self) -> float:
-        norms = {id(factor): factor for factor in self.factors}
-        computed = {key: factor.nuclear_norm() for key, factor in norms.items()}
+        distinct = {id(factor): factor for factor in self.factors}
+        computed = {key: factor.nuclear_norm() for key, factor in distinct.items()}
         return math.prod(computed[id(factor)] for factor in self.factors)
 
     def __repr__(self) -> str:

@@ -21,7 +21,7 @@ independent of the domain size.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -251,7 +251,7 @@ class MarginalsGram(Matrix):
         """The rank of ``E_b``: ``Π_{i∈b} (n_i − 1)``."""
         return math.prod(n - 1 for i, n in enumerate(self.domain_shape) if mask >> i & 1)
 
-    def eigen_sum(self, function: object = None) -> float:
+    def eigen_sum(self, function: Callable[[float], float] | None = None) -> float:
         """``Σ_b multiplicity(b) · f(λ_b)`` over the non-zero eigenvalues (f: identity)."""
         apply = (lambda v: v) if function is None else function
         return float(sum(self.multiplicity(b) * apply(v) for b, v in self.eigenvalues().items()))
@@ -305,7 +305,8 @@ class MarginalsGram(Matrix):
     def _check_same_domain(self, other: MarginalsGram) -> None:
         if other.domain_shape != self.domain_shape:
             raise ValueError(
-                f"Marginal algebra elements over {self.domain_shape} and {other.domain_shape}"
+                f"Marginal algebra elements over {self.domain_shape} and {other.domain_shape} "
+                "cannot be multiplied: their domain shapes differ"
             )
 
     def __repr__(self) -> str:

@@ -21,7 +21,13 @@ import numpy as np
 import scipy.linalg
 
 from dpmm.errors import TooLargeError
-from dpmm.linalg.base import DENSE_LIMIT, Matrix, check_dense_size, singular_values_of_gram
+from dpmm.linalg.base import (
+    DENSE_LIMIT,
+    PINV_TOLERANCE,
+    Matrix,
+    check_dense_size,
+    singular_values_of_gram,
+)
 from dpmm.linalg.combinators import Dense, VStack, Weighted
 from dpmm.linalg.elementary import Identity
 from dpmm.linalg.kron import Kron
@@ -96,7 +102,7 @@ def _joint_eigenbasis(grams: list[np.ndarray]) -> np.ndarray | None:
     return basis
 
 
-def _union_nuclear_norm(terms: list[_Term], memo: dict) -> float:
+def _union_nuclear_norm(terms: list[_Term], memo: dict[tuple, float]) -> float:
     terms = _merge(terms)
     key = tuple(sorted((round(s, 9), tuple(id(f) for f in fs)) for s, fs in terms))
     if key in memo:
@@ -109,7 +115,7 @@ def _union_nuclear_norm(terms: list[_Term], memo: dict) -> float:
     return result
 
 
-def _split_or_solve(terms: list[_Term], memo: dict) -> float:
+def _split_or_solve(terms: list[_Term], memo: dict[tuple, float]) -> float:
     sizes = [f.shape[1] for f in terms[0][1]]
     rows = sum(math.prod(f.shape[0] for f in factors) for _, factors in terms)
     if min(rows, math.prod(sizes)) <= _DENSE_ENOUGH:
@@ -134,8 +140,6 @@ def _split_or_solve(terms: list[_Term], memo: dict) -> float:
             if block:
                 total += _union_nuclear_norm(block, memo)
         return total
-    if not terms[0][1]:
-        return float(np.sqrt(sum(squared for squared, _ in terms)))
     stacked = VStack([Weighted(float(np.sqrt(s)), Kron(list(fs))) for s, fs in terms])
     return _dense_nuclear_norm(stacked)
 
@@ -200,4 +204,4 @@ def row_space_projector(A: Matrix) -> Matrix:
         return MarginalsGram.from_eigenvalues(gram.domain_shape, support)
     check_dense_size(A.shape[1], A.shape[1], f"the row-space projector of {A!r}")
     dense = gram.dense()
-    return Dense(np.linalg.pinv(dense, hermitian=True) @ dense)
+    return Dense(np.linalg.pinv(dense, rcond=PINV_TOLERANCE, hermitian=True) @ dense)

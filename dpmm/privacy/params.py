@@ -19,15 +19,21 @@ from dpmm.errors import PrivacyParameterError
 
 __all__ = ["ZCDP", "PrivacyParameter", "PureDP", "exact_fraction", "privacy_from_config"]
 
+#: The range of a privacy parameter. Beyond it no budget means anything, and the noise
+#: variance would leave the range of a float (ε² underflows to zero below about 1e-154).
+SMALLEST = Fraction(1, 10**100)
+LARGEST = Fraction(10**100)
+
 
 def exact_fraction(value: object, name: str) -> Fraction:
-    """``value`` as an exact positive finite Fraction, or a PrivacyParameterError naming ``name``.
+    """``value`` as an exact Fraction in [1e-100, 1e100], or a PrivacyParameterError naming it.
 
     Example:
         >>> exact_fraction(0.1, "epsilon"), exact_fraction("1/3", "rho")
         (Fraction(1, 10), Fraction(1, 3))
     """
     problem = f"{name} must be a positive finite number, got {value!r}"
+    out_of_range = f"{name} must be between 1e-100 and 1e100, got {value!r}"
     if isinstance(value, bool):
         raise PrivacyParameterError(problem)
     try:
@@ -38,19 +44,34 @@ def exact_fraction(value: object, name: str) -> Fraction:
                 raise PrivacyParameterError(problem)
             exact = Fraction(repr(value))
         elif isinstance(value, Decimal):
-            if not value.is_finite():
-                raise PrivacyParameterError(problem)
-            exact = Fraction(value)
+            exact = _decimal_fraction(value, problem, out_of_range)
         elif isinstance(value, str):
             text = value.strip()
-            exact = Fraction(text) if "/" in text else Fraction(Decimal(text))
+            exact = (
+                Fraction(text)
+                if "/" in text
+                else _decimal_fraction(Decimal(text), problem, out_of_range)
+            )
         else:
             raise PrivacyParameterError(problem)
+    except PrivacyParameterError:
+        raise
     except (ValueError, ZeroDivisionError, InvalidOperation, OverflowError):
         raise PrivacyParameterError(problem) from None
     if exact <= 0:
         raise PrivacyParameterError(problem)
+    if not SMALLEST <= exact <= LARGEST:
+        raise PrivacyParameterError(out_of_range)
     return exact
+
+
+def _decimal_fraction(value: Decimal, problem: str, out_of_range: str) -> Fraction:
+    if not value.is_finite():
+        raise PrivacyParameterError(problem)
+    # Checked before converting: Fraction(Decimal("1e999999999")) builds a billion-digit integer.
+    if not value.is_zero() and not -101 <= value.adjusted() <= 100:
+        raise PrivacyParameterError(out_of_range if value > 0 else problem)
+    return Fraction(value)
 
 
 class PrivacyParameter(Protocol):
@@ -89,6 +110,7 @@ class PureDP:
         return 2.0 * sensitivity**2 / float(self.epsilon) ** 2
 
     def to_dict(self) -> dict[str, str]:
+        """``{"kind": "pure", "epsilon": "1/2"}``: the exact ε as a fraction string."""
         return {"kind": "pure", "epsilon": str(self.epsilon)}
 
 
@@ -113,6 +135,7 @@ class ZCDP:
         return sensitivity**2 / (2.0 * float(self.rho))
 
     def to_dict(self) -> dict[str, str]:
+        """``{"kind": "zcdp", "rho": "1/2"}``: the exact ρ as a fraction string."""
         return {"kind": "zcdp", "rho": str(self.rho)}
 
 
@@ -135,7 +158,7 @@ def privacy_from_config(section: object, where: str = "privacy") -> PureDP | ZCD
         if len(kinds) != 1:
             raise PrivacyParameterError(f"{where} needs exactly one of 'epsilon' or 'rho'")
         kind = kinds[0]
-    if kind not in _KINDS:
+    if not isinstance(kind, str) or kind not in _KINDS:
         raise PrivacyParameterError(
             f"{where}.kind: unknown privacy kind {kind!r} (expected one of: pure, zcdp)"
         )

@@ -52,7 +52,9 @@ def _wavelet_candidates(n: int) -> Sequence[Matrix]:
     return [Haar(n)]
 
 
-def _per_attribute(candidates: Callable[[int], Sequence[Matrix]]):
+def _per_attribute(
+    candidates: Callable[[int], Sequence[Matrix]],
+) -> Callable[[Matrix, PrivacyParameter], Matrix]:
     def method(W: Matrix, privacy: PrivacyParameter) -> Matrix:
         return best_kron_strategy(W, candidates, privacy.norm)[0]
 

@@ -97,14 +97,16 @@ def best_kron_strategy(
                 cache[key] = np.array([trace_of_product(gram, pinv) for pinv in pinvs])
             table[:, k] = cache[key]
         traces.append(table)
-    squared = [np.array([o.sensitivity(norm) ** 2 for o in options[i]]) for i in range(dims)]
+    sensitivity_squared = [
+        np.array([option.sensitivity(norm) ** 2 for option in options[i]]) for i in range(dims)
+    ]
 
     def cost(choice: list[int]) -> float:
         products = np.prod([traces[i][c] for i, c in enumerate(choice)], axis=0)
-        scale = math.prod(squared[i][c] for i, c in enumerate(choice))
+        scale = math.prod(sensitivity_squared[i][c] for i, c in enumerate(choice))
         return float(scale * (weights * products).sum())
 
-    choice = [int(np.argmin(squared[i] * (traces[i] @ weights))) for i in range(dims)]
+    choice = [int(np.argmin(sensitivity_squared[i] * (traces[i] @ weights))) for i in range(dims)]
     best = cost(choice)
     for _ in range(MAX_SWEEPS):
         improved = False

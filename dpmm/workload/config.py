@@ -54,7 +54,7 @@ from numbers import Integral, Real
 from typing import Any, NoReturn
 
 from dpmm.domain import Domain
-from dpmm.errors import ConfigError
+from dpmm.errors import ConfigError, describe_value
 from dpmm.linalg import Matrix
 from dpmm.workload import builders
 from dpmm.workload.census import census_domain, census_sf1
@@ -90,16 +90,11 @@ class WorkloadGroup:
     name: str
     kind: str
     matrix: Matrix
-    spec: dict
+    spec: dict[str, Any]
 
 
 def _fail(path: str, message: str) -> NoReturn:
     raise ConfigError(f"{path}: {message}")
-
-
-def _describe(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _is_int(value: object) -> bool:
@@ -112,7 +107,7 @@ def _is_list(value: object) -> bool:
 
 def _attribute(domain: Domain, value: object, path: str) -> str:
     if not isinstance(value, str):
-        _fail(path, f"must be an attribute name, got {_describe(value)}")
+        _fail(path, f"must be an attribute name, got {describe_value(value)}")
     if value not in domain:
         known = ", ".join(domain.attributes)
         _fail(path, f"unknown attribute '{value}' (the domain has: {known})")
@@ -122,7 +117,7 @@ def _attribute(domain: Domain, value: object, path: str) -> str:
 def _attribute_list(domain: Domain, value: object, path: str) -> list[str]:
     """A non-empty list of distinct attribute names, returned in domain order."""
     if not _is_list(value) or not value:
-        _fail(path, f"must be a non-empty list of attribute names, got {_describe(value)}")
+        _fail(path, f"must be a non-empty list of attribute names, got {describe_value(value)}")
     names = [_attribute(domain, item, f"{path}[{j}]") for j, item in enumerate(value)]
     for j, name in enumerate(names):
         if name in names[:j]:
@@ -132,12 +127,15 @@ def _attribute_list(domain: Domain, value: object, path: str) -> list[str]:
 
 def _intervals(value: object, domain: Domain, attribute: str, path: str) -> list[list[int]]:
     if not _is_list(value) or not value:
-        _fail(path, f"must be a non-empty list of [low, high] pairs, got {_describe(value)}")
+        _fail(path, f"must be a non-empty list of [low, high] pairs, got {describe_value(value)}")
     size = domain[attribute].size
     pairs = []
     for j, pair in enumerate(value):
         if not _is_list(pair) or len(pair) != 2 or not all(_is_int(b) for b in pair):
-            _fail(f"{path}[{j}]", f"must be a pair of integers [low, high], got {_describe(pair)}")
+            _fail(
+                f"{path}[{j}]",
+                f"must be a pair of integers [low, high], got {describe_value(pair)}",
+            )
         low, high = int(pair[0]), int(pair[1])
         if low > high:
             _fail(f"{path}[{j}]", f"interval [{low}, {high}] has low > high")
@@ -152,7 +150,7 @@ def _intervals(value: object, domain: Domain, attribute: str, path: str) -> list
 
 def _weight(value: object, path: str) -> float:
     if isinstance(value, bool) or not isinstance(value, Real):
-        _fail(path, f"must be a positive number, got {_describe(value)}")
+        _fail(path, f"must be a positive number, got {describe_value(value)}")
     if not math.isfinite(value) or value <= 0:
         _fail(path, f"must be a positive finite number, got {value!r}")
     return float(value)
@@ -227,13 +225,16 @@ def _marginals(entry: Mapping, domain: Domain, path: str) -> tuple[Matrix, dict]
             _fail(
                 f"{path}.k",
                 f"must be an integer from 1 to {len(scope)} (the number of attributes), "
-                f"got {_describe(k)}",
+                f"got {describe_value(k)}",
             )
         spec["k"] = int(k)
         return builders.marginals(domain, k=int(k), attributes=scope), spec
     sets = entry["sets"]
     if not _is_list(sets) or not sets:
-        _fail(f"{path}.sets", f"must be a non-empty list of attribute lists, got {_describe(sets)}")
+        _fail(
+            f"{path}.sets",
+            f"must be a non-empty list of attribute lists, got {describe_value(sets)}",
+        )
     normalized: list[list[str]] = []
     for j, item in enumerate(sets):
         names = _attribute_list(domain, item, f"{path}.sets[{j}]")
@@ -254,7 +255,7 @@ def _kron(entry: Mapping, domain: Domain, path: str) -> tuple[Matrix, dict]:
     if not isinstance(factors, Mapping) or not factors:
         _fail(
             f"{path}.factors",
-            f"must be a non-empty mapping of attribute to factor, got {_describe(factors)}",
+            f"must be a non-empty mapping of attribute to factor, got {describe_value(factors)}",
         )
     chosen: dict[str, Matrix] = {}
     normalized: dict[str, Any] = {}
@@ -272,7 +273,7 @@ def _kron(entry: Mapping, domain: Domain, path: str) -> tuple[Matrix, dict]:
             chosen[attribute] = _factor("ranges", size, intervals)
             normalized[attribute] = {"ranges": intervals}
         else:
-            _fail(key_path, f"is not a factor, got {_describe(value)} ({expected})")
+            _fail(key_path, f"is not a factor, got {describe_value(value)} ({expected})")
     ordered = {name: normalized[name] for name in domain.attributes if name in normalized}
     return _spread(domain, chosen), {"factors": ordered}
 
@@ -295,14 +296,14 @@ def _census(entry: Mapping, domain: Domain, path: str) -> tuple[Matrix, dict]:
 def _group(entry: object, index: int, domain: Domain) -> tuple[str | None, str, Matrix, dict]:
     path = f"workload[{index}]"
     if not isinstance(entry, Mapping):
-        _fail(path, f"must be a mapping with a 'kind' key, got {_describe(entry)}")
+        _fail(path, f"must be a mapping with a 'kind' key, got {describe_value(entry)}")
     if "kind" not in entry:
         _fail(f"{path}.kind", f"is required (expected one of: {', '.join(KINDS)})")
     kind = entry["kind"]
     if not isinstance(kind, str) or kind not in KINDS:
         _fail(
             f"{path}.kind",
-            f"unknown workload kind {_describe(kind)} (expected one of: {', '.join(KINDS)})",
+            f"unknown workload kind {describe_value(kind)} (expected one of: {', '.join(KINDS)})",
         )
     allowed = COMMON_KEYS + KIND_KEYS[kind]
     for key in entry:
@@ -313,7 +314,7 @@ def _group(entry: object, index: int, domain: Domain) -> tuple[str | None, str, 
             )
     name = entry.get("name")
     if name is not None and (not isinstance(name, str) or not name.strip()):
-        _fail(f"{path}.name", f"must be a non-empty string, got {_describe(name)}")
+        _fail(f"{path}.name", f"must be a non-empty string, got {describe_value(name)}")
     weight = _weight(entry["weight"], f"{path}.weight") if "weight" in entry else 1.0
     if kind in ONE_D_KINDS:
         matrix, details = _one_d(entry, kind, domain, path)
@@ -350,7 +351,10 @@ def from_config(section: object, domain: Domain) -> list[WorkloadGroup]:
     if not isinstance(domain, Domain):
         raise ConfigError(f"workload: needs a Domain to build on, got {type(domain).__name__}")
     if not _is_list(section) or not section:
-        _fail("workload", f"must be a non-empty list of workload groups, got {_describe(section)}")
+        _fail(
+            "workload",
+            f"must be a non-empty list of workload groups, got {describe_value(section)}",
+        )
     groups: list[WorkloadGroup] = []
     used: dict[str, int] = {}
     for index, entry in enumerate(section):

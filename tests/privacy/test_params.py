@@ -51,6 +51,22 @@ def test_non_positive_or_non_finite_values_are_rejected(value):
         PureDP(value)
 
 
+@pytest.mark.parametrize(
+    "value",
+    ["1e101", "1e-101", 10**101, Fraction(1, 10**101), "1e999999999", "1e-999999999"],
+)
+def test_values_outside_the_range_are_rejected_without_building_them(value):
+    # "1e999999999" would take minutes to turn into an exact integer.
+    with pytest.raises(PrivacyParameterError, match="rho must be between 1e-100 and 1e100"):
+        ZCDP(value)
+
+
+@pytest.mark.parametrize("value", ["1e100", "1e-100", Fraction(1, 10**100), 10**100])
+def test_the_ends_of_the_range_are_accepted_and_give_finite_noise(value):
+    for privacy in (PureDP(value), ZCDP(value)):
+        assert 0 < privacy.noise_variance(1.0) < float("inf")
+
+
 def test_values_are_exact_and_frozen():
     privacy = ZCDP("1/3")
     assert privacy.rho == Fraction(1, 3)
@@ -84,6 +100,7 @@ def test_privacy_from_config_infers_or_reads_the_kind():
         ({}, "privacy needs exactly one of 'epsilon' or 'rho'"),
         ({"epsilon": 1, "rho": 1}, "privacy needs exactly one of 'epsilon' or 'rho'"),
         ({"kind": "approx", "epsilon": 1}, "privacy.kind: unknown privacy kind 'approx'"),
+        ({"kind": ["pure"], "epsilon": 1}, "privacy.kind: unknown privacy kind ['pure']"),
         ({"kind": "zcdp", "epsilon": 1}, "privacy.rho is required for kind 'zcdp'"),
         ({"epsilon": 1, "delta": 1e-6}, "privacy.delta: unknown key"),
         ([1], "privacy must be a mapping"),
