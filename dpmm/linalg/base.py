@@ -12,6 +12,7 @@ Composition uses ``@``; ``A @ B`` of two matrices is a lazy :class:`Product`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from numbers import Number
 
@@ -57,6 +58,22 @@ def singular_values_of_gram(gram: np.ndarray) -> np.ndarray:
     return np.sqrt(np.where(values > floor, values, 0.0))
 
 
+_COMPUTED_ONCE = ("gram", "pinv")
+
+
+def _computed_once(method: Callable[[Matrix], Matrix]) -> Callable[[Matrix], Matrix]:
+    name = method.__name__
+
+    @functools.wraps(method)
+    def cached(self: Matrix) -> Matrix:
+        store = self.__dict__.setdefault("_computed", {})
+        if name not in store:
+            store[name] = method(self)
+        return store[name]
+
+    return cached
+
+
 class Matrix(LinearOperator):
     """An implicitly represented real matrix.
 
@@ -70,6 +87,11 @@ class Matrix(LinearOperator):
             raise TypeError(f"{cls.__name__} must implement _matmat")
         if cls._adjoint is Matrix._adjoint and cls._rmatmat is Matrix._rmatmat:
             raise TypeError(f"{cls.__name__} must implement _adjoint or _rmatmat")
+        # Matrices are immutable: a Gram or pseudo-inverse is computed once per instance
+        # (strategy selection asks for the same ones many times).
+        for name in _COMPUTED_ONCE:
+            if name in cls.__dict__:
+                setattr(cls, name, _computed_once(cls.__dict__[name]))
 
     def __init__(self, shape: tuple[int, int], dtype: np.dtype | type = np.float64) -> None:
         rows, cols = (int(s) for s in shape)
@@ -267,6 +289,10 @@ class Matrix(LinearOperator):
     def nuclear_norm(self) -> float:
         """The sum of the singular values (the trace norm)."""
         return float(self.singular_values().sum())
+
+
+for _name in _COMPUTED_ONCE:
+    setattr(Matrix, _name, _computed_once(getattr(Matrix, _name)))
 
 
 def _check_norm(p: float) -> float:

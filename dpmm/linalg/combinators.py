@@ -241,7 +241,8 @@ class Product(Matrix):
 class Sum(Matrix):
     """The lazy sum of matrices of one shape."""
 
-    def __init__(self, terms: Sequence[Matrix]) -> None:
+    def __init__(self, terms: Sequence[Matrix], *, full_column_rank: bool = False) -> None:
+        """``full_column_rank=True`` promises an invertible sum (a Gram of a full-rank stack)."""
         flat: list[Matrix] = []
         for term in terms:
             flat.extend(term.terms if isinstance(term, Sum) else [term])
@@ -252,6 +253,11 @@ class Sum(Matrix):
             raise ValueError(f"Sum needs terms of one shape, got {sorted(shapes)}")
         super().__init__(flat[0].shape)
         self.terms = flat
+        self._full_column_rank = full_column_rank
+
+    @property
+    def known_full_column_rank(self) -> bool:
+        return self._full_column_rank
 
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         return sum(term._matmat(X) for term in self.terms)
@@ -315,7 +321,9 @@ class VStack(Matrix):
         from dpmm.linalg.marginals import collapse_marginal_grams
 
         grams = collapse_marginal_grams([block.gram() for block in self.blocks])
-        return grams[0] if len(grams) == 1 else Sum(grams)
+        if len(grams) == 1:
+            return grams[0]
+        return Sum(grams, full_column_rank=self.known_full_column_rank)
 
     def uniform_column_norm(self, p: float = 1) -> float | None:
         parts = [block.uniform_column_norm(p) for block in self.blocks]

@@ -13,7 +13,7 @@ import itertools
 import numpy as np
 import scipy.sparse as sp
 
-from dpmm.linalg.combinators import Sparse
+from dpmm.linalg.combinators import Product, Sparse
 
 __all__ = ["Haar", "Hierarchical", "split_interval", "tree_intervals"]
 
@@ -104,5 +104,29 @@ class Haar(Sparse):
         )
         super().__init__(matrix, full_column_rank=True)
 
+    def gram(self) -> Sparse:
+        gram = self.matrix.T @ self.matrix
+        squared_norms = (self.matrix.multiply(self.matrix)).sum(axis=1)
+        if self.shape[0] == self.shape[1] and (self.matrix @ self.matrix.T).nnz == self.shape[0]:
+            return _OrthogonalRowsGram(gram, self, np.asarray(squared_norms).reshape(-1))
+        return Sparse(gram, full_column_rank=True)
+
     def __repr__(self) -> str:
         return f"Haar({self.shape[1]})"
+
+
+class _OrthogonalRowsGram(Sparse):
+    """``YᵀY`` of a square Y with orthogonal rows (``Y Yᵀ = D``): ``(YᵀY)⁻¹ = Yᵀ D⁻² Y``.
+
+    The Haar wavelet over a power of two is such a Y; its inverse Gram is then a
+    product of sparse factors instead of an O(n³) dense inversion.
+    """
+
+    def __init__(self, gram: sp.sparray, rows: Sparse, squared_norms: np.ndarray) -> None:
+        super().__init__(gram, full_column_rank=True)
+        self.rows = rows
+        self.squared_norms = squared_norms
+
+    def pinv(self) -> Product:
+        scale = Sparse(sp.diags_array(1.0 / self.squared_norms**2), full_column_rank=True)
+        return Product([self.rows.T, scale, self.rows])

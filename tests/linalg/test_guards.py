@@ -186,3 +186,23 @@ def test_range_queries_refuse_fractional_bounds():
     with pytest.raises(ValueError, match="integer cell indices"):
         RangeQueries(4, [[0.5, 2.7]])
     assert RangeQueries(4, [[0.0, 2.0]]).shape == (1, 4)
+
+
+def test_gram_and_pinv_are_computed_once_per_matrix():
+    from dpmm.linalg import AllRange, Haar, Hierarchical, Kron
+
+    for matrix in (AllRange(6), Haar(8), Hierarchical(9, 3), Kron([AllRange(3), Haar(4)])):
+        assert matrix.gram() is matrix.gram()
+        assert matrix.gram().pinv() is matrix.gram().pinv()
+        assert matrix.pinv() is matrix.pinv()
+
+
+def test_haar_over_a_power_of_two_inverts_its_gram_through_its_orthogonal_rows():
+    import numpy as np
+
+    from dpmm.linalg import Haar, Product
+
+    inverse = Haar(16).gram().pinv()
+    assert isinstance(inverse, Product)  # Yᵀ D⁻² Y, no dense inversion
+    dense = Haar(16).dense()
+    np.testing.assert_allclose(inverse.dense(), np.linalg.inv(dense.T @ dense), atol=1e-12)
