@@ -99,6 +99,13 @@ class Matrix(LinearOperator):
             raise ValueError(f"A matrix shape must be non-negative, got {shape}")
         super().__init__(dtype=np.dtype(dtype), shape=(rows, cols))
 
+    def __getstate__(self) -> dict:
+        # Cached Grams and inverses can be far larger than the matrix: a pickled matrix (a
+        # Dask task argument, say) travels without them and recomputes them where needed.
+        state = self.__dict__.copy()
+        state.pop("_computed", None)
+        return state
+
     # -- scipy LinearOperator hooks -------------------------------------------------------
     def _matmat(self, X: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError

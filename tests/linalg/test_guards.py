@@ -206,3 +206,19 @@ def test_haar_over_a_power_of_two_inverts_its_gram_through_its_orthogonal_rows()
     assert isinstance(inverse, Product)  # Yᵀ D⁻² Y, no dense inversion
     dense = Haar(16).dense()
     np.testing.assert_allclose(inverse.dense(), np.linalg.inv(dense.T @ dense), atol=1e-12)
+
+
+def test_pickled_matrices_leave_their_caches_behind():
+    import pickle
+
+    import numpy as np
+
+    from dpmm.linalg import AllRange, Hierarchical, Kron
+
+    matrix = Kron([AllRange(5), Hierarchical(6, 2)])
+    matrix.gram().pinv()
+    copy = pickle.loads(pickle.dumps(matrix))
+    assert "_computed" not in copy.__dict__
+    assert "_computed" not in copy.factors[0].__dict__
+    np.testing.assert_array_equal(copy.dense(), matrix.dense())
+    np.testing.assert_allclose(copy.gram().pinv().dense(), matrix.gram().pinv().dense())
