@@ -78,7 +78,7 @@ def test_census_example_has_the_census_domain() -> None:
     census = census_domain()
     assert (config.domain.attributes, config.domain.shape) == (census.attributes, census.shape)
     assert config.privacy == PureDP(1)
-    assert config.strategy_method == "hierarchical"
+    assert config.strategy_method == "auto"
 
 
 def test_ranges_example_is_zcdp() -> None:
