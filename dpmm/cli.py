@@ -5,6 +5,12 @@ Subcommands:
 * ``dpmm plan CONFIG [--json]`` — the strategy a release config would use and
   its expected error per query group, next to the SVD bound and the Identity
   baseline. Reads no data and spends no budget.
+* ``dpmm ledger init PATH`` — create an empty budget ledger (SQLite).
+* ``dpmm ledger grant PATH DATASET (--epsilon E | --rho R)`` — add budget to a dataset.
+* ``dpmm ledger show PATH [DATASET] [--json]`` — per dataset: kind, granted, reserved,
+  spent and remaining, as exact fractions and decimals; ``--json`` adds the history.
+* ``dpmm ledger verify PATH`` — recompute the ledger's hash chain: ``ok, N entries``,
+  or exit status 1 naming the first bad entry.
 
 Bad input (a config error, an unknown key, a bad budget) prints one line
 ``dpmm: error: <message>`` on stderr and exits with status 2.
@@ -18,6 +24,7 @@ import logging
 import sys
 import textwrap
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import TextIO
 
 import yaml
@@ -26,11 +33,16 @@ from dpmm import __version__
 from dpmm.config import load_config
 from dpmm.errors import DpmmError
 from dpmm.plan import GroupReport, PlanReport, plan
+from dpmm.privacy.ledger import Balance, Ledger, LedgerTampered
+from dpmm.privacy.ledger_schema import KINDS, decimal_text
+from dpmm.privacy.params import ZCDP, PureDP
 
 __all__ = ["format_plan", "main"]
 
 #: Exit status for bad input (the same as argparse's usage errors).
 EXIT_BAD_INPUT = 2
+#: Exit status of ``dpmm ledger verify`` when the ledger was changed outside dpmm.
+EXIT_TAMPERED = 1
 #: Longest strategy description the table prints (the JSON has it whole).
 STRATEGY_WIDTH = 300
 COLUMNS = (
@@ -148,6 +160,144 @@ def _plan_command(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _ledger_init(args: argparse.Namespace, out: TextIO) -> int:
+    with Ledger.init(args.ledger) as ledger:
+        out.write(f"created an empty budget ledger at {ledger.path}\n")
+    return 0
+
+
+def _ledger_grant(args: argparse.Namespace, out: TextIO) -> int:
+    # Parsed before the ledger is opened, so a bad value writes nothing.
+    budget = PureDP(args.epsilon) if args.epsilon is not None else ZCDP(args.rho)
+    with Ledger.open(args.ledger) as ledger:
+        ledger.grant(args.dataset, budget)
+        balance = ledger.balance(args.dataset)
+    symbol = KINDS[balance.kind][1]
+    out.write(
+        f"granted {_exact(_budget_amount(budget))} to dataset {args.dataset!r}: "
+        f"{symbol} granted {_exact(balance.granted)}, remaining {_exact(balance.remaining)}\n"
+    )
+    return 0
+
+
+def _budget_amount(budget: PureDP | ZCDP) -> Fraction:
+    return budget.epsilon if isinstance(budget, PureDP) else budget.rho
+
+
+def _exact(value: Fraction) -> str:
+    decimal = decimal_text(value)
+    return str(value) if decimal == str(value) else f"{value} ({decimal})"
+
+
+def _amount(value: Fraction) -> dict[str, str]:
+    return {"fraction": str(value), "decimal": decimal_text(value).removeprefix("≈ ")}
+
+
+def _ledger_show(args: argparse.Namespace, out: TextIO) -> int:
+    with Ledger.open(args.ledger) as ledger:
+        datasets = [args.dataset] if args.dataset is not None else ledger.datasets()
+        balances = [ledger.balance(dataset) for dataset in datasets]
+        active = {dataset: ledger.active_reservations(dataset) for dataset in datasets}
+        if args.json:
+            history = {dataset: ledger.history(dataset) for dataset in datasets}
+            document = {
+                "ledger": str(ledger.path),
+                "datasets": [
+                    {
+                        "dataset": balance.dataset,
+                        "kind": balance.kind,
+                        "parameter": balance.parameter,
+                        **{
+                            name: _amount(getattr(balance, name))
+                            for name in ("granted", "reserved", "spent", "remaining")
+                        },
+                        "active_reservations": [
+                            {
+                                "id": reservation.id,
+                                "release_id": reservation.release_id,
+                                "budget": reservation.budget.to_dict(),
+                                "created": reservation.created.isoformat(),
+                            }
+                            for reservation in active[balance.dataset]
+                        ],
+                        "history": [entry.to_dict() for entry in history[balance.dataset]],
+                    }
+                    for balance in balances
+                ],
+            }
+            out.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+            return 0
+        lines = [f"ledger: {ledger.path}"]
+    if not balances:
+        lines.append("no datasets yet; add one with 'dpmm ledger grant PATH DATASET --epsilon E'")
+    for balance in balances:
+        lines.extend(_balance_lines(balance))
+        stale = active[balance.dataset]
+        if stale:
+            lines.append(f"  {_plural(len(stale), 'reservation')} still reserved:")
+            lines.extend(
+                f"    {r.id}  {KINDS[balance.kind][1]} = {_budget_amount(r.budget)}  "
+                f"release {r.release_id!r}  since {r.created.isoformat(timespec='seconds')}"
+                for r in stale
+            )
+    out.write("\n".join(lines) + "\n")
+    return 0
+
+
+def _balance_lines(balance: Balance) -> list[str]:
+    _, symbol, description, _ = KINDS[balance.kind]
+    rows = [
+        (name, getattr(balance, name)) for name in ("granted", "reserved", "spent", "remaining")
+    ]
+    width = max(len(str(value)) for _, value in rows)
+    lines = [f"dataset {balance.dataset!r}: {description} budget ({symbol})"]
+    for name, value in rows:
+        decimal = decimal_text(value)
+        decimal = decimal if decimal.startswith("≈") else f"= {decimal}"
+        lines.append(f"  {name:<10} {value!s:>{width}}  {decimal}")
+    return lines
+
+
+def _ledger_verify(args: argparse.Namespace, out: TextIO) -> int:
+    with Ledger.open(args.ledger) as ledger:
+        try:
+            count = ledger.verify()
+        except LedgerTampered as error:
+            print(f"dpmm: error: {_one_line(str(error))}", file=sys.stderr)
+            return EXIT_TAMPERED
+    out.write(f"ok, {count:,} {'entry' if count == 1 else 'entries'}\n")
+    return 0
+
+
+def _ledger_parser(commands: argparse._SubParsersAction) -> None:
+    ledger_parser = commands.add_parser(
+        "ledger",
+        help="create, fund, inspect and verify a privacy budget ledger",
+        description="A privacy budget ledger: an append-only, hash-chained SQLite file that "
+        "records every grant, reservation, spend and cancellation in exact fractions.",
+    )
+    actions = ledger_parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    path_help = "the ledger file (a path or a sqlite:///PATH URL)"
+    init = actions.add_parser("init", help="create an empty ledger (never overwrites a file)")
+    init.add_argument("ledger", metavar="PATH", help=path_help)
+    init.set_defaults(run=_ledger_init)
+    grant = actions.add_parser("grant", help="add budget to a dataset")
+    grant.add_argument("ledger", metavar="PATH", help=path_help)
+    grant.add_argument("dataset", metavar="DATASET", help="the dataset's name")
+    amount = grant.add_mutually_exclusive_group(required=True)
+    amount.add_argument("--epsilon", metavar="E", help="pure ε-DP budget, e.g. 1 or 1/3")
+    amount.add_argument("--rho", metavar="R", help="ρ-zCDP budget, e.g. 0.5 or 1/8")
+    grant.set_defaults(run=_ledger_grant)
+    show = actions.add_parser("show", help="budgets per dataset: granted, reserved, spent, left")
+    show.add_argument("ledger", metavar="PATH", help=path_help)
+    show.add_argument("dataset", metavar="DATASET", nargs="?", help="only this dataset")
+    show.add_argument("--json", action="store_true", help="one JSON object, with the history")
+    show.set_defaults(run=_ledger_show)
+    verify = actions.add_parser("verify", help="recompute the hash chain of every entry")
+    verify.add_argument("ledger", metavar="PATH", help=path_help)
+    verify.set_defaults(run=_ledger_verify)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dpmm",
@@ -166,6 +316,7 @@ def _parser() -> argparse.ArgumentParser:
     plan_parser.add_argument("config", metavar="CONFIG", help="a release config (YAML)")
     plan_parser.add_argument("--json", action="store_true", help="print one JSON object")
     plan_parser.set_defaults(run=_plan_command)
+    _ledger_parser(commands)
     return parser
 
 

@@ -1,0 +1,454 @@
+"""The privacy budget ledger: grant, reserve, spend and cancel exact budgets, durably.
+
+A ledger is one SQLite file (a path or a ``sqlite:///path`` URL) holding an
+append-only, hash-chained log of entries; every balance and every reservation's
+status is derived from that log, never stored beside it. A dataset's budget has
+one kind, pure ε or ρ-zCDP, fixed by its first grant; requests of the other kind
+are refused (converting between kinds is the accountant's job, not the ledger's).
+
+``remaining = granted − reserved − spent``, in exact fractions. A reservation is
+*reserved* (counted against the budget) until :meth:`Ledger.mark_spent` makes it
+*spent* forever or :meth:`Ledger.cancel` releases it. Both are idempotent: marking
+a spent reservation spent again, or cancelling a cancelled one, writes nothing.
+Spending a cancelled reservation and cancelling a spent one are refused.
+
+A process that dies between :meth:`Ledger.reserve` and :meth:`Ledger.mark_spent`
+leaves its reservation *reserved*: the budget stays counted against the dataset
+until someone cancels the reservation explicitly (see
+:meth:`Ledger.active_reservations`). The ledger cannot know whether noise was
+drawn before the crash, so it never releases budget on its own.
+
+Example:
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "budget.db"
+    >>> with Ledger.init(path) as ledger:
+    ...     _ = ledger.grant("adult", PureDP(1))
+    ...     reservation = ledger.reserve("adult", PureDP("1/3"), release_id="adult-2026")
+    ...     ledger.mark_spent(reservation)
+    ...     ledger.remaining("adult"), ledger.verify()
+    (Fraction(2, 3), 3)
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from fractions import Fraction
+from pathlib import Path
+from types import TracebackType
+from typing import Literal
+
+from dpmm.errors import DpmmError, describe_value
+from dpmm.privacy.ledger_schema import (
+    COLUMNS,
+    CREATE_TABLES,
+    GENESIS,
+    KINDS,
+    SCHEMA_VERSION,
+    Balance,
+    Budget,
+    Entry,
+    Replay,
+    Reservation,
+    Row,
+    Status,
+    ledger_path,
+    to_entry,
+    to_reservation,
+)
+from dpmm.privacy.params import ZCDP, PureDP
+
+__all__ = [
+    "Balance",
+    "BudgetExceeded",
+    "Entry",
+    "Ledger",
+    "LedgerError",
+    "LedgerTampered",
+    "Reservation",
+]
+
+#: Seconds a write waits for another process's write transaction before giving up.
+BUSY_TIMEOUT = 60.0
+
+
+class LedgerError(DpmmError):
+    """A ledger cannot be opened, or an operation on it is not allowed."""
+
+
+class BudgetExceeded(LedgerError):  # noqa: N818 (the name the API promises)
+    """A reservation asks for more than the dataset's remaining budget; nothing was reserved."""
+
+
+class LedgerTampered(LedgerError):  # noqa: N818 (the name the API promises)
+    """The ledger's entries do not form the hash chain dpmm wrote; names the first bad entry."""
+
+    def __init__(self, message: str, seq: int, kind: str | None) -> None:
+        super().__init__(message)
+        #: The sequence number of the first bad (or missing) entry.
+        self.seq = seq
+        #: That entry's kind as stored (None when the entry is missing).
+        self.kind = kind
+
+
+def _split(budget: object) -> tuple[str, Fraction]:
+    if isinstance(budget, PureDP):
+        return "pure", budget.epsilon
+    if isinstance(budget, ZCDP):
+        return "zcdp", budget.rho
+    raise LedgerError(
+        f"a budget must be PureDP(epsilon) or ZCDP(rho), got {describe_value(budget)}"
+    )
+
+
+def _show(kind: str, amount: Fraction) -> str:
+    return f"{KINDS[kind][1]} = {amount}"
+
+
+def _name(value: object, what: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise LedgerError(f"{what} must be a non-empty string, got {describe_value(value)}")
+    return value
+
+
+class Ledger:
+    """An open ledger file. Create one with :meth:`init`, open it with :meth:`open`."""
+
+    def __init__(self, connection: sqlite3.Connection, path: Path) -> None:
+        self._db = connection
+        self.path = path
+
+    @classmethod
+    def init(cls, location: str | Path, *, timeout: float = BUSY_TIMEOUT) -> Ledger:
+        """Create a new, empty ledger; refuses to touch a file that already exists."""
+        path = _path(location)
+        if path.exists():
+            raise LedgerError(f"cannot create a ledger at {path}: the file already exists")
+        if not path.parent.is_dir():
+            raise LedgerError(f"cannot create a ledger at {path}: no folder {path.parent}")
+        ledger = cls(_connect(path, "rwc", timeout), path)
+        try:
+            with ledger._write():
+                tables = ledger._db.execute("SELECT name FROM sqlite_master").fetchall()
+                if tables:  # another process created it between the check and the connect
+                    raise LedgerError(f"cannot create a ledger at {path}: the file already exists")
+                for statement in CREATE_TABLES.split(";"):
+                    if statement.strip():
+                        ledger._db.execute(statement)
+                ledger._db.executemany(
+                    "INSERT INTO meta (key, value) VALUES (?, ?)",
+                    [("schema_version", str(SCHEMA_VERSION)), ("head_seq", "0"), ("head", GENESIS)],
+                )
+            # Persistent in the file: readers never block the writer, and the reverse.
+            ledger._db.execute("PRAGMA journal_mode=WAL")
+        except BaseException:
+            ledger.close()
+            raise
+        return ledger
+
+    @classmethod
+    def open(cls, location: str | Path, *, timeout: float = BUSY_TIMEOUT) -> Ledger:
+        """Open an existing ledger; refuses a missing file, a non-ledger or an unknown schema."""
+        path = _path(location)
+        if not path.is_file():
+            raise LedgerError(f"no ledger at {path}; create one with 'dpmm ledger init {path}'")
+        ledger = cls(_connect(path, "rw", timeout), path)
+        try:
+            version = ledger._meta().get("schema_version")
+        except sqlite3.DatabaseError:
+            ledger.close()
+            raise LedgerError(f"{path} is not a dpmm ledger") from None
+        if version != str(SCHEMA_VERSION):
+            ledger.close()
+            raise LedgerError(
+                f"ledger {path} has schema version {version!r}; "
+                f"this dpmm reads schema version {SCHEMA_VERSION} only"
+            )
+        return ledger
+
+    def close(self) -> None:
+        """Close the database connection (every write is already committed)."""
+        self._db.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def grant(self, dataset: str, budget: Budget) -> Entry:
+        """Add ``budget`` to the dataset's total; the first grant fixes the dataset's kind."""
+        dataset = _name(dataset, "a dataset name")
+        kind, amount = _split(budget)
+        with self._write() as replay:
+            held = replay.balances.get(dataset)
+            if held is not None and held.kind != kind:
+                raise LedgerError(
+                    f"dataset {dataset!r} in ledger {self.path} holds a {KINDS[held.kind][2]} "
+                    f"budget; a {KINDS[kind][2]} grant cannot be added to it"
+                )
+            row = self._append("grant", dataset, kind, amount, None, None)
+        return to_entry(row)
+
+    def reserve(self, dataset: str, budget: Budget, release_id: str) -> Reservation:
+        """Set ``budget`` aside for a release, in one write transaction; never more than remains.
+
+        Raises:
+            BudgetExceeded: The request is larger than what remains (or nothing was granted).
+            LedgerError: The request's kind differs from the dataset's.
+        """
+        dataset = _name(dataset, "a dataset name")
+        release_id = _name(release_id, "a release id")
+        kind, amount = _split(budget)
+        with self._write() as replay:
+            held = replay.balances.get(dataset)
+            request = f"{_show(kind, amount)} requested for release {release_id!r}"
+            if held is None:
+                raise BudgetExceeded(
+                    f"dataset {dataset!r} has no budget in ledger {self.path} (nothing was "
+                    f"granted to it); the {request} was not reserved"
+                )
+            if held.kind != kind:
+                raise LedgerError(
+                    f"dataset {dataset!r} in ledger {self.path} holds a {KINDS[held.kind][2]} "
+                    f"budget; the {KINDS[kind][2]} {request} cannot be charged to it"
+                )
+            if amount > held.remaining:
+                raise BudgetExceeded(
+                    f"dataset {dataset!r} in ledger {self.path} has "
+                    f"{_show(kind, held.remaining)} remaining, less than the {request}; "
+                    "nothing was reserved"
+                )
+            row = self._append("reserve", dataset, kind, amount, uuid.uuid4().hex, release_id)
+        return to_reservation(row)
+
+    def mark_spent(self, reservation: Reservation | str) -> None:
+        """Record the reservation as spent, for good. Marking it again does nothing."""
+        self._settle(reservation, "spend")
+
+    def cancel(self, reservation: Reservation | str) -> None:
+        """Release a reservation's budget. Refused once spent; cancelling again does nothing."""
+        self._settle(reservation, "cancel")
+
+    def status(self, reservation: Reservation | str) -> Status:
+        """``"reserved"``, ``"spent"`` or ``"cancelled"``."""
+        reservation_id = reservation.id if isinstance(reservation, Reservation) else reservation
+        rows = self._rows("WHERE reservation_id = ?", (reservation_id,))
+        if not rows:
+            raise LedgerError(f"ledger {self.path} has no reservation {reservation_id!r}")
+        replay = self._dataset(rows[0].dataset)[1]
+        return replay.reservations[reservation_id][1]
+
+    def datasets(self) -> list[str]:
+        """The datasets that have a grant, in the order of their first grant."""
+        rows = self._db.execute("SELECT dataset FROM entries GROUP BY dataset ORDER BY MIN(seq)")
+        return [dataset for (dataset,) in rows]
+
+    def balance(self, dataset: str) -> Balance:
+        """The dataset's kind and exact granted, reserved, spent and remaining amounts."""
+        return self._dataset(dataset)[0]
+
+    def remaining(self, dataset: str) -> Fraction:
+        """What can still be reserved, exactly, in the dataset's parameter (ε or ρ; may be 0)."""
+        return self.balance(dataset).remaining
+
+    def active_reservations(self, dataset: str) -> list[Reservation]:
+        """Reservations still *reserved*: in flight, or left behind by a crashed run."""
+        replay = self._dataset(dataset)[1]
+        return [
+            to_reservation(row)
+            for row, status in replay.reservations.values()
+            if status == "reserved"
+        ]
+
+    def history(self, dataset: str) -> list[Entry]:
+        """Every entry of the dataset, oldest first."""
+        return [to_entry(row) for row in self._dataset(dataset)[2]]
+
+    def verify(self) -> int:
+        """Recompute the hash chain and replay every entry; returns the number of entries.
+
+        Raises:
+            LedgerTampered: Naming the first entry that was changed, removed or is inconsistent.
+        """
+        rows = self._rows()
+        self._check(rows)
+        return len(rows)
+
+    def _dataset(self, dataset: str) -> tuple[Balance, Replay, list[Row]]:
+        """The dataset's balance, reservations and rows, rebuilt from its entries alone."""
+        rows = self._rows("WHERE dataset = ?", (dataset,))
+        replay = Replay()
+        for row in rows:
+            problem = replay.apply(row)
+            if problem is not None:
+                raise self._tampered(f"entry {row.seq} ({row.kind}) {problem}", row.seq, row.kind)
+        balance = replay.balances.get(dataset)
+        if balance is None:
+            raise LedgerError(
+                f"no budget has been granted to dataset {dataset!r} in ledger {self.path}"
+            )
+        return balance, replay, rows
+
+    def _settle(self, reservation: Reservation | str, kind: Literal["spend", "cancel"]) -> None:
+        reservation_id = reservation.id if isinstance(reservation, Reservation) else reservation
+        with self._write() as replay:
+            row, status = replay.reservations.get(reservation_id, (None, None))
+            if row is None:
+                raise LedgerError(f"ledger {self.path} has no reservation {reservation_id!r}")
+            if isinstance(reservation, Reservation) and reservation != to_reservation(row):
+                raise LedgerError(
+                    f"reservation {reservation_id!r} does not match the one in ledger {self.path}"
+                )
+            done = "spent" if kind == "spend" else "cancelled"
+            if status == done:
+                return
+            if status != "reserved":
+                raise LedgerError(
+                    f"reservation {reservation_id!r} (release {row.release_id!r}) is {status}; "
+                    + (
+                        "its budget was released, so it cannot be spent"
+                        if kind == "spend"
+                        else "spent budget can never be released"
+                    )
+                )
+            self._append(
+                kind,
+                row.dataset,
+                row.budget_kind,
+                Fraction(row.amount),
+                reservation_id,
+                row.release_id,
+            )
+
+    @contextmanager
+    def _write(self) -> Iterator[Replay]:
+        """One ``BEGIN IMMEDIATE`` transaction over a verified ledger, committed on success."""
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as error:
+            raise LedgerError(f"cannot write to ledger {self.path}: {error}") from None
+        try:
+            yield self._check(self._rows()) if self._has_entries_table() else Replay()
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def _has_entries_table(self) -> bool:
+        query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'entries'"
+        return self._db.execute(query).fetchone() is not None
+
+    def _meta(self) -> dict[str, str]:
+        return dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+
+    def _rows(self, where: str = "", parameters: tuple[object, ...] = ()) -> list[Row]:
+        query = f"SELECT {COLUMNS} FROM entries {where} ORDER BY seq"
+        return [Row(*values) for values in self._db.execute(query, parameters)]
+
+    def _check(self, rows: list[Row]) -> Replay:
+        replay = Replay()
+        previous = GENESIS
+        for expected, row in enumerate(rows, start=1):
+            name = f"entry {row.seq} ({row.kind})"
+            if row.seq != expected:
+                raise self._tampered(
+                    f"entry {expected} is missing: {name} follows entry {expected - 1}",
+                    expected,
+                    None,
+                )
+            if row.prev_hash != previous:
+                raise self._tampered(
+                    f"{name} does not follow the hash of the entry before it", row.seq, row.kind
+                )
+            if row.hash != row.expected_hash():
+                raise self._tampered(
+                    f"{name} does not match its hash: its fields were changed", row.seq, row.kind
+                )
+            problem = replay.apply(row)
+            if problem is not None:
+                raise self._tampered(f"{name} {problem}", row.seq, row.kind)
+            previous = row.hash
+        meta = self._meta()
+        if meta.get("head_seq") != str(len(rows)) or meta.get("head") != previous:
+            missing = len(rows) + 1
+            raise self._tampered(
+                f"entry {missing} is missing: the ledger's head is entry {meta.get('head_seq')} "
+                f"but its entries end at entry {len(rows)}",
+                missing,
+                None,
+            )
+        return replay
+
+    def _tampered(self, message: str, seq: int, kind: str | None) -> LedgerTampered:
+        return LedgerTampered(f"ledger {self.path} was changed outside dpmm: {message}", seq, kind)
+
+    def _append(
+        self,
+        kind: str,
+        dataset: str,
+        budget_kind: str,
+        amount: Fraction,
+        reservation_id: str | None,
+        release_id: str | None,
+    ) -> Row:
+        meta = self._meta()
+        seq = int(meta["head_seq"]) + 1
+        created = datetime.now(UTC).isoformat(timespec="microseconds")
+        values = (
+            seq,
+            kind,
+            dataset,
+            budget_kind,
+            str(amount),
+            reservation_id,
+            release_id,
+            created,
+            meta["head"],
+        )
+        row = Row(*values, hash=Row(*values, hash="").expected_hash())
+        self._db.execute(
+            f"INSERT INTO entries ({COLUMNS}) VALUES ({', '.join('?' * 10)})", row.values()
+        )
+        self._db.executemany(
+            "UPDATE meta SET value = ? WHERE key = ?", [(str(seq), "head_seq"), (row.hash, "head")]
+        )
+        return row
+
+
+def _path(location: str | Path) -> Path:
+    if not isinstance(location, str | Path):
+        raise LedgerError(
+            f"a ledger location must be a path or URL, got {describe_value(location)}"
+        )
+    path = ledger_path(location)
+    if path is None:
+        raise LedgerError(
+            f"cannot open ledger {location!r}: only SQLite files (sqlite:///PATH) are supported"
+        )
+    return path
+
+
+def _connect(path: Path, mode: str, timeout: float) -> sqlite3.Connection:
+    try:
+        connection = sqlite3.connect(
+            f"{path.resolve().as_uri()}?mode={mode}",
+            uri=True,
+            timeout=timeout,
+            isolation_level=None,
+        )
+        # Every commit reaches the disk before it returns (WAL alone would allow losing the last).
+        connection.execute("PRAGMA synchronous=FULL")
+    except sqlite3.OperationalError as error:
+        raise LedgerError(f"cannot open ledger {path}: {error}") from None
+    except sqlite3.Error as error:
+        raise LedgerError(f"{path} is not a dpmm ledger ({error})") from None
+    return connection
