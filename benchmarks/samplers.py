@@ -92,11 +92,14 @@ def main() -> None:
             floats = rate(lambda m, v=value: fast_insecure_gaussian(float(v), m), n, repeat)
             opendp_scale = float(value) ** 0.5
         if opendp is not None:
+            # The target is 100x OpenDP measured in this run; without OpenDP, 100x the
+            # rates DESIGN.md §9 recorded for it on this machine kind.
             reference = rate(opendp[kind](opendp_scale, opendp_n), opendp_n, repeat)
             reference_text = f"{reference / 1e6:>10.3f}{exact / reference:>10.0f}x"
+            verdict = "met" if exact >= 100 * reference else "MISSED"
         else:
             reference_text = f"{'n/a':>10}{'n/a':>11}"
-        verdict = "met" if exact / 1e6 >= TARGETS[kind] else "MISSED"
+            verdict = "met" if exact / 1e6 >= TARGETS[kind] else "MISSED"
         print(
             f"{kind + ' ' + name + '=' + str(value):<28}{exact / 1e6:>12.2f}{floats / 1e6:>13.2f}"
             f"{reference_text}{exact / floats:>10.2f}{verdict:>8}"
