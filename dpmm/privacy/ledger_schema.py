@@ -94,18 +94,7 @@ class Row:
 
     def expected_hash(self) -> str:
         """sha256 of this entry's fields and the previous entry's hash, in canonical JSON."""
-        fields = [
-            HASH_DOMAIN,
-            self.seq,
-            self.kind,
-            self.dataset,
-            self.budget_kind,
-            self.amount,
-            self.reservation_id,
-            self.release_id,
-            self.created,
-            self.prev_hash,
-        ]
+        fields = [HASH_DOMAIN, *self.values()[:-1]]  # every column but the hash itself
         canonical = json.dumps(fields, ensure_ascii=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode("ascii")).hexdigest()
 
