@@ -108,6 +108,35 @@ class RandomSource:
             pending = pending[~ok]
         return out
 
+    def small_uniform_below(self, bound: int, n: int) -> np.ndarray:
+        """``n`` integers uniform on ``[0, bound)`` for ``bound`` ≤ 2**32, in the narrowest dtype.
+
+        Values come as uint8, uint16 or uint32, so a small bound costs one to four random bytes
+        a value instead of eight, and callers skip a conversion pass. Draws are masked to the
+        bound's bit width and rejected while not below it, exactly as :meth:`uniform_below`.
+        """
+        if not 0 < bound <= 2**32:
+            raise ValueError(f"bound of small_uniform_below must be in [1, 2**32], got {bound}")
+        width = (bound - 1).bit_length()
+        dtype = np.uint8 if width <= 8 else np.uint16 if width <= 16 else np.uint32
+        if width == 0 or n == 0:
+            return np.zeros(n, dtype=dtype)
+        itemsize = np.dtype(dtype).itemsize
+        mask = dtype((1 << width) - 1)
+        parts, filled = [], 0
+        while filled < n:
+            missing = n - filled
+            wanted = missing + missing * ((1 << width) - bound) // bound + 16
+            if bound == 1 << width:  # a power of two: every masked draw is in range
+                wanted = missing
+            draws = np.frombuffer(self.random_bytes(itemsize * wanted), dtype=dtype)
+            if width < 8 * itemsize:
+                draws = draws & mask
+            good = draws if bound == 1 << width else np.compress(draws < bound, draws)[:missing]
+            parts.append(good)
+            filled += good.size
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
     def _uniform_below_scalar(self, bound: int, n: int) -> np.ndarray:
         if not 0 < bound <= _MAX_BOUND:
             raise ValueError(f"bound of uniform_below must be in [1, 2**63), got {bound}")
@@ -121,7 +150,7 @@ class RandomSource:
             missing = n - filled
             # Oversample by the expected rejection rate so one round nearly always suffices.
             draws = self._chunks(missing + missing * ((1 << width) - bound) // bound + 16, width)
-            good = draws[draws < bound][:missing]
+            good = np.compress(draws < bound, draws)[:missing]
             parts.append(good)
             filled += good.size
         # Values are below 2**63, so the unsigned words reinterpret as int64 unchanged.

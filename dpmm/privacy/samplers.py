@@ -7,7 +7,11 @@ Gaussian by rejection from a discrete Laplace. Every decision compares integers 
 the OS CSPRNG (:mod:`dpmm.privacy.randomness`): there are no floats, no ``exp`` and no seed.
 
 The samplers process whole batches: each round draws the Bernoulli trials of every element
-still undecided at once and keeps only the undecided ones for the next round.
+still undecided at once and keeps only the undecided ones for the next round. Survivors are
+selected with ``np.compress`` / ``take``, several times faster than boolean indexing on
+unpredictable masks; uniforms for small bounds come in uint8/uint16 to save random bytes,
+which the OS delivers at only a few hundred MB/s. Large requests from the OS CSPRNG are
+split across threads.
 
 Parameters are exact rationals read by :func:`~dpmm.privacy.params.exact_fraction`: an int,
 a ``Fraction``, a string such as ``"7/3"`` or ``"0.25"``, or a float, which is read as the
@@ -22,13 +26,15 @@ Example:
 from __future__ import annotations
 
 import math
+import os
+import threading
 from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
 
 from dpmm.privacy.params import exact_fraction
-from dpmm.privacy.randomness import RandomSource, as_random_source
+from dpmm.privacy.randomness import RandomSource, SecureRandom, as_random_source
 
 __all__ = [
     "discrete_gaussian",
@@ -46,6 +52,10 @@ _INT64_LAPLACE_T = 2**40
 _INT64_GAUSSIAN_DENOMINATOR = 2**62
 #: |Y·t·q − p| above which the squared offset is formed with Python integers.
 _SQUARE_SAFE = 2**31
+#: Requests of at least this many samples from the OS CSPRNG are split across threads, each
+#: with its own source: os.urandom and numpy's large-array kernels release the GIL.
+_PARALLEL_MIN = 1 << 16
+_MAX_THREADS = 4
 #: A Bernoulli(exp(-1)) count this large is never reached (probability e^(-2^62)).
 _COUNT_CAP = 2**62
 
@@ -68,7 +78,9 @@ def discrete_laplace(scale: object, size: Size, *, rng: Rng = None) -> np.ndarra
     source = as_random_source(rng)
     numerator, denominator = exact.numerator, exact.denominator
     if numerator <= _INT64_LAPLACE_T and denominator < 2**62:
-        flat = _laplace_batch(numerator, denominator, count, source)
+        flat = _in_parallel(
+            count, lambda n, src: _laplace_batch(numerator, denominator, n, src), source
+        )
     else:
         flat = np.array(
             [_laplace_one(numerator, denominator, source) for _ in range(count)], dtype=object
@@ -96,37 +108,179 @@ def discrete_gaussian(sigma2: object, size: Size, *, rng: Rng = None) -> np.ndar
     t = math.isqrt(p // q) + 1
     denominator = 2 * p * q * t * t
     if denominator < _INT64_GAUSSIAN_DENOMINATOR and t * t * q < 2**50:
-        flat = _gaussian_batch(p, q, t, count, source)
+        flat = _in_parallel(count, lambda n, src: _gaussian_batch(p, q, t, n, src), source)
     else:
         flat = np.array([_gaussian_one(p, q, t, source) for _ in range(count)], dtype=object)
     return _as_int64(flat, "sigma2").reshape(shape)
 
 
+# --- threads --------------------------------------------------------------------------------
+
+_worker_sources: list[SecureRandom] = []
+_worker_sources_lock = threading.Lock()
+
+
+def _worker_source(i: int) -> SecureRandom:
+    """The i-th extra thread's own CSPRNG source, kept so its byte buffer is reused."""
+    with _worker_sources_lock:
+        while len(_worker_sources) <= i:
+            _worker_sources.append(SecureRandom())
+        return _worker_sources[i]
+
+
+def _in_parallel(
+    count: int, batch: Callable[[int, RandomSource], np.ndarray], source: RandomSource
+) -> np.ndarray:
+    """``batch(count, source)``, split over CPU cores for a large request from the OS CSPRNG.
+
+    The parts are independent batches of i.i.d. samples, so their concatenation is one. A test
+    generator is never split: its draws stay reproducible.
+    """
+    threads = min(_MAX_THREADS, os.cpu_count() or 1, count // _PARALLEL_MIN)
+    if threads < 2 or not isinstance(source, SecureRandom):
+        return batch(count, source)
+    sizes = [count // threads + (i < count % threads) for i in range(threads)]
+    results: list[np.ndarray | None] = [None] * threads
+    errors: list[BaseException] = []
+
+    def run(i: int, part_source: RandomSource) -> None:
+        try:
+            results[i] = batch(sizes[i], part_source)
+        except BaseException as error:  # re-raised in the calling thread
+            errors.append(error)
+
+    workers = [
+        threading.Thread(target=run, args=(i, _worker_source(i - 1))) for i in range(1, threads)
+    ]
+    for worker in workers:
+        worker.start()
+    run(0, source)
+    for worker in workers:
+        worker.join()
+    if errors:
+        raise errors[0]
+    return np.concatenate(results)
+
+
 # --- vectorized, int64 -------------------------------------------------------------------
+
+
+def _uniform(bound: int, n: int, source: RandomSource) -> np.ndarray:
+    """n uniform integers below ``bound``, in the narrowest dtype when the bound is small."""
+    if bound <= 2**32:
+        return source.small_uniform_below(bound, n)
+    return source.uniform_below(bound, n)
 
 
 def _bernoulli(numerators: np.ndarray, denominator: int, source: RandomSource) -> np.ndarray:
     """Bernoulli(n/d) per element: a uniform integer below d is below n."""
-    return source.uniform_below(denominator, numerators.size) < numerators
+    if denominator > 2**32:
+        return _bernoulli_wide(numerators, denominator, source)
+    return _uniform(denominator, numerators.size, source) < numerators
 
 
-def _first_broken_link_table(depth: int) -> np.ndarray:
-    """For V uniform on [0, depth!), the first k in 2..depth with V mod k! ≠ 0, or depth + 1.
+_LOW_BITS = 32
 
-    Writing V in mixed radix, V = d₂ + 2·d₃ + 3!·d₄ + …, the digits d_k are independent and
-    uniform on [0, k); "d_k = 0" is a Bernoulli(1/k) trial, and d₂ … d_k are all zero exactly
-    when V is a multiple of k!. One uniform V thus replaces the trials of rounds 2 … depth.
+
+def _bernoulli_wide(numerators: np.ndarray, denominator: int, source: RandomSource) -> np.ndarray:
+    """Bernoulli(n/d) for d > 2**32, reading the low 32 bits of the uniform only when needed.
+
+    V uniform on [0, 2**w) (w the bit width of d − 1) is drawn as high·2**32 + low with the
+    two parts independent; V is rejected when V ≥ d, and the answer is V < n. Comparing the
+    high parts with those of n and d settles both tests unless high equals n's or reaches d's,
+    which for a wide d is rare, so most elements cost the high part's two or four bytes instead
+    of eight. The comparisons are exact, so the outcome is that of the full draw. ``numerators``
+    are int64.
     """
-    values = np.arange(math.factorial(depth), dtype=np.int64)
-    first = np.full(values.size, depth + 1, dtype=np.int8)
-    for k in range(depth, 1, -1):
-        first[values % math.factorial(k) != 0] = k
-    return first
+    high_d = denominator >> _LOW_BITS
+    high = source.small_uniform_below(
+        1 << ((denominator - 1).bit_length() - _LOW_BITS), numerators.size
+    )
+    high = high.astype(np.int64)
+    high_n = numerators >> _LOW_BITS
+    result = high < high_n
+    undecided = np.flatnonzero((high >= high_d) | (high == high_n))
+    if not undecided.size:
+        return result
+    high_u, numerators_u = high.take(undecided), numerators.take(undecided)
+    low = source.small_uniform_below(1 << _LOW_BITS, undecided.size).astype(np.int64)
+    value = (high_u << _LOW_BITS) | low  # the full V, below 2**62
+    result[undecided] = value < numerators_u
+    rejected = np.flatnonzero(value >= denominator)  # out of range: a fresh draw
+    if rejected.size:
+        result[undecided.take(rejected)] = _bernoulli_wide(
+            numerators_u.take(rejected), denominator, source
+        )
+    return result
 
 
-_TABLE_DEPTH = 9
-_FIRST_BROKEN_LINK = _first_broken_link_table(_TABLE_DEPTH)
-_FACTORIAL_DEPTH = math.factorial(_TABLE_DEPTH)
+def _chain_table(first: int, last: int, bits: int) -> np.ndarray:
+    """Lookup from a uniform ``bits``-bit integer to where a chain of Bernoulli(1/k) breaks.
+
+    With P = first·(first+1)·…·last, an index v below the largest multiple of P that fits in
+    ``bits`` bits gives w = v mod P uniform on [0, P). Writing w in mixed radix,
+    w = d_first + first·(d_first+1 + (first+1)·(…)), the digits d_k are independent and uniform
+    on [0, k), so "d_k = 0" is a Bernoulli(1/k) trial, and d_first … d_k are all zero exactly
+    when w is a multiple of first·…·k. The entry is the first k in first … last with d_k ≠ 0,
+    or last + 1 when every trial succeeded. Indices past the last multiple of P hold 0: the
+    value must be drawn again (rejection, so w stays exactly uniform).
+    """
+    product = math.prod(range(first, last + 1))
+    usable = (1 << bits) // product * product
+    w = np.arange(usable, dtype=np.int64) % product
+    table = np.zeros(1 << bits, dtype=np.int16)
+    table[:usable] = last + 1
+    radix = 1
+    for k in range(first, last + 1):
+        radix *= k
+        undecided = table[:usable] == last + 1
+        table[:usable][undecided & (w % radix != 0)] = k
+    return table
+
+
+#: Two levels of table: one random byte settles trials 2 … 5 (all pass with probability
+#: 1/120); for the chains still unbroken, two bytes settle trials 6 … 9.
+_CHAIN_LEVELS = (
+    (2, 5, 8, _chain_table(2, 5, 8)),
+    (6, 9, 16, _chain_table(6, 9, 16)),
+)
+#: int16 holds every break point; reaching 2**15 has probability below 1 / (2**15)!.
+_CHAIN_LIMIT = 2**15 - 1
+
+
+def _chain_breaks(n: int, source: RandomSource, level: int = 0) -> np.ndarray:
+    """For n independent chains of Bernoulli(1/k) trials, k = 2, 3, …: the first k that fails.
+
+    P(break at k) = (k − 1)/k!. Each level of :data:`_CHAIN_LEVELS` settles a run of trials
+    from one table lookup; only the rare chains that survive a whole level go on to the next,
+    and past the tables one Bernoulli(1/k) is drawn per round.
+    """
+    if level == len(_CHAIN_LEVELS):
+        return _chain_breaks_one_by_one(n, _CHAIN_LEVELS[-1][1] + 1, source)
+    _, last, bits, table = _CHAIN_LEVELS[level]
+    breaks = table.take(source.small_uniform_below(1 << bits, n))
+    redraw = np.flatnonzero(breaks == 0)
+    while redraw.size:
+        breaks[redraw] = table.take(source.small_uniform_below(1 << bits, redraw.size))
+        redraw = redraw[breaks[redraw] == 0]
+    unbroken = np.flatnonzero(breaks == last + 1)
+    if unbroken.size:
+        breaks[unbroken] = _chain_breaks(unbroken.size, source, level + 1)
+    return breaks
+
+
+def _chain_breaks_one_by_one(n: int, k: int, source: RandomSource) -> np.ndarray:
+    """Chains known to pass every trial before k, continued one Bernoulli(1/k) per round."""
+    breaks = np.empty(n, dtype=np.int16)
+    running = np.arange(n)
+    while running.size:
+        if k >= _CHAIN_LIMIT:
+            raise RuntimeError("a Bernoulli(1/k) chain outgrew int16")  # never in practice
+        success = source.small_uniform_below(k, running.size) == 0
+        breaks[np.compress(~success, running)] = k
+        running = np.compress(success, running)
+        k += 1
+    return breaks
 
 
 def _bernoulli_exp_unit(
@@ -137,45 +291,36 @@ def _bernoulli_exp_unit(
     Round K draws A ~ Bernoulli(γ/K) for every element still running; an element stops at the
     first A = 0 and returns whether K is odd. For K ≥ 2, Bernoulli(γ/K) is drawn as the product
     of independent Bernoulli(1/K) and Bernoulli(γ) trials, which has probability γ/K and keeps
-    the bounds at K and d where d·K could overflow. The Bernoulli(1/K) trials of rounds 2 … 9
-    come from one table lookup per element (see :func:`_first_broken_link_table`).
+    the bounds at K and d where d·K could overflow. All the Bernoulli(1/K) trials of an element
+    come at once from :func:`_chain_breaks`: the first K whose trial fails.
     """
     out = np.ones(numerators.size, dtype=bool)  # stopping at K = 1 returns 1
     running = np.flatnonzero(_bernoulli(numerators, denominator, source))
     current = numerators[running]
-    chain_stop = _FIRST_BROKEN_LINK[source.uniform_below(_FACTORIAL_DEPTH, running.size)]
+    chain_break = _chain_breaks(running.size, source)
     k = 2
     while running.size:
-        if k <= _TABLE_DEPTH:
-            success = chain_stop > k
-        else:
-            success = source.uniform_below(k, running.size) == 0
+        success = chain_break > k
         passed = np.flatnonzero(success)
-        success[passed] = _bernoulli(current[passed], denominator, source)
+        success[passed] = _bernoulli(current.take(passed), denominator, source)
         if k % 2 == 0:
-            out[running[~success]] = False
-        running, current, chain_stop = running[success], current[success], chain_stop[success]
+            out[np.compress(~success, running)] = False
+        kept = np.flatnonzero(success)
+        running, current, chain_break = (
+            running.take(kept),
+            current.take(kept),
+            chain_break.take(kept),
+        )
         k += 1
     return out
 
 
 def _bernoulli_exp_minus_one(n: int, source: RandomSource) -> np.ndarray:
-    """n draws of Bernoulli(exp(−1)): the γ = 1 case, whose first trial always succeeds.
+    """n draws of Bernoulli(exp(−1)): the γ = 1 case, whose Bernoulli(γ) trials always succeed.
 
     The element stops at the first failed Bernoulli(1/K), K ≥ 2, and returns whether K is odd.
-    Rounds 2 … 9 come from one table lookup; the few elements (1 in 9!) that pass them all
-    continue one round at a time.
     """
-    stop = _FIRST_BROKEN_LINK[source.uniform_below(_FACTORIAL_DEPTH, n)]
-    out = (stop & 1).astype(bool)
-    running = np.flatnonzero(stop > _TABLE_DEPTH)
-    k = _TABLE_DEPTH + 1
-    while running.size:
-        success = source.uniform_below(k, running.size) == 0
-        out[running[~success]] = k % 2 == 1
-        running = running[success]
-        k += 1
-    return out
+    return (_chain_breaks(n, source) & 1).astype(bool)
 
 
 def _bernoulli_exp(
@@ -187,36 +332,47 @@ def _bernoulli_exp(
     left = whole[alive]
     while alive.size:
         success = _bernoulli_exp_minus_one(alive.size, source)
-        result[alive[~success]] = False
-        alive, left = alive[success], left[success] - 1
-        more = left > 0
-        alive, left = alive[more], left[more]
+        result[np.compress(~success, alive)] = False
+        kept = np.flatnonzero(success & (left > 1))  # still alive, exp(−1)s still to pass
+        alive, left = alive.take(kept), left.take(kept) - 1
     return result
 
 
 def _geometric(n: int, source: RandomSource) -> np.ndarray:
     """Successes of Bernoulli(exp(−1)) before the first failure: P(v) = (1 − 1/e)·e^(−v)."""
-    counts = np.zeros(n, dtype=np.int64)
-    running = np.arange(n)
+    first = _bernoulli_exp_minus_one(n, source)
+    counts = first.astype(np.int64)
+    running = np.flatnonzero(first)
     while running.size:
-        running = running[_bernoulli_exp_minus_one(running.size, source)]
+        running = np.compress(_bernoulli_exp_minus_one(running.size, source), running)
         counts[running] += 1
     return counts
 
 
-def _laplace_candidates(t: int, s: int, m: int, source: RandomSource) -> np.ndarray:
-    """One pass of CKS Algorithm 2 on m candidates for scale t/s; returns the accepted ones."""
-    remainders = source.uniform_below(t, m)
+def _laplace_magnitudes(t: int, s: int, m: int, source: RandomSource) -> np.ndarray:
+    """|Y| for the accepted ones of m tries of CKS Algorithm 2 (scale t/s), before the sign."""
+    remainders = _uniform(t, m, source)
     if t > 1:
-        remainders = remainders[
-            _bernoulli_exp_unit(remainders, t, source)  # Bernoulli(exp(−U/t))
-        ]
-    magnitudes = remainders + t * _geometric(remainders.size, source)
+        remainders = np.compress(_bernoulli_exp_unit(remainders, t, source), remainders)
+    magnitudes = _geometric(remainders.size, source)
+    magnitudes *= t
+    magnitudes += remainders
     if s > 1:
         magnitudes //= s
+    return magnitudes
+
+
+def _with_random_signs(magnitudes: np.ndarray, source: RandomSource) -> np.ndarray:
+    """±magnitude with a fair sign, rejecting −0, which would count zero twice."""
     negative = source.bits(magnitudes.size)
-    keep = ~(negative & (magnitudes == 0))  # −0 would count zero twice
-    return np.where(negative, -magnitudes, magnitudes)[keep]
+    keep = np.greater_equal(magnitudes, negative)  # drops exactly magnitude 0 with a minus
+    signs = 1 - 2 * negative.view(np.int8)  # arithmetic: a masked negation is branchy and slow
+    return np.compress(keep, magnitudes * signs)
+
+
+def _laplace_candidates(t: int, s: int, m: int, source: RandomSource) -> np.ndarray:
+    """One pass of CKS Algorithm 2 on m candidates for scale t/s; returns the accepted ones."""
+    return _with_random_signs(_laplace_magnitudes(t, s, m, source), source)
 
 
 def _fill(count: int, draw: Callable[[int], np.ndarray], first_rate: float) -> np.ndarray:
@@ -249,19 +405,32 @@ def _gaussian_batch(p: int, q: int, t: int, count: int, source: RandomSource) ->
     denominator = 2 * p * q * t * t
 
     def draw(m: int) -> np.ndarray:
-        proposals = _laplace_candidates(t, 1, m, source)
-        offsets = np.abs(proposals) * (t * q) - p
-        whole = np.empty(offsets.size, dtype=np.int64)
-        remainder = np.empty(offsets.size, dtype=np.int64)
-        small = np.abs(offsets) < _SQUARE_SAFE
-        squares = offsets[small] * offsets[small]
-        whole[small], remainder[small] = np.divmod(squares, denominator)
-        for i in np.flatnonzero(~small):  # far tail: square with Python integers
-            high, low = divmod(int(offsets[i]) ** 2, denominator)
-            whole[i], remainder[i] = min(high, _COUNT_CAP), low
-        return proposals[_bernoulli_exp(whole, remainder, denominator, source)]
+        # The Gaussian acceptance depends on |Y| only, and the sign's −0 rejection is an
+        # independent second test, so the two may run in either order: testing magnitudes
+        # first leaves fewer elements to sign.
+        magnitudes = _laplace_magnitudes(t, 1, m, source)
+        offsets = magnitudes * (t * q) - p
+        if offsets.size and max(-int(offsets.min()), int(offsets.max())) < _SQUARE_SAFE:
+            whole, remainder = np.divmod(offsets * offsets, denominator)
+        else:
+            whole, remainder = _far_divmod(offsets, denominator)
+        kept = np.compress(_bernoulli_exp(whole, remainder, denominator, source), magnitudes)
+        return _with_random_signs(kept, source)
 
     return _fill(count, draw, 0.5)
+
+
+def _far_divmod(offsets: np.ndarray, denominator: int) -> tuple[np.ndarray, np.ndarray]:
+    """divmod(offset², denominator) when some squares could overflow int64."""
+    whole = np.empty(offsets.size, dtype=np.int64)
+    remainder = np.empty(offsets.size, dtype=np.int64)
+    small = np.abs(offsets) < _SQUARE_SAFE
+    squares = offsets[small] * offsets[small]
+    whole[small], remainder[small] = np.divmod(squares, denominator)
+    for i in np.flatnonzero(~small):  # far tail: square with Python integers
+        high, low = divmod(int(offsets[i]) ** 2, denominator)
+        whole[i], remainder[i] = min(high, _COUNT_CAP), low
+    return whole, remainder
 
 
 # --- one sample at a time, Python integers (parameters too large for int64) ----------------

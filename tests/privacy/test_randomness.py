@@ -126,3 +126,28 @@ def test_threads_sharing_a_source_never_receive_the_same_bytes():
     for thread in threads:
         thread.join()
     assert len(set(chunks)) == len(chunks) == 20_000
+
+
+@pytest.mark.parametrize(
+    ("bound", "dtype"),
+    [
+        (1, np.uint8),
+        (3, np.uint8),
+        (256, np.uint8),
+        (1000, np.uint16),
+        (65536, np.uint16),
+        (362880, np.uint32),
+        (2**32, np.uint32),
+    ],
+)
+def test_small_uniform_below_is_uniform_in_the_narrowest_dtype(bound, dtype):
+    values = GeneratorSource(np.random.default_rng(bound)).small_uniform_below(bound, 200_000)
+    assert values.dtype == dtype and values.size == 200_000 and int(values.max()) < bound
+    if 1 < bound <= 65536:
+        assert uniform_pvalue(values.astype(np.int64), bound) > ALPHA
+
+
+@pytest.mark.parametrize("bound", [0, 2**32 + 1])
+def test_small_uniform_below_rejects_bounds_out_of_range(bound):
+    with pytest.raises(ValueError, match="bound"):
+        SecureRandom().small_uniform_below(bound, 3)

@@ -217,3 +217,73 @@ def test_fast_insecure_samplers_are_floats_of_the_right_scale():
     gaussian = samplers.fast_insecure_gaussian(4.0, 100_000, rng=generator)
     assert laplace.dtype == np.float64 and abs(laplace.var() - 8.0) < 0.3
     assert abs(gaussian.var() - 4.0) < 0.15
+
+
+def test_chain_tables_hold_the_exact_break_probabilities():
+    """P(first failed Bernoulli(1/k) is at k) = (k − 1)/k!, counted over each table's valid part."""
+    for first, last, bits, table in samplers._CHAIN_LEVELS:
+        counts = np.bincount(table, minlength=last + 2)
+        valid = (1 << bits) - int(counts[0])
+        product = math.prod(range(first, last + 1))
+        assert valid % product == 0 and valid > (1 << bits) // 2
+        reached = Fraction(1)
+        for k in range(first, last + 1):
+            assert Fraction(int(counts[k]), valid) == reached * Fraction(k - 1, k)
+            reached /= k
+        assert Fraction(int(counts[last + 1]), valid) == reached
+
+
+def test_chain_breaks_past_the_tables_follow_the_exact_distribution():
+    source = GeneratorSource(np.random.default_rng(11))
+    breaks = samplers._chain_breaks_one_by_one(200_000, 10, source)
+    support = np.arange(10, 14)
+    pmf = np.array([9 / 10, 1 / 10 * 10 / 11, 1 / 110 * 11 / 12, 1 / 1320])
+    tail_pooled = np.minimum(breaks.astype(np.int64), 13)
+    assert chi_square_pvalue(tail_pooled, support, pmf) > ALPHA
+
+
+def test_large_secure_requests_are_split_across_threads_and_stay_exact(monkeypatch):
+    calls: list[int] = []
+    batch = samplers._laplace_batch
+
+    def counting(t, s, count, source):
+        calls.append(count)
+        return batch(t, s, count, source)
+
+    monkeypatch.setattr(samplers, "_laplace_batch", counting)
+    monkeypatch.setattr(samplers.os, "cpu_count", lambda: 2)
+    samples = discrete_laplace("7/3", 2 * samplers._PARALLEL_MIN + 1)
+    assert sorted(calls) == [samplers._PARALLEL_MIN, samplers._PARALLEL_MIN + 1]
+    assert fits(samples, *laplace_pmf(Fraction(7, 3)))
+    assert fits(
+        discrete_gaussian("49/9", 3 * samplers._PARALLEL_MIN), *gaussian_pmf(Fraction(49, 9))
+    )
+
+
+def test_a_failure_in_a_worker_thread_reaches_the_caller(monkeypatch):
+    def failing(count, source):
+        if source is not samplers.as_random_source(None):
+            raise ArithmeticError("worker")
+        return np.zeros(count, dtype=np.int64)
+
+    monkeypatch.setattr(samplers.os, "cpu_count", lambda: 2)
+    with pytest.raises(ArithmeticError, match="worker"):
+        samplers._in_parallel(4 * samplers._PARALLEL_MIN, failing, samplers.as_random_source(None))
+
+
+def test_far_offsets_are_squared_with_python_integers():
+    offsets = np.array([3, -5, 2**31 + 7, -(2**40)], dtype=np.int64)
+    whole, remainder = samplers._far_divmod(offsets, 1000)
+    for offset, high, low in zip(offsets.tolist(), whole.tolist(), remainder.tolist(), strict=True):
+        expected_high, expected_low = divmod(offset**2, 1000)
+        # A whole part past the cap means exp(−whole) is never passed; it is clipped to fit.
+        assert (high, low) == (min(expected_high, samplers._COUNT_CAP), expected_low)
+
+
+@pytest.mark.parametrize("denominator", [2**32 + 1, 3 * 2**32 - 5, 2 * 10**12 + 3])
+def test_wide_bernoulli_has_the_exact_probability(denominator):
+    source = GeneratorSource(np.random.default_rng(denominator % 1000))
+    # Numerators whose high 32-bit parts equal the denominator's, or not, or are zero.
+    for numerator in (1, denominator // 3, denominator - 2**31, denominator - 1):
+        hits = samplers._bernoulli(np.full(100_000, numerator, dtype=np.int64), denominator, source)
+        assert stats.binomtest(int(hits.sum()), hits.size, numerator / denominator).pvalue > ALPHA
