@@ -1,0 +1,49 @@
+"""Measurement: exact noisy answers of a strategy, drawn once and persisted before use.
+
+:func:`measure` charges a ledger reservation, adds exact discrete Laplace or discrete
+Gaussian noise to ``A x`` and writes a :class:`MeasurementRecord` atomically to a store
+folder; :func:`load_measurement` reads one back. Only integer-valued strategies are
+accepted until strategy quantization exists.
+
+Example:
+    >>> import pathlib, tempfile
+    >>> import numpy as np
+    >>> from dpmm.linalg import Hierarchical
+    >>> from dpmm.privacy.ledger import Ledger
+    >>> from dpmm.privacy.params import PureDP
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> ledger = Ledger.init(folder / "ledger.sqlite")
+    >>> _ = ledger.grant("survey", PureDP(1))
+    >>> reservation = ledger.reserve("survey", PureDP("1/2"), release_id="survey-2026")
+    >>> record = measure(Hierarchical(4), np.array([3, 0, 5, 1]), PureDP("1/2"),
+    ...                  store=folder, measurement_id="tree", ledger=ledger,
+    ...                  reservation=reservation)
+    >>> record.sensitivity, record.scale, record.values.shape, ledger.status(reservation)
+    (Fraction(3, 1), Fraction(6, 1), (7,), 'spent')
+    >>> load_measurement(folder, "tree") == record
+    True
+    >>> ledger.close()
+"""
+
+from dpmm.measure.exact import (
+    ExactStrategy,
+    MeasurementError,
+    MeasurementMismatch,
+    analyze_strategy,
+    exact_answers,
+)
+from dpmm.measure.mechanism import measure
+from dpmm.measure.record import FORMAT, MeasurementRecord, load_measurement, record_path
+
+__all__ = [
+    "FORMAT",
+    "ExactStrategy",
+    "MeasurementError",
+    "MeasurementMismatch",
+    "MeasurementRecord",
+    "analyze_strategy",
+    "exact_answers",
+    "load_measurement",
+    "measure",
+    "record_path",
+]

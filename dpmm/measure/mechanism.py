@@ -1,0 +1,240 @@
+"""Measure a strategy on a data vector with exact noise, drawn once and persisted first.
+
+The order of events is what makes the guarantee hold across crashes and retries
+(DESIGN §5, rules 3 and 4):
+
+1. everything is validated and the exact answers are computed, so a refusal spends nothing;
+2. if the store already holds a record for the id, it is checked against the request and
+   returned: no noise is drawn and the ledger is not touched;
+3. otherwise the reservation must still be *reserved*: a spent reservation without a record
+   means noise was drawn and lost, and drawing again would spend the budget twice;
+4. the reservation is marked spent, then the noise is drawn;
+5. the record is written atomically, and what is returned is the record read back from disk.
+
+A lock file in the store serializes steps 2 to 5 between processes sharing the store.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+from dpmm.linalg import Matrix
+from dpmm.measure import record as records
+from dpmm.measure.exact import (
+    ExactStrategy,
+    MeasurementError,
+    MeasurementMismatch,
+    analyze_strategy,
+    exact_answers,
+)
+from dpmm.measure.record import MeasurementRecord, check_measurement_id, record_path
+from dpmm.privacy.accounting import discrete_gaussian_zcdp, gaussian_sigma2, laplace_scale
+from dpmm.privacy.ledger import Ledger, Reservation
+from dpmm.privacy.params import ZCDP, PureDP
+from dpmm.privacy.randomness import RandomSource
+from dpmm.privacy.samplers import discrete_gaussian, discrete_laplace
+
+__all__ = ["measure"]
+
+_LOCK_NAME = ".measure.lock"
+_LAPLACE_THEOREM = (
+    "Ghosh, Roughgarden, Sundararajan 2009 (the geometric mechanism): independent discrete "
+    "Laplace noise of scale t on an integer query of L1 sensitivity Δ₁ gives (Δ₁/t)-DP"
+)
+#: What a stored record must share with a request to be reused (the strategy's repr and the
+#: theorem's wording may change between versions without changing the measurement).
+_MATCHED = ("strategy_fingerprint", "shape", "privacy", "norm", "sensitivity", "noise")
+_MATCHED += ("scale", "sigma2")
+#: Noisy answers stay in int64: |A x| < 2**53 and |noise| below this bound.
+_NOISE_LIMIT = 2**62
+
+
+def measure(
+    A: Matrix,
+    x: np.ndarray,
+    privacy: PureDP | ZCDP,
+    *,
+    store: str | os.PathLike[str],
+    measurement_id: str,
+    ledger: Ledger,
+    reservation: Reservation,
+    rng: RandomSource | np.random.Generator | None = None,
+) -> MeasurementRecord:
+    """``A x`` plus exact discrete noise calibrated to ``privacy``, persisted before returned.
+
+    Pure DP adds discrete Laplace noise of scale ``Δ₁/ε``; zCDP adds discrete Gaussian noise
+    of variance parameter ``Δ₂²/(2ρ)``. Calling again with the same ``measurement_id``
+    returns the stored record unchanged, drawing nothing, if the request matches it.
+
+    Args:
+        A: the strategy; for now its entries must be integers (see :mod:`dpmm.measure.exact`).
+        x: the data vector, a 1-D array of non-negative integer counts of length ``A.shape[1]``.
+        privacy: ``PureDP`` or ``ZCDP``, exactly the reservation's budget.
+        store: an existing folder holding the measurement records.
+        measurement_id: the record's name in the store: letters, digits, '.', '_', '-'.
+        ledger: the open ledger holding ``reservation``.
+        reservation: the budget reserved for this measurement; marked spent before drawing.
+        rng: tests only: a ``numpy.random.Generator``. The default is the OS CSPRNG.
+
+    Returns:
+        The record as read back from the store.
+
+    Raises:
+        MeasurementError: The request is invalid, the strategy is not integer-valued, or the
+            reservation is not *reserved* while no record exists; nothing was spent.
+        MeasurementMismatch: A record with this id exists for another strategy or privacy.
+    """
+    measurement_id = check_measurement_id(measurement_id)
+    folder = _store(store)
+    exact = analyze_strategy(A)
+    counts = _counts(x, A.shape[1])
+    _check_privacy(privacy, reservation)
+    expected = _plan(exact, privacy)
+    path = record_path(folder, measurement_id)
+    with _locked(folder):
+        if path.exists():
+            return _reuse(folder, measurement_id, expected)
+        answers = exact_answers(exact, counts)
+        status = ledger.status(reservation)
+        if status != "reserved":
+            lost = " and no record of its measurement exists" if status == "spent" else ""
+            raise MeasurementError(
+                f"reservation {reservation.id!r} (release {reservation.release_id!r}) is "
+                f"{status}{lost}; measurement {measurement_id!r} needs a reserved budget"
+            )
+        ledger.mark_spent(reservation)
+        noise = _draw(expected, answers.size, rng)
+        values = answers + noise
+        del answers
+        record = MeasurementRecord(
+            measurement_id=measurement_id,
+            values=values,
+            reservation_id=reservation.id,
+            release_id=reservation.release_id,
+            created=datetime.now(UTC).isoformat(timespec="microseconds"),
+            **expected,
+        )
+        records.write_record(record, path)
+        return records.load_measurement(folder, measurement_id)
+
+
+def _plan(exact: ExactStrategy, privacy: PureDP | ZCDP) -> dict[str, object]:
+    """Every record field that follows from the strategy and the privacy alone."""
+    common = {
+        "strategy": repr(exact.matrix),
+        "strategy_fingerprint": exact.fingerprint(),
+        "shape": (int(exact.matrix.shape[0]), int(exact.matrix.shape[1])),
+        "privacy": privacy,
+    }
+    if isinstance(privacy, PureDP):
+        sensitivity = Fraction(exact.sensitivity_l1)
+        scale = laplace_scale(sensitivity, privacy)
+        if sensitivity / scale != privacy.epsilon:  # pragma: no cover - exact arithmetic
+            raise MeasurementError(f"the Laplace scale {scale} does not give {privacy}")
+        return {
+            **common,
+            "norm": "l1",
+            "sensitivity": sensitivity,
+            "noise": "discrete_laplace",
+            "scale": scale,
+            "sigma2": None,
+            "guarantee": _LAPLACE_THEOREM,
+        }
+    sensitivity = Fraction(exact.sensitivity_l2_squared)
+    sigma2 = gaussian_sigma2(sensitivity, privacy)
+    guarantee = discrete_gaussian_zcdp(sigma2, sensitivity, max(exact.matrix.shape[0], 1))
+    if guarantee.privacy.rho > privacy.rho:
+        raise MeasurementError(
+            f"σ² = {sigma2} gives only {guarantee.privacy} by {guarantee.theorem}, "
+            f"weaker than the {privacy} reserved"
+        )
+    return {
+        **common,
+        "norm": "l2",
+        "sensitivity": sensitivity,
+        "noise": "discrete_gaussian",
+        "scale": None,
+        "sigma2": sigma2,
+        "guarantee": guarantee.theorem,
+    }
+
+
+def _reuse(folder: Path, measurement_id: str, expected: dict[str, object]) -> MeasurementRecord:
+    stored = records.load_measurement(folder, measurement_id)
+    different = [name for name in _MATCHED if getattr(stored, name) != expected[name]]
+    if different:
+        raise MeasurementMismatch(
+            f"measurement {measurement_id!r} in {folder} was taken with another "
+            f"{', '.join(different)}; use a new measurement id for a different request"
+        )
+    return stored
+
+
+def _draw(
+    expected: dict[str, object], size: int, rng: RandomSource | np.random.Generator | None
+) -> np.ndarray:
+    if expected["noise"] == "discrete_laplace":
+        noise = discrete_laplace(expected["scale"], size, rng=rng)
+    else:
+        noise = discrete_gaussian(expected["sigma2"], size, rng=rng)
+    if noise.size and int(np.abs(noise).max()) >= _NOISE_LIMIT:  # pragma: no cover
+        raise MeasurementError("a noise value is too large to add exactly in int64")
+    return noise
+
+
+def _store(store: object) -> Path:
+    if not isinstance(store, str | os.PathLike):
+        raise MeasurementError(f"a measurement store must be a folder path, got {store!r:.80}")
+    folder = Path(store)
+    if not folder.is_dir():
+        raise MeasurementError(f"the measurement store {folder} is not an existing folder")
+    return folder
+
+
+def _counts(x: object, columns: int) -> np.ndarray:
+    if not isinstance(x, np.ndarray) or x.ndim != 1 or not np.issubdtype(x.dtype, np.integer):
+        described = f"{x.dtype} array of shape {x.shape}" if isinstance(x, np.ndarray) else None
+        raise MeasurementError(
+            "the data vector must be a 1-D numpy array of integer counts, got "
+            f"{described or type(x).__name__}"
+        )
+    if x.size != columns:
+        raise MeasurementError(
+            f"the data vector has {x.size} cells but the strategy has {columns} columns"
+        )
+    if x.size and x.min() < 0:
+        raise MeasurementError("the data vector has a negative count")
+    return x
+
+
+def _check_privacy(privacy: object, reservation: object) -> None:
+    if not isinstance(privacy, PureDP | ZCDP):
+        raise MeasurementError(f"privacy must be PureDP or ZCDP, got {privacy!r:.80}")
+    if not isinstance(reservation, Reservation):
+        raise MeasurementError(
+            f"a reservation must be a ledger Reservation, got {type(reservation).__name__}"
+        )
+    if type(reservation.budget) is not type(privacy) or reservation.budget != privacy:
+        raise MeasurementError(
+            f"privacy {privacy} is not the budget {reservation.budget} of reservation "
+            f"{reservation.id!r}; measure with exactly the reserved budget"
+        )
+
+
+@contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """An exclusive lock on the store, held across check, spend, draw and write."""
+    descriptor = os.open(folder / _LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)
