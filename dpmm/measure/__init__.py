@@ -2,8 +2,8 @@
 
 :func:`measure` charges a ledger reservation, adds exact discrete Laplace or discrete
 Gaussian noise to ``A x`` and writes a :class:`MeasurementRecord` atomically to a store
-folder; :func:`load_measurement` reads one back. Only integer-valued strategies are
-accepted until strategy quantization exists.
+folder; :func:`load_measurement` reads one back. It measures integer-valued strategies;
+:func:`quantize` puts a real-valued strategy on an integer grid first.
 
 Example:
     >>> import pathlib, tempfile
@@ -33,17 +33,29 @@ from dpmm.measure.exact import (
     exact_answers,
 )
 from dpmm.measure.mechanism import measure
+from dpmm.measure.quantize import (
+    DEFAULT_BITS,
+    QuantizationError,
+    QuantizedStrategy,
+    quantization_error_change,
+    quantize,
+)
 from dpmm.measure.record import FORMAT, MeasurementRecord, load_measurement, record_path
 
 __all__ = [
+    "DEFAULT_BITS",
     "FORMAT",
     "ExactStrategy",
     "MeasurementError",
     "MeasurementMismatch",
     "MeasurementRecord",
+    "QuantizationError",
+    "QuantizedStrategy",
     "analyze_strategy",
     "exact_answers",
     "load_measurement",
     "measure",
+    "quantization_error_change",
+    "quantize",
     "record_path",
 ]

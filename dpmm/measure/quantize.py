@@ -1,0 +1,245 @@
+"""Quantize a real-valued strategy to a rational grid so it can be measured exactly.
+
+Exact noise (DESIGN §5.1) needs an integer query and an exact sensitivity. A real-valued
+strategy ``A`` (eigen-design, HDMM, weighted marginals) is rounded to ``A_q = B / D`` with
+``B`` integer-valued and ``D`` a power of two. ``B`` is an integer strategy that
+:func:`~dpmm.measure.measure` handles as it is; its noisy answers divided by ``D`` estimate
+``A_q x``, with exact sensitivity ``Δ(B) / D``, and reconstruction uses ``A_q``.
+
+Rounding keeps the structure: a Kronecker product stays a product of quantized factors, a
+stack stays a stack of quantized blocks, weighted marginals stay marginals with integer
+weights, so nothing large is ever made dense. Each rounded quantity (an array, a weight)
+gets its own grid, relative to its largest magnitude: the largest becomes an integer with
+``bits`` significant bits and every entry moves by at most half a grid step, i.e. by at
+most ``2**-bits`` times that largest magnitude. Ties round half to even (``numpy.rint``).
+Integer-valued parts are never rounded, and a grid is coarsened while every rounded value
+is even, so an integer strategy comes back unchanged with ``D = 1``.
+
+The grid trades accuracy against the size of ``B``: the expected error of ``A_q`` differs
+from that of ``A`` by about ``2**-bits`` relatively (more for ill-conditioned strategies),
+while the entries of ``B`` grow like ``2**bits`` per rounded factor, and ``measure``
+computes ``B x`` exactly only while its largest entry times the number of records stays
+below ``2**53``. ``DEFAULT_BITS = 13`` keeps the change of expected error below 0.1 % on
+dense eigen-design-like, Kronecker and weighted-marginal strategies (typically 0.002 %-0.02 %,
+at most 0.08 % over random Gaussian Kronecker products), and leaves room for about 2**40
+records on a one-factor strategy and 2**26 on a Kronecker product of two real factors.
+Pass fewer bits for more records, more bits for a closer match.
+
+Example:
+    >>> from dpmm.linalg import Hierarchical
+    >>> quantized = quantize(Weighted(0.3, Hierarchical(4)), bits=8)
+    >>> quantized.integer.weight, quantized.scale
+    (77.0, 256)
+    >>> float(quantized.matrix.dense()[0, 0])   # A_q = 77/256 · tree, near 0.3
+    0.30078125
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from dpmm.error import expected_error
+from dpmm.errors import TooLargeError
+from dpmm.linalg import (
+    DENSE_LIMIT,
+    Dense,
+    Identity,
+    Kron,
+    Marginals,
+    Matrix,
+    Ones,
+    Prefix,
+    RangeQueries,
+    Sparse,
+    VStack,
+    Weighted,
+)
+from dpmm.measure.exact import MeasurementError
+from dpmm.privacy import PrivacyParameter
+
+__all__ = [
+    "DEFAULT_BITS",
+    "QuantizationError",
+    "QuantizedStrategy",
+    "quantization_error_change",
+    "quantize",
+]
+
+#: Significant bits kept per rounded array or weight (see the module docstring).
+DEFAULT_BITS = 13
+#: Rounded values must stay integers that float64 holds exactly.
+_MAX_BITS = 52
+
+
+class QuantizationError(MeasurementError):
+    """A strategy cannot be put on an integer grid as requested."""
+
+
+@dataclass(frozen=True)
+class QuantizedStrategy:
+    """A strategy on a rational grid: ``A_q = integer / scale``.
+
+    ``integer`` has integer entries and is what :func:`~dpmm.measure.measure` measures;
+    ``scale`` is a power of two, an exact int. Dividing the noisy answers by ``scale``
+    estimates ``A_q x``, and :attr:`matrix` is the ``A_q`` that reconstruction uses.
+    """
+
+    integer: Matrix
+    scale: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.scale, int) or self.scale < 1 or self.scale & (self.scale - 1):
+            raise QuantizationError(
+                f"a quantization scale must be a power of two, got {self.scale!r}"
+            )
+
+    @property
+    def matrix(self) -> Matrix:
+        """The quantized strategy ``A_q = integer / scale``."""
+        return self.integer if self.scale == 1 else Weighted(1 / self.scale, self.integer)
+
+
+def quantize(A: Matrix, *, bits: int = DEFAULT_BITS) -> QuantizedStrategy:
+    """Round ``A`` to ``integer / scale`` with a power-of-two scale, keeping its structure.
+
+    Args:
+        A: the strategy, a dpmm.linalg matrix.
+        bits: significant bits kept for each rounded array or weight, 1 to 52.
+
+    Raises:
+        QuantizationError: ``bits`` is out of range, ``A`` is not a dpmm matrix, or it is an
+            unstructured type too large to round as a dense array.
+    """
+    if not isinstance(bits, int) or isinstance(bits, bool) or not 1 <= bits <= _MAX_BITS:
+        raise QuantizationError(f"bits must be an integer from 1 to {_MAX_BITS}, got {bits!r}")
+    if not isinstance(A, Matrix):
+        raise QuantizationError(f"a strategy must be a dpmm.linalg matrix, got {type(A).__name__}")
+    integer, exponent = _quantize(A, bits)
+    return QuantizedStrategy(integer, 1 << exponent)
+
+
+def quantization_error_change(
+    W: Matrix, A: Matrix, quantized: QuantizedStrategy, privacy: PrivacyParameter
+) -> float:
+    """The relative change of expected error from measuring ``quantized`` instead of ``A``.
+
+    Both errors are the exact expected squared errors of least-squares reconstruction,
+    each with its own sensitivity: ``expected_error(W, A_q) / expected_error(W, A) - 1``.
+    """
+    return expected_error(W, quantized.matrix, privacy) / expected_error(W, A, privacy) - 1
+
+
+# The recursion returns (integer matrix, e) with scale 2**e, and hands back the very same
+# object when nothing was rounded, so subclasses (Marginal, Hierarchical) keep their type.
+
+
+def _quantize(A: Matrix, bits: int) -> tuple[Matrix, int]:
+    if isinstance(A, Identity | Ones | Prefix | RangeQueries):
+        return A, 0
+    if isinstance(A, Dense):
+        return _quantize_dense(A, bits)
+    if isinstance(A, Sparse):
+        return _quantize_sparse(A, bits)
+    if isinstance(A, Weighted):
+        return _quantize_weighted(A, bits)
+    if isinstance(A, Kron):
+        parts = [_quantize(factor, bits) for factor in A.factors]
+        if all(part is factor for (part, _), factor in zip(parts, A.factors, strict=True)):
+            return A, 0
+        return Kron([part for part, _ in parts]), sum(exponent for _, exponent in parts)
+    if isinstance(A, Marginals):
+        return _quantize_marginals(A, bits)
+    if isinstance(A, VStack):
+        return _quantize_stack(A, bits)
+    return _quantize_other(A, bits)
+
+
+def _round(values: np.ndarray, bits: int) -> tuple[np.ndarray, int]:
+    """Integers ``k`` (as float64) and ``e`` with ``k / 2**e`` within a grid step of values."""
+    if np.array_equal(values, np.rint(values)):
+        return values, 0
+    largest = float(np.abs(values).max())
+    exponent = max(0, bits - math.frexp(largest)[1])  # largest < 2**frexp(largest)[1]
+    rounded = np.rint(np.ldexp(values, exponent))  # scaling by 2**e is exact in float64
+    return _coarsen(rounded, exponent)
+
+
+def _coarsen(rounded: np.ndarray, exponent: int) -> tuple[np.ndarray, int]:
+    """Halve the grid while every value stays an integer: the smallest exact scale."""
+    while exponent > 0 and not np.any(np.fmod(rounded, 2)):
+        rounded, exponent = rounded / 2, exponent - 1
+    return rounded, exponent
+
+
+def _round_weight(weight: float, bits: int) -> tuple[int, int]:
+    rounded, exponent = _round(np.array([weight]), bits)
+    return int(rounded[0]), exponent
+
+
+def _quantize_dense(A: Dense, bits: int) -> tuple[Matrix, int]:
+    rounded, exponent = _round(A.array, bits)
+    return (A, 0) if rounded is A.array else (Dense(rounded), exponent)
+
+
+def _quantize_sparse(A: Sparse, bits: int) -> tuple[Matrix, int]:
+    csr = A.matrix
+    if csr.nnz == 0:
+        return A, 0
+    rounded, exponent = _round(csr.data, bits)
+    if rounded is csr.data:
+        return A, 0
+    result = sp.csr_array((rounded, csr.indices.copy(), csr.indptr.copy()), shape=csr.shape)
+    result.eliminate_zeros()
+    return Sparse(result), exponent
+
+
+def _quantize_weighted(A: Weighted, bits: int) -> tuple[Matrix, int]:
+    base, base_exponent = _quantize(A.base, bits)
+    weight, weight_exponent = _round_weight(A.weight, bits)
+    if base is A.base and weight == A.weight:
+        return A, 0
+    integer = base if weight == 1 else Weighted(weight, base)
+    return integer, base_exponent + weight_exponent
+
+
+def _quantize_stack(A: VStack, bits: int) -> tuple[Matrix, int]:
+    parts = [_quantize(block, bits) for block in A.blocks]
+    if all(part is block for (part, _), block in zip(parts, A.blocks, strict=True)):
+        return A, 0
+    # Every block keeps its own precision, so a lightly weighted block is not lost; the
+    # others are brought to the finest grid by integer (power-of-two) weights.
+    common = max(exponent for _, exponent in parts)
+    blocks = [
+        part if exponent == common else Weighted(1 << (common - exponent), part)
+        for part, exponent in parts
+    ]
+    return VStack(blocks), common
+
+
+def _quantize_marginals(A: Marginals, bits: int) -> tuple[Matrix, int]:
+    rounded = [_round_weight(weight, bits) for weight in A.weights.values()]
+    if all(weight == old for (weight, _), old in zip(rounded, A.weights.values(), strict=True)):
+        return A, 0
+    common = max(exponent for _, exponent in rounded)
+    dims = len(A.domain_shape)
+    weights = {
+        tuple(i for i in range(dims) if mask >> i & 1): weight << (common - exponent)
+        for mask, (weight, exponent) in zip(A.weights, rounded, strict=True)
+    }
+    return Marginals(A.domain_shape, weights), common
+
+
+def _quantize_other(A: Matrix, bits: int) -> tuple[Matrix, int]:
+    try:
+        array = A.dense(limit=DENSE_LIMIT)
+    except TooLargeError:
+        raise QuantizationError(
+            f"{A!r} ({type(A).__name__}) has no structure to quantize and is too large to "
+            "round as a dense array; express it as Dense, Sparse, Weighted, Kron or VStack"
+        ) from None
+    rounded, exponent = _round(array, bits)
+    return Dense(rounded), exponent

@@ -1,0 +1,269 @@
+"""Tests of dpmm.measure.quantize: integer grids, kept structure, error change, exact measuring."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpmm.error import expected_error, noise_variance
+from dpmm.linalg import (
+    AllRange,
+    Dense,
+    Haar,
+    Hierarchical,
+    Identity,
+    Kron,
+    Marginal,
+    Marginals,
+    Matrix,
+    Ones,
+    Prefix,
+    Product,
+    RangeQueries,
+    Sparse,
+    Transposed,
+    VStack,
+    Weighted,
+)
+from dpmm.measure import (
+    DEFAULT_BITS,
+    QuantizationError,
+    QuantizedStrategy,
+    analyze_strategy,
+    measure,
+    quantization_error_change,
+    quantize,
+)
+from dpmm.privacy.ledger import Ledger
+from dpmm.privacy.params import ZCDP, PureDP
+
+PRIVACIES = [PureDP(1), ZCDP("1/2")]
+
+
+def gaussian(rows: int, cols: int, seed: int) -> Dense:
+    return Dense(np.random.default_rng(seed).normal(size=(rows, cols)))
+
+
+def is_integral(matrix: Matrix) -> bool:
+    dense = matrix.dense()
+    return bool(np.array_equal(dense, np.rint(dense)))
+
+
+INTEGER_STRATEGIES = [
+    Identity(5),
+    Ones(3, 4),
+    Prefix(6),
+    AllRange(5),
+    RangeQueries(6, [(0, 2), (1, 5), (3, 3)]),
+    Hierarchical(9, branching=3),
+    Haar(7),
+    Marginal((3, 4), [1]),
+    Marginals((2, 3, 4), {(0,): 1, (0, 1): 2, (1, 2): 3, (): 1}),
+    Kron([Hierarchical(4), Prefix(3)]),
+    VStack([Identity(6), Weighted(3.0, Ones(1, 6)), Haar(6)]),
+    Weighted(-2.0, Kron([AllRange(3), Identity(2)])),
+    Dense([[1, -2, 0], [3, 0, 1]]),
+    Sparse(np.array([[0.0, 4.0], [2.0, -1.0]])),
+]
+
+REAL_STRATEGIES = [
+    gaussian(64, 32, seed=0),
+    Dense([[0.3, -0.7], [1e-3, 0.2]]),
+    Dense([[250.5, 3.0], [-17.25, 1000.0]]),
+    Sparse(np.array([[0.0, 0.31], [2.5, 0.0], [0.0, -1.7]])),
+    Weighted(0.3, Hierarchical(32, 2)),
+    Weighted(2.5, gaussian(5, 4, seed=1)),
+    Kron([gaussian(16, 8, seed=2), gaussian(12, 6, seed=3)]),
+    Kron([Identity(3), gaussian(4, 2, seed=4)]),
+    Marginals((3, 4, 5), {(0, 1): 0.37, (1, 2): 1.9, (0,): 2.2}),
+    VStack([Identity(4), Weighted(0.01, Ones(1, 4)), gaussian(3, 4, seed=5)]),
+    Product([gaussian(3, 4, seed=6), Prefix(4)]),
+    Transposed(gaussian(4, 3, seed=7)),
+]
+
+
+@pytest.mark.parametrize("A", INTEGER_STRATEGIES, ids=repr)
+def test_integer_strategies_come_back_unchanged(A: Matrix) -> None:
+    quantized = quantize(A)
+    assert quantized.integer is A
+    assert quantized.scale == 1
+    assert quantized.matrix is A
+
+
+@pytest.mark.parametrize("bits", [4, DEFAULT_BITS, 20])
+@pytest.mark.parametrize("A", REAL_STRATEGIES, ids=repr)
+def test_real_strategies_land_on_an_integer_grid_close_to_a(A: Matrix, bits: int) -> None:
+    quantized = quantize(A, bits=bits)
+    assert type(quantized.scale) is int and quantized.scale & (quantized.scale - 1) == 0
+    assert is_integral(quantized.integer)
+    if bits <= DEFAULT_BITS:  # finer grids can outgrow int64 column norms on a Kron
+        analyze_strategy(quantized.integer)  # measurable as it is
+    dense = A.dense()
+    assert np.allclose(quantized.matrix.dense(), quantized.integer.dense() / quantized.scale)
+    # A rounded quantity moves by at most 2**-bits of its largest magnitude; a product of two
+    # rounded quantities (a Kron, a rounded weight on a rounded base) by about twice that.
+    tolerance = 2.0**-bits * np.abs(dense).max() * 2 * (1 + 2.0**-bits)
+    assert np.abs(quantized.matrix.dense() - dense).max() <= tolerance
+
+
+def test_a_dense_strategy_within_one_is_within_two_to_minus_bits() -> None:
+    A = Dense(np.random.default_rng(8).uniform(-1, 1, size=(20, 10)))
+    quantized = quantize(A, bits=10)
+    assert quantized.scale == 2**10
+    assert np.abs(quantized.matrix.dense() - A.dense()).max() <= 2.0**-11
+
+
+def test_the_grid_is_coarsened_to_the_smallest_exact_scale() -> None:
+    quantized = quantize(Dense([[0.5, 0.25], [1.0, 0.0]]), bits=16)
+    assert quantized.scale == 4
+    assert np.array_equal(quantized.integer.dense(), [[2, 1], [4, 0]])
+
+
+def test_ties_round_half_to_even() -> None:
+    quantized = quantize(Dense([[0.5 + 2.0**-9, 0.5 + 3 * 2.0**-9]]), bits=8)
+    # 128.5 → 128 and 129.5 → 130, both even, so the grid coarsens to 1/128.
+    assert quantized.scale == 128
+    assert np.array_equal(quantized.integer.dense(), [[64, 65]])
+
+
+def test_kron_stays_a_kron_of_quantized_factors() -> None:
+    A = Kron([gaussian(16, 8, seed=2), Identity(3), gaussian(12, 6, seed=3)])
+    quantized = quantize(A)
+    assert isinstance(quantized.integer, Kron)
+    assert quantized.integer.factors[1] is A.factors[1]
+    scales = [quantize(factor).scale for factor in A.factors]
+    assert quantized.scale == scales[0] * scales[1] * scales[2]
+
+
+def test_weighted_keeps_its_integer_base_and_gets_an_integer_weight() -> None:
+    tree = Hierarchical(32, 2)
+    quantized = quantize(Weighted(0.3, tree), bits=8)
+    assert isinstance(quantized.integer, Weighted) and quantized.integer.base is tree
+    assert (quantized.integer.weight, quantized.scale) == (77.0, 256)
+
+
+def test_marginals_stay_marginals_with_integer_weights() -> None:
+    A = Marginals((3, 4, 5), {(0, 1): 0.37, (1, 2): 1.9, (0,): 2.2})
+    quantized = quantize(A, bits=8)
+    assert isinstance(quantized.integer, Marginals)
+    weights = list(quantized.integer.weights.values())
+    assert all(float(weight).is_integer() for weight in weights)
+    assert list(quantized.integer.weights) == list(A.weights)
+    assert np.allclose(np.array(weights) / quantized.scale, [0.37, 1.9, 2.2], rtol=2.0**-8)
+
+
+def test_a_stack_brings_its_blocks_to_one_scale() -> None:
+    big = Kron([Identity(100), Hierarchical(64)])  # 12,700 × 6,400: never made dense
+    A = VStack([big, Weighted(0.1, Ones(1, 6400))])
+    quantized = quantize(A)
+    assert isinstance(quantized.integer, VStack)
+    top, bottom = quantized.integer.blocks
+    assert isinstance(top, Weighted) and top.base is big
+    assert top.weight == quantized.scale
+    assert isinstance(bottom, Weighted) and bottom.base is A.blocks[1].base
+    assert abs(bottom.weight / quantized.scale - 0.1) <= 0.1 * 2.0**-DEFAULT_BITS
+
+
+def test_unstructured_types_too_large_to_make_dense_are_refused() -> None:
+    with pytest.raises(QuantizationError, match="too large"):
+        quantize(Product([Identity(10_000), Identity(10_000)]))
+
+
+@pytest.mark.parametrize("bits", [0, 53, 2.5, True])
+def test_bits_out_of_range_are_refused(bits: object) -> None:
+    with pytest.raises(QuantizationError, match="bits"):
+        quantize(Identity(3), bits=bits)
+
+
+def test_only_matrices_and_power_of_two_scales_are_accepted() -> None:
+    with pytest.raises(QuantizationError, match="a dpmm"):
+        quantize(np.eye(3))
+    with pytest.raises(QuantizationError, match="power of two"):
+        QuantizedStrategy(Identity(3), 3)
+
+
+# --- expected error ------------------------------------------------------------------------
+
+ERROR_CASES = {
+    "dense": (Prefix(32), gaussian(64, 32, seed=0)),
+    "kron": (
+        Kron([AllRange(8), Prefix(6)]),
+        Kron([gaussian(16, 8, seed=2), gaussian(12, 6, seed=3)]),
+    ),
+    "marginals": (
+        VStack([Marginal((3, 4, 5), attrs) for attrs in ([0, 1], [1, 2], [0])]),
+        Marginals((3, 4, 5), {(0, 1): 0.37, (1, 2): 1.9, (0,): 2.2}),
+    ),
+    "weighted-tree": (AllRange(32), Weighted(0.3, Hierarchical(32, 2))),
+}
+
+
+@pytest.mark.parametrize("privacy", PRIVACIES, ids=str)
+@pytest.mark.parametrize("case", ERROR_CASES)
+def test_the_default_grid_changes_expected_error_by_less_than_a_thousandth(
+    case: str, privacy: PureDP | ZCDP
+) -> None:
+    W, A = ERROR_CASES[case]
+    change = quantization_error_change(W, A, quantize(A), privacy)
+    assert abs(change) < 1e-3
+
+
+@pytest.mark.parametrize("privacy", PRIVACIES, ids=str)
+@pytest.mark.parametrize("case", ["dense", "kron", "marginals"])
+def test_a_coarse_grid_changes_expected_error_measurably(case: str, privacy) -> None:
+    W, A = ERROR_CASES[case]
+    change = quantization_error_change(W, A, quantize(A, bits=2), privacy)
+    assert abs(change) > 1e-3
+
+
+def test_the_error_change_uses_the_quantized_sensitivity() -> None:
+    W, A = ERROR_CASES["dense"]
+    quantized = quantize(A, bits=3)
+    privacy = PureDP(1)
+    expected = expected_error(W, quantized.matrix, privacy) / expected_error(W, A, privacy) - 1
+    assert quantization_error_change(W, A, quantized, privacy) == expected
+    exact_l1 = Fraction(analyze_strategy(quantized.integer).sensitivity_l1, quantized.scale)
+    assert quantized.matrix.sensitivity(1) == pytest.approx(float(exact_l1), rel=1e-12)
+
+
+# --- end to end ------------------------------------------------------------------------------
+
+
+def test_measuring_the_integer_strategy_estimates_the_quantized_answers(tmp_path: Path) -> None:
+    A = gaussian(6, 4, seed=9)
+    quantized = quantize(A)
+    x = np.array([5, 0, 12, 3])
+    privacy = ZCDP("1/2")
+    store = tmp_path / "measurements"
+    store.mkdir()
+    repeats = 150
+    rng = np.random.default_rng(11)
+    exact = analyze_strategy(quantized.integer)
+    with Ledger.init(tmp_path / "ledger.sqlite") as ledger:
+        ledger.grant("survey", ZCDP(repeats))
+        estimates = []
+        for repeat in range(repeats):
+            reservation = ledger.reserve("survey", privacy, release_id=f"r{repeat}")
+            record = measure(
+                quantized.integer,
+                x,
+                privacy,
+                store=store,
+                measurement_id=f"m{repeat}",
+                ledger=ledger,
+                reservation=reservation,
+                rng=rng,
+            )
+            assert record.sensitivity == Fraction(exact.sensitivity_l2_squared)
+            assert record.sensitivity.denominator == 1
+            estimates.append(record.values / quantized.scale)
+    estimates = np.array(estimates)
+    target = quantized.matrix @ x.astype(np.float64)
+    variance = noise_variance(quantized.matrix, privacy)
+    assert float(record.sigma2) / quantized.scale**2 == pytest.approx(variance, rel=1e-9)
+    standard_error = np.sqrt(variance / repeats)
+    assert np.all(np.abs(estimates.mean(axis=0) - target) < 5 * standard_error)
+    assert estimates.var(axis=0, ddof=1).mean() == pytest.approx(variance, rel=0.2)
