@@ -30,9 +30,11 @@ from dpmm.linalg import (
 )
 from dpmm.measure import (
     DEFAULT_BITS,
+    MeasurementMismatch,
     QuantizationError,
     QuantizedStrategy,
     analyze_strategy,
+    load_measurement,
     measure,
     quantization_error_change,
     quantize,
@@ -248,7 +250,7 @@ def test_measuring_the_integer_strategy_estimates_the_quantized_answers(tmp_path
         for repeat in range(repeats):
             reservation = ledger.reserve("survey", privacy, release_id=f"r{repeat}")
             record = measure(
-                quantized.integer,
+                quantized,
                 x,
                 privacy,
                 store=store,
@@ -259,7 +261,8 @@ def test_measuring_the_integer_strategy_estimates_the_quantized_answers(tmp_path
             )
             assert record.sensitivity == Fraction(exact.sensitivity_l2_squared)
             assert record.sensitivity.denominator == 1
-            estimates.append(record.values / quantized.scale)
+            assert record.quantization_scale == quantized.scale
+            estimates.append(record.values / record.quantization_scale)
     estimates = np.array(estimates)
     target = quantized.matrix @ x.astype(np.float64)
     variance = noise_variance(quantized.matrix, privacy)
@@ -267,3 +270,22 @@ def test_measuring_the_integer_strategy_estimates_the_quantized_answers(tmp_path
     standard_error = np.sqrt(variance / repeats)
     assert np.all(np.abs(estimates.mean(axis=0) - target) < 5 * standard_error)
     assert estimates.var(axis=0, ddof=1).mean() == pytest.approx(variance, rel=0.2)
+
+
+def test_a_record_keeps_its_quantization_and_refuses_another(tmp_path: Path) -> None:
+    quantized = quantize(gaussian(6, 4, seed=3))
+    assert quantized.scale > 1
+    store = tmp_path / "measurements"
+    store.mkdir()
+    x = np.array([1, 2, 3, 4])
+    with Ledger.init(tmp_path / "ledger.sqlite") as ledger:
+        ledger.grant("survey", ZCDP(2))
+        first = ledger.reserve("survey", ZCDP(1), release_id="r1")
+        options = {"store": store, "measurement_id": "m", "ledger": ledger}
+        record = measure(quantized, x, ZCDP(1), reservation=first, **options)
+        assert record.quantization_scale == quantized.scale
+        assert load_measurement(store, "m").quantization_scale == quantized.scale
+        # The same integer matrix presented as unquantized is another request.
+        second = ledger.reserve("survey", ZCDP(1), release_id="r2")
+        with pytest.raises(MeasurementMismatch, match="quantization_scale"):
+            measure(quantized.integer, x, ZCDP(1), reservation=second, **options)

@@ -35,6 +35,7 @@ from dpmm.measure.exact import (
     analyze_strategy,
     exact_answers,
 )
+from dpmm.measure.quantize import QuantizedStrategy
 from dpmm.measure.record import MeasurementRecord, check_measurement_id, record_path
 from dpmm.privacy.accounting import discrete_gaussian_zcdp, gaussian_sigma2, laplace_scale
 from dpmm.privacy.ledger import Ledger, Reservation
@@ -52,13 +53,13 @@ _LAPLACE_THEOREM = (
 #: What a stored record must share with a request to be reused (the strategy's repr and the
 #: theorem's wording may change between versions without changing the measurement).
 _MATCHED = ("strategy_fingerprint", "shape", "privacy", "norm", "sensitivity", "noise")
-_MATCHED += ("scale", "sigma2")
+_MATCHED += ("scale", "sigma2", "quantization_scale")
 #: Noisy answers stay in int64: |A x| < 2**53 and |noise| below this bound.
 _NOISE_LIMIT = 2**62
 
 
 def measure(
-    A: Matrix,
+    A: Matrix | QuantizedStrategy,
     x: np.ndarray,
     privacy: PureDP | ZCDP,
     *,
@@ -75,7 +76,9 @@ def measure(
     returns the stored record unchanged, drawing nothing, if the request matches it.
 
     Args:
-        A: the strategy; for now its entries must be integers (see :mod:`dpmm.measure.exact`).
+        A: the strategy: a matrix with integer entries (see :mod:`dpmm.measure.exact`), or a
+            real-valued one quantized by :func:`~dpmm.measure.quantize.quantize`, whose
+            integer matrix is measured and whose scale the record keeps.
         x: the data vector, a 1-D array of non-negative integer counts of length ``A.shape[1]``.
         privacy: ``PureDP`` or ``ZCDP``, exactly the reservation's budget.
         store: an existing folder holding the measurement records.
@@ -94,10 +97,13 @@ def measure(
     """
     measurement_id = check_measurement_id(measurement_id)
     folder = _store(store)
+    quantization_scale = 1
+    if isinstance(A, QuantizedStrategy):
+        A, quantization_scale = A.integer, A.scale
     exact = analyze_strategy(A)
     counts = _counts(x, A.shape[1])
     _check_privacy(privacy, reservation)
-    expected = _plan(exact, privacy)
+    expected = {**_plan(exact, privacy), "quantization_scale": quantization_scale}
     path = record_path(folder, measurement_id)
     with _locked(folder):
         if path.exists():

@@ -61,6 +61,9 @@ class MeasurementRecord:
     release_id: str
     created: str
     values: np.ndarray
+    #: The strategy measured is ``integer / quantization_scale`` (1 for integer strategies):
+    #: divide the values by it, and reconstruct with that quantized strategy.
+    quantization_scale: int = 1
 
     def header(self) -> dict[str, object]:
         """Every field but the values, JSON-ready, with exact fractions as strings."""
@@ -80,6 +83,7 @@ class MeasurementRecord:
             "reservation_id": self.reservation_id,
             "release_id": self.release_id,
             "created": self.created,
+            "quantization_scale": self.quantization_scale,
             "count": int(self.values.size),
             "values_sha256": hashlib.sha256(_value_bytes(self.values)).hexdigest(),
         }
@@ -187,6 +191,7 @@ def _parse(data: bytes, path: Path, measurement_id: str) -> MeasurementRecord:
             release_id=str(header["release_id"]),
             created=str(header["created"]),
             values=values,
+            quantization_scale=int(header["quantization_scale"]),
         )
     except MeasurementError:
         raise
