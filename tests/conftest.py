@@ -1,9 +1,28 @@
-"""What the tests of the whole package share: the repository's paths and the plan's JSON keys."""
+"""What the tests of the whole package share: paths, the plan's JSON keys, sample strategies."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+
+from dpmm.linalg import (
+    AllRange,
+    Dense,
+    Haar,
+    Hierarchical,
+    Identity,
+    Kron,
+    Marginal,
+    Marginals,
+    Ones,
+    Prefix,
+    RangeQueries,
+    Sparse,
+    VStack,
+    Weighted,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "config" / "examples").glob("*.yaml"))
@@ -43,3 +62,22 @@ def assert_plan_keys(data: dict[str, Any]) -> None:
     assert set(data) >= PLAN_KEYS, f"missing {sorted(PLAN_KEYS - set(data))}"
     for group in data["groups"]:
         assert set(group) >= PLAN_GROUP_KEYS, f"missing {sorted(PLAN_GROUP_KEYS - set(group))}"
+
+
+#: Strategies with integer entries, one of every kind ``dpmm.measure`` measures exactly.
+INTEGER_STRATEGIES = [
+    Identity(5),
+    Ones(3, 4),
+    Prefix(6),
+    AllRange(5),
+    RangeQueries(6, [(0, 2), (1, 5), (3, 3)]),
+    Hierarchical(9, branching=3),
+    Haar(7),
+    Marginal((3, 4), [1]),
+    Marginals((2, 3, 4), {(0,): 1, (0, 1): 2, (1, 2): 3, (): 1}),
+    Kron([Hierarchical(4), Prefix(3)]),
+    VStack([Identity(6), Weighted(3.0, Ones(1, 6)), Haar(6)]),
+    Weighted(-2.0, Kron([AllRange(3), Identity(2)])),
+    Dense([[1, -2, 0], [3, 0, 1]]),
+    Sparse(np.array([[0.0, 4.0], [2.0, -1.0]])),
+]

@@ -13,21 +13,15 @@ import numpy as np
 import pytest
 
 from dpmm.linalg import (
-    AllRange,
     Dense,
     Haar,
     Hierarchical,
     Identity,
     Kron,
-    Marginal,
     Marginals,
     Matrix,
-    Ones,
     Prefix,
     Product,
-    RangeQueries,
-    Sparse,
-    VStack,
     Weighted,
 )
 from dpmm.measure import (
@@ -43,6 +37,8 @@ from dpmm.privacy.accounting import gaussian_sigma2, laplace_scale
 from dpmm.privacy.ledger import Ledger
 from dpmm.privacy.params import ZCDP, PureDP
 from dpmm.privacy.randomness import RandomSource
+
+from .conftest import INTEGER_STRATEGIES
 
 DATASET = "survey"
 
@@ -100,23 +96,6 @@ def record_files(store: Path) -> list[str]:
 
 
 # --- exact sensitivities --------------------------------------------------------------------
-
-INTEGER_STRATEGIES = [
-    Identity(5),
-    Ones(3, 4),
-    Prefix(6),
-    AllRange(5),
-    RangeQueries(6, [(0, 2), (1, 5), (3, 3)]),
-    Hierarchical(9, branching=3),
-    Haar(7),
-    Marginal((3, 4), [1]),
-    Marginals((2, 3, 4), {(0,): 1, (0, 1): 2, (1, 2): 3, (): 1}),
-    Kron([Hierarchical(4), Prefix(3)]),
-    VStack([Identity(6), Weighted(3.0, Ones(1, 6)), Haar(6)]),
-    Weighted(-2.0, Kron([AllRange(3), Identity(2)])),
-    Dense([[1, -2, 0], [3, 0, 1]]),
-    Sparse(np.array([[0.0, 4.0], [2.0, -1.0]])),
-]
 
 
 @pytest.mark.parametrize("A", INTEGER_STRATEGIES, ids=repr)

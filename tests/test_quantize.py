@@ -12,7 +12,6 @@ from dpmm.error import expected_error, noise_variance
 from dpmm.linalg import (
     AllRange,
     Dense,
-    Haar,
     Hierarchical,
     Identity,
     Kron,
@@ -22,7 +21,6 @@ from dpmm.linalg import (
     Ones,
     Prefix,
     Product,
-    RangeQueries,
     Sparse,
     Transposed,
     VStack,
@@ -42,6 +40,8 @@ from dpmm.measure import (
 from dpmm.privacy.ledger import Ledger
 from dpmm.privacy.params import ZCDP, PureDP
 
+from .conftest import INTEGER_STRATEGIES
+
 PRIVACIES = [PureDP(1), ZCDP("1/2")]
 
 
@@ -53,23 +53,6 @@ def is_integral(matrix: Matrix) -> bool:
     dense = matrix.dense()
     return bool(np.array_equal(dense, np.rint(dense)))
 
-
-INTEGER_STRATEGIES = [
-    Identity(5),
-    Ones(3, 4),
-    Prefix(6),
-    AllRange(5),
-    RangeQueries(6, [(0, 2), (1, 5), (3, 3)]),
-    Hierarchical(9, branching=3),
-    Haar(7),
-    Marginal((3, 4), [1]),
-    Marginals((2, 3, 4), {(0,): 1, (0, 1): 2, (1, 2): 3, (): 1}),
-    Kron([Hierarchical(4), Prefix(3)]),
-    VStack([Identity(6), Weighted(3.0, Ones(1, 6)), Haar(6)]),
-    Weighted(-2.0, Kron([AllRange(3), Identity(2)])),
-    Dense([[1, -2, 0], [3, 0, 1]]),
-    Sparse(np.array([[0.0, 4.0], [2.0, -1.0]])),
-]
 
 REAL_STRATEGIES = [
     gaussian(64, 32, seed=0),
