@@ -373,3 +373,24 @@ def test_a_process_killed_after_measuring_leaves_a_reusable_record(ledger, store
     assert record.values.tolist() == values
     assert record.to_bytes() == stored
     assert record_path(store, "killed").read_bytes() == stored
+
+
+def test_a_rerun_gets_the_stored_record_and_its_fresh_reservation_back(ledger, store) -> None:
+    A, x = Kron([Hierarchical(8), Identity(3)]), np.arange(24)
+    first = take(ledger, store, A, x, PureDP(1), reservation=reserve(ledger, PureDP(1)))
+    before = ledger.remaining(DATASET)
+    rerun = reserve(ledger, PureDP(1))
+    assert ledger.remaining(DATASET) == before - 1
+    again = measure(
+        A,
+        x,
+        PureDP(1),
+        store=store,
+        measurement_id="m",
+        ledger=ledger,
+        reservation=rerun,
+        rng=ExplodingRandom(),
+    )
+    assert again == first
+    assert ledger.status(rerun) == "cancelled"
+    assert ledger.remaining(DATASET) == before

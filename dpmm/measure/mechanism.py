@@ -73,7 +73,8 @@ def measure(
 
     Pure DP adds discrete Laplace noise of scale ``Δ₁/ε``; zCDP adds discrete Gaussian noise
     of variance parameter ``Δ₂²/(2ρ)``. Calling again with the same ``measurement_id``
-    returns the stored record unchanged, drawing nothing, if the request matches it.
+    returns the stored record unchanged, drawing nothing, if the request matches it; a fresh
+    reservation passed with such a retry (a re-run of the release) is cancelled, unspent.
 
     Args:
         A: the strategy: a matrix with integer entries (see :mod:`dpmm.measure.exact`), or a
@@ -107,7 +108,12 @@ def measure(
     path = record_path(folder, measurement_id)
     with _locked(folder):
         if path.exists():
-            return _reuse(folder, measurement_id, expected)
+            stored = _reuse(folder, measurement_id, expected)
+            if stored.reservation_id != reservation.id and ledger.status(reservation) == "reserved":
+                # A re-run reserved budget for a measurement that already exists: no noise is
+                # drawn for it, so release it rather than leave it locked.
+                ledger.cancel(reservation)
+            return stored
         answers = exact_answers(exact, counts)
         status = ledger.status(reservation)
         if status != "reserved":
