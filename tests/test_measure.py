@@ -77,6 +77,20 @@ def reserve(ledger: Ledger, privacy: PureDP | ZCDP, release: str = "r1"):
     return ledger.reserve(dataset, privacy, release_id=release)
 
 
+def retake(store, A, x, privacy, measurement_id, reservation):
+    """Measure again where a record must already exist: nothing may draw or use the ledger."""
+    return measure(
+        A,
+        x,
+        privacy,
+        store=store,
+        measurement_id=measurement_id,
+        ledger=Untouchable(),
+        reservation=reservation,
+        rng=ExplodingRandom(),
+    )
+
+
 def take(ledger, store, A, x, privacy, measurement_id="m", *, rng=None, reservation=None):
     reservation = reservation or reserve(ledger, privacy)
     return measure(
@@ -194,16 +208,7 @@ def test_a_second_call_returns_the_stored_record_without_drawing_or_spending(led
     path = record_path(store, "m")
     stored = path.read_bytes()
     entries = ledger.verify()
-    again = measure(
-        A,
-        x,
-        PureDP(1),
-        store=store,
-        measurement_id="m",
-        ledger=Untouchable(),
-        reservation=reservation,
-        rng=ExplodingRandom(),
-    )
+    again = retake(store, A, x, PureDP(1), "m", reservation)
     assert again == first
     assert np.array_equal(again.values, first.values)
     assert path.read_bytes() == stored
@@ -360,15 +365,8 @@ def test_a_process_killed_after_measuring_leaves_a_reusable_record(ledger, store
     assert child.exitcode == -signal.SIGKILL
     assert ledger.status(reservation) == "spent"
     stored = record_path(store, "killed").read_bytes()
-    record = measure(
-        Kron([Hierarchical(8), Identity(2)]),
-        np.arange(16),
-        PureDP(1),
-        store=store,
-        measurement_id="killed",
-        ledger=Untouchable(),
-        reservation=reservation,
-        rng=ExplodingRandom(),
+    record = retake(
+        store, Kron([Hierarchical(8), Identity(2)]), np.arange(16), PureDP(1), "killed", reservation
     )
     assert record.values.tolist() == values
     assert record.to_bytes() == stored
