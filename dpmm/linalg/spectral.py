@@ -198,6 +198,9 @@ def row_space_projector(A: Matrix) -> Matrix:
         return A
     if isinstance(A, Kron):
         return Kron([row_space_projector(factor) for factor in A.factors])
+    hook = getattr(A, "row_space_projector", None)
+    if hook is not None:  # a type that knows its own row space (eigen strategies)
+        return hook()
     gram = A.gram()
     if isinstance(gram, MarginalsGram):  # Σ E_b over the non-zero eigenvalues
         support = dict.fromkeys(gram.eigenvalues(), 1.0)
