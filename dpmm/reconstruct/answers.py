@@ -1,0 +1,125 @@
+"""Workload answers ``W x̂`` with a standard error per query.
+
+For least squares the answers are unbiased with covariance
+``W (AᵀD⁻²A)⁺ Wᵀ`` (``D = diag(noise_std)``), so the per-query standard errors
+are exact: ``√diag(W P Wᵀ)`` from :func:`dpmm.linalg.query_variances`, which
+works through Kronecker and marginal structure. With a known total the
+estimate is the equality-constrained GLS, whose covariance is
+``P − P11ᵀP / (1ᵀP1)``; the correction ``(W P 1)² / (1ᵀP1)`` is subtracted.
+
+Non-negative estimates (NNLS, WNNLS, isotonic) are biased and have no closed
+form; for them the least-squares standard error is reported, and
+``exact_errors`` is ``False`` to say so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpmm.errors import TooLargeError
+from dpmm.linalg import Dense, Matrix, check_dense_size, query_variances
+from dpmm.reconstruct.least_squares import gram_pinv, whiten
+from dpmm.reconstruct.protocol import Estimate, ReconstructionError, check_noise_std
+
+__all__ = ["WorkloadAnswers", "covariance_factor", "workload_answers"]
+
+#: Largest cell count for which a strategy without structure gets a dense Gram inverse.
+DENSE_COVARIANCE_LIMIT = 4096
+
+
+@dataclass(frozen=True, eq=False)
+class WorkloadAnswers:
+    """Estimated workload answers and their standard errors.
+
+    Attributes:
+        values: One estimate per workload query.
+        standard_errors: One standard error per query (of the least-squares answer).
+        method: The estimate's method (``"least_squares"``, ``"nnls"``, ...).
+        exact_errors: True when ``standard_errors`` are exact for ``values`` (least
+            squares); False when they are the least-squares errors reported for a
+            biased, non-negative estimate.
+    """
+
+    values: np.ndarray
+    standard_errors: np.ndarray
+    method: str
+    exact_errors: bool
+
+
+def covariance_factor(A: Matrix, noise_std: float | np.ndarray | None) -> Matrix:
+    """``(AᵀD⁻²A)⁺``, structured where possible; dense only for at most 4,096 cells.
+
+    Raises:
+        TooLargeError: A has no structured Gram inverse and too many columns.
+    """
+    whitened = whiten(A, noise_std)
+    pinv = gram_pinv(whitened)
+    if pinv is not None:
+        return pinv
+    n = A.shape[1]
+    if n > DENSE_COVARIANCE_LIMIT:
+        raise TooLargeError(
+            f"Strategy {A!r} has {n:,} cells and no structured Gram inverse, so per-query "
+            f"standard errors would need a dense {n:,} × {n:,} inverse."
+        )
+    check_dense_size(A.shape[0], n, f"the covariance of {A!r}")
+    gram = whitened.dense()
+    return Dense(np.linalg.pinv(gram.T @ gram, rcond=1e-10, hermitian=True))
+
+
+def workload_answers(
+    W: Matrix,
+    A: Matrix,
+    estimate: Estimate,
+    *,
+    noise_std: float | np.ndarray | None = None,
+) -> WorkloadAnswers:
+    """``W x̂`` and a standard error per query.
+
+    Args:
+        W: The workload.
+        A: The strategy the estimate was reconstructed from.
+        estimate: A solver's result.
+        noise_std: The measurements' noise standard deviation(s); defaults to the
+            one the solver was given.
+
+    Raises:
+        ReconstructionError: W does not match A, or no noise scale is known.
+
+    Example:
+        >>> import numpy as np
+        >>> from dpmm.linalg import Identity, Prefix
+        >>> from dpmm.reconstruct import least_squares
+        >>> estimate = least_squares(Identity(3), np.array([1.0, 2.0, 3.0]), noise_std=2.0)
+        >>> answers = workload_answers(Prefix(3), Identity(3), estimate)
+        >>> answers.values, answers.standard_errors ** 2
+        (array([1., 3., 6.]), array([ 4.,  8., 12.]))
+    """
+    if W.shape[1] != A.shape[1]:
+        raise ReconstructionError(
+            f"The workload has {W.shape[1]:,} columns but strategy {A!r} has "
+            f"{A.shape[1]:,}; both must be over the same cells."
+        )
+    scales = check_noise_std(estimate.noise_std if noise_std is None else noise_std, A.shape[0])
+    if scales is None:
+        raise ReconstructionError(
+            "Standard errors need the noise standard deviation of the measurements; pass noise_std."
+        )
+    uniform = np.ndim(scales) == 0
+    # A common noise scale factors out of (AᵀD⁻²A)⁺ and keeps A's structure.
+    P = covariance_factor(A, None if uniform else scales)
+    variances = query_variances(W, P)
+    if estimate.total is not None:
+        direction = np.asarray(P @ np.ones(A.shape[1])).reshape(-1)
+        variances = variances - np.asarray(W @ direction) ** 2 / float(direction.sum())
+    if uniform:
+        variances = variances * float(scales) ** 2
+    values = np.asarray(W @ np.asarray(estimate.x), dtype=np.float64).reshape(-1)
+    return WorkloadAnswers(
+        values=values,
+        standard_errors=np.sqrt(np.maximum(variances, 0.0)),
+        method=estimate.method,
+        exact_errors=estimate.method == "least_squares",
+    )

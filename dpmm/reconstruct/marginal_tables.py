@@ -1,0 +1,176 @@
+"""Least-squares marginal tables on huge domains, without the full data vector.
+
+Measurements are noisy marginal tables ``y_a = w_a M_a x + noise`` (noise
+standard deviation ``s_a``) over a domain of ``N = Π n_i`` cells, N possibly
+10¹⁰ or more. The generalized least-squares estimate is
+
+    ``x̂ = P Σ_a (w_a / s_a²) M_aᵀ y_a``,  ``P = (Σ_a (w_a² / s_a²) C(a))⁺ = Σ_c u_c C(c)``
+
+with ``C(c) = ⊗_i (I if i ∈ c else J)``: P stays in the marginal algebra
+(:class:`~dpmm.linalg.MarginalsGram`). A marginal of the estimate,
+``M_b x̂ = Σ_{a,c} u_c (w_a/s_a²) M_b C(c) M_aᵀ y_a``, is computed table to
+table: a table is a function on the domain that is constant along the
+attributes it does not hold, and ``M_aᵀ`` (broadcast), ``C(c)`` (sum out the
+attributes outside c) and ``M_b`` (sum out those outside b) act on that
+representation, summing an axis the table holds or multiplying by ``n_i`` for
+one it is constant along. No array is larger than the largest table involved.
+
+Each cell of ``M_b x̂`` has variance ``diag(M_b P M_bᵀ)``, constant over the
+table (:func:`dpmm.linalg.query_variances`); these standard errors are exact.
+
+Not provided here: non-negative, mutually consistent marginal tables (a
+graphical-model estimate such as private-pgm's). The least-squares tables are
+consistent with each other (they are marginals of one x̂) but may be negative.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpmm.errors import UnsupportedQueryError
+from dpmm.linalg import Marginal, MarginalsGram, query_variances
+from dpmm.reconstruct.answers import WorkloadAnswers
+from dpmm.reconstruct.protocol import ReconstructionError
+
+__all__ = ["MarginalMeasurement", "marginal_tables"]
+
+
+@dataclass(frozen=True, eq=False)
+class MarginalMeasurement:
+    """A noisy marginal table: ``values = weight · M_attrs x + noise``.
+
+    Attributes:
+        attrs: Attribute positions of the table (any order; stored sorted).
+        values: The noisy table, flat or shaped ``[n_i for i in sorted(attrs)]``.
+        noise_std: The noise standard deviation of every cell.
+        weight: The weight the marginal was measured with.
+    """
+
+    attrs: tuple[int, ...]
+    values: np.ndarray
+    noise_std: float
+    weight: float = 1.0
+
+
+def _mask(attrs: Sequence[int]) -> int:
+    return sum(1 << int(i) for i in set(attrs))
+
+
+def _reduce(
+    table: np.ndarray, held: list[int], keep: int, shape: tuple[int, ...]
+) -> tuple[np.ndarray, list[int]]:
+    """Sum out every attribute outside ``keep``: an axis if held, else a factor n_i."""
+    factor = 1.0
+    axes = [pos for pos, i in enumerate(held) if not keep >> i & 1]
+    for i, n in enumerate(shape):
+        if not keep >> i & 1 and i not in held:
+            factor *= n
+    reduced = table.sum(axis=tuple(axes)) if axes else table
+    return factor * reduced, [i for i in held if keep >> i & 1]
+
+
+def _expand(table: np.ndarray, held: list[int], attrs: list[int], shape: tuple[int, ...]):
+    """Broadcast a table over ``held ⊆ attrs`` to the full table over ``attrs``."""
+    index = [slice(None) if i in held else np.newaxis for i in attrs]
+    full = table[tuple(index)] if held or attrs else table
+    return np.broadcast_to(full, [shape[i] for i in attrs])
+
+
+def marginal_tables(
+    domain_shape: Sequence[int],
+    measurements: Sequence[MarginalMeasurement],
+    queries: Sequence[Sequence[int]],
+) -> dict[tuple[int, ...], WorkloadAnswers]:
+    """Least-squares marginal tables, each with exact per-cell standard errors.
+
+    Args:
+        domain_shape: Attribute sizes ``n_1 … n_d`` (their product may be astronomical).
+        measurements: The noisy marginal tables.
+        queries: Attribute sets whose tables to estimate; each must lie inside a
+            measured set (else it is not identifiable from the measurements).
+
+    Returns:
+        ``{sorted attrs: WorkloadAnswers}`` with the flattened table (C order over the
+        sorted attributes) and its standard errors.
+
+    Raises:
+        ReconstructionError: a table of the wrong size, non-finite values, bad noise.
+        UnsupportedQueryError: a query is not a subset of any measured attribute set.
+
+    Example:
+        >>> import numpy as np
+        >>> shape = (10**5, 10**5, 10**4)                   # 10¹⁴ cells
+        >>> y = MarginalMeasurement((0,), np.full(10**5, 2.0), noise_std=1.0)
+        >>> tables = marginal_tables(shape, [y], [(), (0,)])
+        >>> float(tables[()].values[0]), float(tables[(0,)].standard_errors[0])
+        (200000.0, 1.0)
+    """
+    shape = tuple(int(n) for n in domain_shape)
+    sets, tables = _check(shape, measurements)
+    P = MarginalsGram(
+        shape,
+        {mask: m.weight**2 / m.noise_std**2 for mask, m in zip(sets, measurements, strict=True)},
+    ).pinv()
+    results: dict[tuple[int, ...], WorkloadAnswers] = {}
+    for query in queries:
+        attrs = sorted({int(i) for i in query})
+        b = _mask(attrs)
+        if not any(b & ~a == 0 for a in sets):
+            raise UnsupportedQueryError(
+                f"The marginal on attributes {attrs} is not contained in any measured "
+                "marginal, so least squares cannot estimate it."
+            )
+        estimate = np.zeros([shape[i] for i in attrs])
+        for a, table, m in zip(sets, tables, measurements, strict=True):
+            held_a = [i for i in range(len(shape)) if a >> i & 1]
+            for c, u in P.coefficients.items():
+                part, held = _reduce(table, held_a, c, shape)
+                part, held = _reduce(part, held, b, shape)
+                estimate = estimate + (u * m.weight / m.noise_std**2) * _expand(
+                    part, held, attrs, shape
+                )
+        variances = query_variances(Marginal(shape, attrs), P)
+        results[tuple(attrs)] = WorkloadAnswers(
+            values=estimate.reshape(-1),
+            standard_errors=np.sqrt(np.maximum(variances, 0.0)),
+            method="least_squares",
+            exact_errors=True,
+        )
+    return results
+
+
+def _check(
+    shape: tuple[int, ...], measurements: Sequence[MarginalMeasurement]
+) -> tuple[list[int], list[np.ndarray]]:
+    if not measurements:
+        raise ReconstructionError("Marginal reconstruction needs at least one measured table.")
+    sets, tables = [], []
+    for m in measurements:
+        attrs = sorted({int(i) for i in m.attrs})
+        if any(not 0 <= i < len(shape) for i in attrs):
+            raise ReconstructionError(
+                f"Measured attributes {attrs} lie outside a domain of {len(shape)} attributes."
+            )
+        cells = math.prod(shape[i] for i in attrs)
+        values = np.asarray(m.values, dtype=np.float64)
+        if values.size != cells:
+            raise ReconstructionError(
+                f"The measured marginal on {attrs} has {values.size:,} values but {cells:,} cells."
+            )
+        if not np.all(np.isfinite(values)):
+            raise ReconstructionError(
+                f"The measured marginal on {attrs} contains NaN or infinite values."
+            )
+        if not (np.isfinite(m.noise_std) and m.noise_std > 0 and np.isfinite(m.weight)):
+            raise ReconstructionError(
+                f"The marginal on {attrs} needs a positive noise_std and a finite weight."
+            )
+        sets.append(_mask(attrs))
+        tables.append(values.reshape([shape[i] for i in attrs]))
+    if len(set(sets)) != len(sets):
+        raise ReconstructionError("The same marginal is measured twice; merge the tables first.")
+    return sets, tables
