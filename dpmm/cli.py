@@ -82,17 +82,22 @@ def _row(group: GroupReport) -> list[str]:
     ]
 
 
-def _table(rows: list[list[str]]) -> list[str]:
-    """Columns padded to their widest cell: text left-aligned, numbers right-aligned."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+def _table(
+    rows: list[list[str]], total_row: bool = True, text_columns: tuple[int, ...] = (0, 1)
+) -> list[str]:
+    """Columns padded to their widest cell: text left-aligned, numbers right-aligned.
+
+    The header row is underlined, and so is the row above a last ``total_row``.
+    """
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = []
     for index, row in enumerate(rows):
         cells = [
-            cell.ljust(width) if column < 2 or index == 0 else cell.rjust(width)
+            cell.ljust(width) if column in text_columns or index == 0 else cell.rjust(width)
             for column, (cell, width) in enumerate(zip(row, widths, strict=True))
         ]
         lines.append("  ".join(cells).rstrip())
-        if index == 0 or index == len(rows) - 2:
+        if index == 0 or (total_row and index == len(rows) - 2):
             lines.append("  ".join("-" * width for width in widths))
     return lines
 
@@ -148,7 +153,32 @@ def format_plan(report: PlanReport) -> str:
         "gets below it. Ratio to identity = expected RMSE / identity RMSE (below 1 is better).",
     ]
     notes = [f"note: {note}" for note in report.total.notes]
-    return "\n".join([*header, *_table(rows), *footer, *notes])
+    return "\n".join([*header, *_table(rows), *footer, *_candidate_lines(report), *notes])
+
+
+def _candidate_lines(report: PlanReport) -> list[str]:
+    """The candidates `auto` tried: exact expected RMSE and time of each, or why it was skipped."""
+    if len(report.candidates) < 2:
+        return []
+    queries = report.total.queries
+    rows = [["candidate", "expected RMSE", "seconds", "strategy or reason skipped"]]
+    for candidate in report.candidates:
+        rmse = None if candidate.error is None else (candidate.error / queries) ** 0.5
+        chosen = " (chosen)" if candidate.method == report.chosen_method else ""
+        described = candidate.skipped or repr(candidate.strategy)
+        rows.append(
+            [
+                candidate.method + chosen,
+                _number(rmse),
+                f"{candidate.seconds:.2f}",
+                described if len(described) <= 70 else f"{described[:69]}…",
+            ]
+        )
+    return [
+        "",
+        f"candidates tried by '{report.method}':",
+        *_table(rows, total_row=False, text_columns=(0, 3)),
+    ]
 
 
 def _plan_command(args: argparse.Namespace, out: TextIO) -> int:

@@ -55,7 +55,7 @@ from dpmm.errors import (
     describe_value,
 )
 from dpmm.privacy import ZCDP, PureDP, privacy_from_config
-from dpmm.strategy import METHODS
+from dpmm.strategy import STRATEGY_METHODS
 from dpmm.workload import WorkloadGroup, from_config
 
 __all__ = ["DEFAULT_METHOD", "NAME_PATTERN", "TOP_LEVEL_KEYS", "ReleaseConfig", "load_config"]
@@ -294,11 +294,11 @@ class _Reader:
             if key != "method":
                 self.fail(f"strategy.{key}", "unknown key (allowed: method)")
         method = value.get("method", DEFAULT_METHOD)
-        if not isinstance(method, str) or method not in METHODS:
+        if not isinstance(method, str) or method not in STRATEGY_METHODS:
             self.fail(
                 "strategy.method",
                 f"unknown strategy method {describe_value(method)} "
-                f"(expected one of: {', '.join(METHODS)})",
+                f"(expected one of: {', '.join(STRATEGY_METHODS)})",
             )
         return method
 

@@ -42,7 +42,7 @@ from dpmm.error import expected_error, identity_error, svd_bound
 from dpmm.errors import ConfigError, TooLargeError, UnsupportedQueryError
 from dpmm.linalg import Matrix
 from dpmm.privacy import ZCDP, PureDP
-from dpmm.strategy import optimize
+from dpmm.strategy import Candidate, select_strategy
 from dpmm.workload import WorkloadGroup, stack
 
 __all__ = ["GroupReport", "PlanReport", "plan", "plan_workload"]
@@ -141,6 +141,8 @@ class PlanReport:
     strategy_seconds: float
     groups: tuple[GroupReport, ...]
     total: GroupReport
+    chosen_method: str = ""
+    candidates: tuple[Candidate, ...] = ()
     config_path: str | None = None
     config_sha256: str | None = None
 
@@ -171,6 +173,7 @@ class PlanReport:
             "domain_size": self.domain.size,
             "privacy": self.privacy.to_dict(),
             "method": self.method,
+            "chosen_method": self.chosen_method,
             "strategy": self.strategy_repr,
             "strategy_shape": list(self.strategy.shape),
             "strategy_seconds": self.strategy_seconds,
@@ -178,6 +181,7 @@ class PlanReport:
             "seconds": self.seconds,
             "notes": list(self.total.notes),
             "groups": [group.to_dict() for group in self.groups],
+            "candidates": [candidate.to_dict() for candidate in self.candidates],
         }
 
 
@@ -253,7 +257,8 @@ def plan_workload(
         f"{domain.size:,}",
         method,
     )
-    A = optimize(W, method, privacy)
+    selection = select_strategy(W, method, privacy)
+    A = selection.strategy
     strategy_seconds = time.perf_counter() - start
     logger.info("%s: strategy %s selected in %.2f s", name, _short(repr(A)), strategy_seconds)
     reports = tuple(_group_report(group, A, privacy) for group in groups)
@@ -283,6 +288,8 @@ def plan_workload(
         strategy=A,
         strategy_seconds=strategy_seconds,
         groups=reports,
+        chosen_method=selection.chosen.method,
+        candidates=selection.candidates,
         total=total,
     )
 

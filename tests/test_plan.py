@@ -16,7 +16,6 @@ from dpmm.config import load_config
 from dpmm.error import expected_error, identity_error, svd_bound
 from dpmm.errors import ConfigError, TooLargeError
 from dpmm.plan import PlanReport, plan
-from dpmm.strategy import optimize
 from dpmm.workload import stack
 
 from .conftest import assert_plan_keys
@@ -59,8 +58,8 @@ def test_group_figures_equal_the_error_functions(tmp_path: Path, method: str, pr
     config = load_config(write_config(tmp_path, method, privacy))
     report = plan(config)
     W = stack(config.workload)
-    A = optimize(W, method, config.privacy)
-    assert report.strategy_repr == repr(A)
+    assert report.strategy.shape[1] == W.shape[1]
+    assert report.chosen_method in {c.method for c in report.candidates}
     assert [g.name for g in report.groups] == [g["name"] for g in WORKLOAD]
     for group, figures in zip(config.workload, report.groups, strict=True):
         matrix = group.matrix

@@ -1,14 +1,16 @@
-"""Kronecker strategies chosen attribute by attribute (HDMM's OPT_⊗ idea, over finite candidates).
+"""Kronecker strategies chosen attribute by attribute (HDMM's OPT_⊗).
 
 A workload that is a union of Kronecker products ``W = [w_k · ⊗_i W_ki]`` and a
 strategy ``A = ⊗_i A_i`` give expected error
 
     ``Π_i ‖A_i‖²  ·  Σ_k w_k² Π_i trace(W_kiᵀW_ki (A_iᵀA_i)⁺)``
 
-(sensitivity of a Kron is the product of the factors'). Each attribute picks
-its factor from a candidate list; with one product the attributes separate,
-and with a union we sweep attributes (block coordinate descent) until no
-choice changes. Every candidate's per-attribute trace is computed once.
+(sensitivity of a Kron is the product of the factors'). Fixing every attribute
+but ``i`` leaves ``s_i · trace(G̃_i (A_iᵀA_i)⁺)`` with the weighted factor Gram
+``G̃_i = Σ_k c_k W_kiᵀW_ki``, ``c_k = w_k² Π_{j≠i} trace_jk``: one attribute's
+problem, which a finite candidate list or a template optimizer (p-Identity)
+solves. Sweeping the attributes (block coordinate descent) never increases the
+error and stops when no attribute changes.
 """
 
 from __future__ import annotations
@@ -20,11 +22,25 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpmm.linalg import Identity, Kron, Matrix, Ones, VStack, Weighted, trace_of_product
+from dpmm.linalg.spectral import row_space_projector
 
-__all__ = ["KronTerm", "best_kron_strategy", "kron_terms"]
+__all__ = ["FactorOptimizer", "KronTerm", "best_kron_strategy", "kron_terms"]
 
 #: Most sweeps over the attributes before the coordinate descent stops.
 MAX_SWEEPS = 20
+
+#: Relative improvement below which a new factor is not taken.
+IMPROVEMENT = 1e-9
+
+#: Relative improvement of a whole sweep below which the sweeps stop (a fitted factor
+#: comes from random restarts, so its last digits are noise).
+SWEEP_IMPROVEMENT = 1e-3
+
+#: Relative part of a factor Gram's trace that may lie outside a candidate's row space.
+SUPPORT_TOLERANCE = 1e-9
+
+#: ``optimizer(weighted_gram, norm)`` → (factor strategy of unit sensitivity, its trace loss).
+FactorOptimizer = Callable[[np.ndarray, int], tuple[Matrix, float]]
 
 
 @dataclass(frozen=True)
@@ -66,57 +82,118 @@ def _factor_key(factor: Matrix) -> tuple:
     return ("object", id(factor))
 
 
+class _Attribute:
+    """One attribute's distinct workload factors and the options tried for it so far."""
+
+    def __init__(self, factors: Sequence[Matrix], norm: int) -> None:
+        self.norm = norm
+        keys = [_factor_key(f) for f in factors]
+        self.distinct: dict[tuple, Matrix] = {}
+        for key, factor in zip(keys, factors, strict=True):
+            self.distinct.setdefault(key, factor)
+        self.term_slots = np.array([list(self.distinct).index(k) for k in keys])
+        self.grams = {key: factor.gram() for key, factor in self.distinct.items()}
+        self.options: list[Matrix] = []
+        self.traces: list[np.ndarray] = []  # per option: trace for every term
+        self.sensitivity_squared: list[float] = []
+
+    def add(self, option: Matrix) -> int | None:
+        """Add an option that supports every factor; its index, or None if it cannot answer."""
+        pinv = option.gram().pinv()
+        per_factor = []
+        for gram in self.grams.values():
+            trace = trace_of_product(gram, pinv)
+            if not option.known_full_column_rank and not _supports(option, gram):
+                return None
+            per_factor.append(trace)
+        self.options.append(option)
+        self.traces.append(np.asarray(per_factor)[self.term_slots])
+        self.sensitivity_squared.append(option.sensitivity(self.norm) ** 2)
+        return len(self.options) - 1
+
+    def weighted_gram(self, coefficients: np.ndarray) -> np.ndarray:
+        """``Σ_k c_k W_kiᵀW_ki`` as a dense array, each distinct factor Gram formed once."""
+        per_factor = np.bincount(self.term_slots, weights=coefficients, minlength=len(self.grams))
+        return sum(
+            c * gram.dense() for c, gram in zip(per_factor, self.grams.values(), strict=True)
+        )
+
+
+def _supports(option: Matrix, gram: Matrix) -> bool:
+    """Whether every query behind ``gram`` lies in the row space of ``option``."""
+    total = gram.trace()
+    captured = trace_of_product(gram, row_space_projector(option))
+    return captured >= total * (1 - SUPPORT_TOLERANCE) - SUPPORT_TOLERANCE
+
+
 def best_kron_strategy(
     W: Matrix,
     candidates: Callable[[int], Sequence[Matrix]],
     norm: int,
+    optimizer: FactorOptimizer | None = None,
 ) -> tuple[Matrix, float]:
-    """The Kron of per-attribute candidates with the least expected error, and that error.
+    """The Kron of per-attribute factors with the least expected error found, and that error.
 
     The error is returned up to the privacy constant (i.e. at sensitivity 1 noise variance 1).
-    ``candidates(n)`` lists the factors allowed for an attribute of size n.
+    ``candidates(n)`` lists the factors allowed for an attribute of size n; a candidate
+    that cannot answer one of the attribute's workload factors is skipped. With an
+    ``optimizer``, each sweep also asks it for the best factor against the attribute's
+    weighted Gram, and keeps that factor when it lowers the error.
     """
     terms = kron_terms(W)
     dims = len(terms[0].factors)
-    by_size: dict[int, list[Matrix]] = {}
-    for factor in terms[0].factors:
-        by_size.setdefault(factor.shape[1], list(candidates(factor.shape[1])))
-    options = [by_size[f.shape[1]] for f in terms[0].factors]
     weights = np.array([term.weight**2 for term in terms])
-    # traces[i][c, k] = trace(W_kiᵀ W_ki (A_icᵀ A_ic)⁺); cost O(Σ_i |options_i| · distinct W_ki).
-    traces = []
-    pinvs_by_size = {n: [option.gram().pinv() for option in opts] for n, opts in by_size.items()}
+    attributes = [_Attribute([t.factors[i] for t in terms], norm) for i in range(dims)]
+    for attribute in attributes:
+        for option in candidates(next(iter(attribute.distinct.values())).shape[1]):
+            attribute.add(option)
+
+    def parts(choice: list[int], skip: int) -> tuple[np.ndarray, float]:
+        """Per-term trace product and sensitivity² product over every attribute but ``skip``."""
+        traces = np.ones(len(terms))
+        scale = 1.0
+        for j, c in enumerate(choice):
+            if j != skip:
+                traces = traces * attributes[j].traces[c]
+                scale *= attributes[j].sensitivity_squared[c]
+        return traces, scale
+
+    def best_option(i: int, coefficients: np.ndarray) -> tuple[int, float]:
+        attribute = attributes[i]
+        costs = [
+            s * float(t @ coefficients)
+            for t, s in zip(attribute.traces, attribute.sensitivity_squared, strict=True)
+        ]
+        c = int(np.argmin(costs)) if costs else -1
+        return c, (costs[c] if costs else math.inf)
+
+    choice = []
     for i in range(dims):
-        pinvs = pinvs_by_size[terms[0].factors[i].shape[1]]
-        cache: dict[tuple, np.ndarray] = {}
-        table = np.empty((len(options[i]), len(terms)))
-        for k, term in enumerate(terms):
-            key = _factor_key(term.factors[i])
-            if key not in cache:
-                gram = term.factors[i].gram()
-                cache[key] = np.array([trace_of_product(gram, pinv) for pinv in pinvs])
-            table[:, k] = cache[key]
-        traces.append(table)
-    sensitivity_squared = [
-        np.array([option.sensitivity(norm) ** 2 for option in options[i]]) for i in range(dims)
-    ]
-
-    def cost(choice: list[int]) -> float:
-        products = np.prod([traces[i][c] for i, c in enumerate(choice)], axis=0)
-        scale = math.prod(sensitivity_squared[i][c] for i, c in enumerate(choice))
-        return float(scale * (weights * products).sum())
-
-    choice = [int(np.argmin(sensitivity_squared[i] * (traces[i] @ weights))) for i in range(dims)]
-    best = cost(choice)
-    for _ in range(MAX_SWEEPS):
-        improved = False
+        c, _ = best_option(i, weights)
+        choice.append(c)
+    if optimizer is None and any(c < 0 for c in choice):
+        raise ValueError(f"No candidate factor can answer the workload {W!r}")
+    if optimizer is not None:
+        for i in range(dims):  # seed attributes without an admissible candidate
+            if choice[i] < 0:
+                factor, _ = optimizer(attributes[i].weighted_gram(weights), norm)
+                choice[i] = attributes[i].add(factor)
+    best = math.inf
+    for _ in range(1 if dims == 1 else MAX_SWEEPS):  # one attribute: nothing to sweep
+        previous = best
         for i in range(dims):
-            for c in range(len(options[i])):
-                trial = [*choice[:i], c, *choice[i + 1 :]]
-                value = cost(trial)
-                if value < best * (1 - 1e-12):
-                    choice, best, improved = trial, value, True
-        if not improved:
+            others, scale = parts(choice, i)
+            coefficients = weights * others
+            c, cost = best_option(i, coefficients)
+            if optimizer is not None:
+                factor, loss = optimizer(attributes[i].weighted_gram(coefficients), norm)
+                if loss < cost * (1 - IMPROVEMENT):
+                    added = attributes[i].add(factor)
+                    if added is not None:
+                        c, cost = best_option(i, coefficients)
+            choice[i] = c
+            best = scale * cost
+        if best >= previous * (1 - SWEEP_IMPROVEMENT):
             break
-    factors = [options[i][c] for i, c in enumerate(choice)]
+    factors = [attributes[i].options[c] for i, c in enumerate(choice)]
     return (factors[0] if dims == 1 else Kron(factors)), best

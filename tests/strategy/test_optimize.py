@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from dpmm.error import expected_error, identity_error
-from dpmm.errors import ConfigError
+from dpmm.errors import ConfigError, DpmmError
 from dpmm.linalg import (
     AllRange,
     Haar,
@@ -33,13 +33,22 @@ WORKLOADS = {
     "marginals": Marginals((4, 3, 5), {s: 1.0 for s in combinations(range(3), 2)}),
 }
 PRIVACY = [PureDP(1), ZCDP("1/2")]
+#: Methods that build a strategy for any union of Kron products.
+APPLY_TO_EVERY_WORKLOAD = {"identity", "hierarchical", "wavelet", "hdmm", "hdmm_kron", "auto"}
 
 
 @pytest.mark.parametrize("name", WORKLOADS)
 @pytest.mark.parametrize("method", METHODS)
 def test_every_method_returns_a_strategy_that_answers_the_workload(name, method):
     W = WORKLOADS[name]
-    A = optimize(W, method, PureDP(1))
+    if method not in APPLY_TO_EVERY_WORKLOAD:
+        try:
+            A = optimize(W, method, PureDP(1))
+        except DpmmError as refusal:  # a structured method refuses with one sentence
+            assert str(refusal).strip() and "\n" not in str(refusal)
+            return
+    else:
+        A = optimize(W, method, PureDP(1))
     assert isinstance(A, Matrix)
     assert A.shape[1] == W.shape[1]
     assert np.isfinite(expected_error(W, A, PureDP(1)))
@@ -106,14 +115,14 @@ def test_seed_strategies_have_the_published_shape():
 
 @pytest.mark.parametrize("name", WORKLOADS)
 @pytest.mark.parametrize("privacy", PRIVACY)
-def test_auto_is_the_best_simple_method_and_never_worse_than_identity(name, privacy):
+def test_auto_is_at_least_the_best_simple_method_and_never_worse_than_identity(name, privacy):
     W = WORKLOADS[name]
     auto_error = expected_error(W, optimize(W, "auto", privacy), privacy)
     others = [
         expected_error(W, optimize(W, method, privacy), privacy)
         for method in ("identity", "hierarchical", "wavelet", "workload", "marginals")
     ]
-    assert auto_error == pytest.approx(min(others), rel=1e-12)
+    assert auto_error <= min(others) * (1 + 1e-12)
     assert auto_error <= identity_error(W, privacy) * (1 + 1e-12)
 
 

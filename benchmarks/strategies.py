@@ -1,0 +1,110 @@
+"""dpmm's strategy selection against the measured anchors, in one table.
+
+For every row of ../shared/anchors/hdmm.md (pure ε = 1, Laplace) and
+../shared/anchors/residualplanner.md (ρ = 1 zCDP, Gaussian, sum of cell
+variances), and for hdmm.md's 1-D and Kron workloads under Gaussian noise,
+``dpmm.strategy.select_strategy(W, "auto", privacy)`` runs every candidate
+method in a fresh process; the table shows the best method, its exact total
+squared error, the ratio to the anchor's measured error (goal ≤ 1.00 for
+HDMM, ≤ 1.001 for ResidualPlanner) or to the SVD bound (goal ≤ 1.05 for the
+Gaussian rows), the ratio to the SVD bound, the whole ``auto`` selection time
+and the best method's own time, the anchor's time, and the process's peak RSS.
+
+Usage:
+    python benchmarks/strategies.py [--rows NAME ...] [--skip NAME ...] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import resource
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from anchors import GAUSSIAN_ROWS, HDMM_ROWS, RP_ROWS, AnchorRow
+
+ROWS = HDMM_ROWS + GAUSSIAN_ROWS + RP_ROWS
+
+
+def _run_row(name: str, queue: mp.Queue) -> None:
+    from dpmm.error import svd_bound
+    from dpmm.strategy import select_strategy
+
+    row = next(r for r in ROWS if r.name == name)
+    W = row.build()
+    start = time.perf_counter()
+    selection = select_strategy(W, "auto", row.privacy)
+    seconds = time.perf_counter() - start
+    bound = svd_bound(W, row.privacy)
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    queue.put(
+        {
+            "row": row.name,
+            "method": selection.chosen.method,
+            "strategy": repr(selection.strategy)[:80],
+            "error": selection.chosen.error,
+            "svd_bound": bound,
+            "seconds": seconds,
+            "method_seconds": selection.chosen.seconds,
+            "peak_mb": peak_mb,
+            "candidates": [c.to_dict() for c in selection.candidates],
+        }
+    )
+
+
+def measure(row: AnchorRow) -> dict:
+    """One row, in a fresh process (so peak memory is the row's own)."""
+    context = mp.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=_run_row, args=(row.name, queue))
+    process.start()
+    result = queue.get()
+    process.join()
+    return result
+
+
+def _goal(row: AnchorRow, result: dict) -> tuple[str, str]:
+    if row.svd_floor_target is not None:
+        ratio = result["error"] / result["svd_bound"]
+        return f"{ratio:.4f} (bound)", "yes" if ratio <= row.svd_floor_target else "NO"
+    ratio = result["error"] / row.anchor_error
+    limit = 1.001 if row.anchor == "RP" else 1.0
+    return f"{ratio:.4f}", "yes" if ratio <= limit else "NO"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", nargs="*", help="only these rows (names as in the table)")
+    parser.add_argument("--skip", nargs="*", default=[], help="rows to leave out")
+    parser.add_argument("--json", type=Path, help="also write every candidate's figures here")
+    args = parser.parse_args()
+    rows = [r for r in ROWS if (not args.rows or r.name in args.rows) and r.name not in args.skip]
+    header = (
+        "| row | anchor | best method | TSE | ratio to anchor | goal met | ratio to SVD bound "
+        "| auto s | method s | anchor s | peak MB |"
+    )
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+    results = []
+    for row in rows:
+        result = measure(row)
+        results.append(result)
+        ratio, met = _goal(row, result)
+        anchor_seconds = f"{row.anchor_seconds:g}" if row.anchor_seconds else ""
+        print(
+            f"| {row.name} | {row.anchor} | {result['method']} | {result['error']:.6g} | {ratio} "
+            f"| {met} | {result['error'] / result['svd_bound']:.3f} | {result['seconds']:.2f} "
+            f"| {result['method_seconds']:.2f} | {anchor_seconds} | {result['peak_mb']:.0f} |",
+            flush=True,
+        )
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""HDMM's strategy templates, chosen between by exact expected error.
+
+* ``OPT_0`` — one attribute: a p-Identity strategy fitted to the workload Gram
+  (:mod:`dpmm.strategy.pidentity`).
+* ``OPT_⊗`` — a Kron of per-attribute factors, each the best of Identity, Total,
+  Identity+Total and a p-Identity fitted to the attribute's weighted Gram, by
+  block-coordinate sweeps over the attributes (:mod:`dpmm.strategy.kron_template`).
+* ``OPT_M`` — weighted marginals (:mod:`dpmm.strategy.weighted_marginals`),
+  for workloads in the marginal algebra.
+* ``OPT_+`` — one Kron strategy per part of a union with the budget split
+  between them (:mod:`dpmm.strategy.union`).
+
+Each works for Laplace (L1) and Gaussian (L2) noise: the templates normalize
+their columns in the privacy parameter's norm.
+"""
+
+from __future__ import annotations
+
+from dpmm.errors import UnsupportedQueryError
+from dpmm.linalg import Identity, Matrix, Ones
+from dpmm.privacy import PrivacyParameter
+from dpmm.strategy.kron_template import select_kron_template
+from dpmm.strategy.product import kron_terms
+from dpmm.strategy.selection import select
+from dpmm.strategy.union import select_union
+from dpmm.strategy.weighted_marginals import select_marginal_weights
+
+__all__ = ["TEMPLATES", "select_hdmm"]
+
+
+def _in_marginal_algebra(W: Matrix) -> bool:
+    return all(
+        isinstance(f, Identity) or (isinstance(f, Ones) and f.shape[0] == 1)
+        for term in kron_terms(W)
+        for f in term.factors
+    )
+
+
+def _marginal_template(W: Matrix, privacy: PrivacyParameter) -> Matrix:
+    if not _in_marginal_algebra(W):
+        raise UnsupportedQueryError(
+            f"Workload {W!r} is not a union of marginals, so OPT_M does not apply"
+        )
+    return select_marginal_weights(W, privacy)
+
+
+#: HDMM's templates by the name ``auto`` and ``dpmm plan`` report them under.
+TEMPLATES = {
+    "hdmm_kron": select_kron_template,
+    "hdmm_marginals": _marginal_template,
+    "hdmm_union": select_union,
+}
+
+
+def select_hdmm(W: Matrix, privacy: PrivacyParameter) -> Matrix:
+    """The HDMM template (OPT_⊗/OPT_0, OPT_M, OPT_+) with the least expected error for ``W``."""
+    return select(W, privacy, TEMPLATES, list(TEMPLATES)).strategy

@@ -1,0 +1,80 @@
+"""HDMM's OPT_⊗ (OPT_0 for one attribute): a Kron of per-attribute factors found by sweeps.
+
+Each attribute's factor is the best of HDMM's fixed choices (Identity, Total,
+Identity+Total) and a factor fitted to the attribute's weighted workload Gram
+(a p-Identity under Laplace noise, the certified optimum under Gaussian
+noise), found by the block-coordinate sweeps of :mod:`dpmm.strategy.product`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from dpmm.linalg import Identity, Matrix, Ones, VStack
+from dpmm.privacy import PrivacyParameter
+from dpmm.strategy.gaussian_optimal import MAX_SIZE as MAX_GAUSSIAN_SIZE
+from dpmm.strategy.gaussian_optimal import optimal_gaussian_factor
+from dpmm.strategy.pidentity import optimize_pidentity
+from dpmm.strategy.product import best_kron_strategy
+
+__all__ = ["hdmm_factors", "kron_template", "select_kron_template"]
+
+#: Random restarts of each p-Identity fit (HDMM's anchors are the best of 3).
+RESTARTS = 3
+
+#: Largest attribute a p-Identity is fitted to (its Gram is a dense n × n array).
+MAX_PIDENTITY_SIZE = 8192
+
+
+def hdmm_factors(n: int) -> Sequence[Matrix]:
+    """HDMM's fixed per-attribute factors: Identity, Total and Identity+Total."""
+    if n == 1:
+        return [Identity(1)]
+    return [Identity(n), Ones(1, n), VStack([Identity(n), Ones(1, n)])]
+
+
+def _fit_factor(gram: np.ndarray, norm: int) -> tuple[Matrix, float]:
+    """The best factor fitted to ``gram``, or Identity with an infinite loss where none is fitted.
+
+    Under L2 the attribute's problem is convex and solved to a certified optimum
+    (:mod:`dpmm.strategy.gaussian_optimal`); under L1 HDMM's p-Identity is fitted.
+    """
+    scale = float(np.trace(gram))
+    if gram.shape[0] < 2 or gram.shape[0] > MAX_PIDENTITY_SIZE or not scale > 0:
+        return Identity(gram.shape[0]), np.inf
+    if norm == 2 and gram.shape[0] <= MAX_GAUSSIAN_SIZE:
+        try:
+            with threadpool_limits(limits=1):
+                optimum = optimal_gaussian_factor(gram / scale)
+            return optimum.strategy, optimum.error * scale
+        except ValueError:  # a singular Gram: fit a p-Identity instead
+            pass
+    # The sweeps' weighted Grams span many orders of magnitude; the fit sees unit trace.
+    # One BLAS thread: the fit makes thousands of small solves, which threads only slow.
+    with threadpool_limits(limits=1):
+        strategy, loss = optimize_pidentity(gram / scale, norm=norm, restarts=RESTARTS)
+    loss *= scale
+    return (strategy, loss) if np.isfinite(loss) and loss > 0 else (Identity(gram.shape[0]), np.inf)
+
+
+def select_kron_template(W: Matrix, privacy: PrivacyParameter) -> Matrix:
+    """OPT_⊗ (and OPT_0 for one attribute): per-attribute factors by block-coordinate sweeps.
+
+    Example:
+        >>> from dpmm.error import expected_error
+        >>> from dpmm.linalg import AllRange, Identity
+        >>> from dpmm.privacy import PureDP
+        >>> W = AllRange(32)
+        >>> A = select_kron_template(W, PureDP(1))
+        >>> expected_error(W, A, PureDP(1)) < expected_error(W, Identity(32), PureDP(1))
+        True
+    """
+    return kron_template(W, privacy.norm)[0]
+
+
+def kron_template(W: Matrix, norm: int) -> tuple[Matrix, float]:
+    """OPT_⊗'s strategy for ``W`` and its error at unit noise variance per unit sensitivity."""
+    return best_kron_strategy(W, hdmm_factors, norm, optimizer=_fit_factor)

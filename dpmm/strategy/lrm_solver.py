@@ -1,0 +1,289 @@
+"""The workload decomposition of the Low-Rank Mechanism (seed 002, Algorithms 1 and 2).
+
+LRM factors an ``m × n`` workload as ``W ≈ B L`` with ``B`` of shape ``m × r``
+and ``L`` of shape ``r × n`` by solving (seed 002, Formula 8)::
+
+    minimize ½ tr(BᵀB)   s.t.   ‖W − B L‖_F ≤ γ,   every column of L in the unit ball
+
+with the inexact augmented Lagrangian method: for a penalty ``β`` and a
+multiplier ``Π`` it alternately minimizes
+
+    J(B, L) = ½ tr(BᵀB) + ⟨Π, W − BL⟩ + β/2 ‖W − BL‖_F²
+
+over ``B`` (closed form, Eq. 9) and over ``L`` (Nesterov's accelerated
+projected gradient, Algorithm 2), then updates ``Π ← Π + β (W − BL)`` and
+doubles ``β`` every ten rounds (Algorithm 1).
+
+The seed's ball is the L1 ball (Laplace noise, sensitivity = largest column L1
+norm). For Gaussian noise the sensitivity is the largest column L2 norm, so the
+same program runs with the L2 ball instead.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+
+from dpmm.errors import ConfigError
+from dpmm.privacy import PrivacyParameter
+from dpmm.strategy.l1_ball import project_columns
+
+__all__ = [
+    "LowRankDecomposition",
+    "augmented_lagrangian",
+    "augmented_lagrangian_gradients",
+    "decompose_workload",
+    "update_B",
+    "update_L",
+]
+
+#: The penalty doubles after this many rounds of Algorithm 1 (seed 002, line 10).
+PENALTY_DOUBLING_PERIOD = 10
+#: Algorithm 1 stops once the penalty reaches this value ("β sufficiently large").
+MAX_PENALTY = 1e8
+#: Most B/L alternations per augmented-Lagrangian round (the inner "while not converged").
+MAX_ALTERNATIONS = 5
+#: Most accelerated gradient steps per L update (Algorithm 2's loop).
+MAX_GRADIENT_STEPS = 60
+#: Singular values of L below this fraction of the largest count as zero (dpmm's
+#: pseudo-inverse drops Gram eigenvalues below 1e-10 of the largest, i.e. σ below 1e-5).
+SUPPORT_RATIO = 1e-4
+#: ``β σ²`` for a typical singular value σ of the first L (see :func:`initial_penalty`).
+INITIAL_SHRINK_RATIO = 100.0
+
+
+@dataclass(frozen=True)
+class LowRankDecomposition:
+    """``W ≈ B L`` with every column of ``L`` inside the unit ``norm``-ball.
+
+    Attributes:
+        B: The ``m × r`` recombination matrix.
+        L: The ``r × n`` strategy (the queries that are measured).
+        residual: ``‖W − B L‖_F``, the relaxation actually reached (at most γ if converged).
+        iterations: Rounds of the augmented Lagrangian method that were run.
+        norm: 1 (L1 balls, Laplace noise) or 2 (L2 balls, Gaussian noise).
+        start: The starting L of Algorithm 1 (an exact decomposition of W).
+    """
+
+    B: np.ndarray
+    L: np.ndarray
+    residual: float
+    iterations: int
+    norm: int
+    start: np.ndarray
+
+    @property
+    def sensitivity(self) -> float:
+        """The largest column ``norm``-norm of ``L`` (at most 1)."""
+        return float(np.linalg.norm(self.L, ord=self.norm, axis=0).max(initial=0.0))
+
+    def variance_error(self, privacy: PrivacyParameter) -> float:
+        """The seed's expected total squared error ``v(Δ(L)) · ‖B‖_F²`` (Lemma 1).
+
+        Answers are ``B (L x + noise)``; when ``BL ≠ W`` they also carry the
+        data-dependent bias ``(BL − W) x``, whose square is at most
+        ``residual² · ‖x‖₂²`` (Theorem 3) and is not included here.
+        """
+        return privacy.noise_variance(self.sensitivity) * float(np.sum(self.B * self.B))
+
+
+def augmented_lagrangian(
+    W: np.ndarray, B: np.ndarray, L: np.ndarray, multiplier: np.ndarray, beta: float
+) -> float:
+    """``J(B, L) = ½ tr(BᵀB) + ⟨Π, W − BL⟩ + β/2 ‖W − BL‖_F²``; cost O(m r n)."""
+    gap = W - B @ L
+    return float(0.5 * np.sum(B * B) + np.sum(multiplier * gap) + 0.5 * beta * np.sum(gap * gap))
+
+
+def augmented_lagrangian_gradients(
+    W: np.ndarray, B: np.ndarray, L: np.ndarray, multiplier: np.ndarray, beta: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(∂J/∂B, ∂J/∂L) = (B − T Lᵀ + β B L Lᵀ, β BᵀB L − Bᵀ T)`` with ``T = βW + Π``."""
+    target = beta * W + multiplier
+    product = B @ L
+    grad_B = B - target @ L.T + beta * product @ L.T
+    grad_L = beta * (B.T @ product) - B.T @ target
+    return grad_B, grad_L
+
+
+def update_B(W: np.ndarray, L: np.ndarray, multiplier: np.ndarray, beta: float) -> np.ndarray:
+    """The minimizer of J over B (seed 002, Eq. 9): ``(βW + Π) Lᵀ (β L Lᵀ + I)⁻¹``.
+
+    Cost O(m r n + r² n + r³); the system is symmetric positive definite.
+    """
+    rank = L.shape[0]
+    system = beta * (L @ L.T) + np.eye(rank)
+    right = L @ (beta * W + multiplier).T  # r × m
+    return scipy.linalg.solve(system, right, assume_a="pos").T
+
+
+def update_L(
+    W: np.ndarray,
+    B: np.ndarray,
+    L: np.ndarray,
+    multiplier: np.ndarray,
+    beta: float,
+    *,
+    norm: int,
+    tolerance: float,
+    max_steps: int = MAX_GRADIENT_STEPS,
+) -> np.ndarray:
+    """Minimize J over L in the column balls by accelerated projected gradient (Algorithm 2).
+
+    ``J`` in L is ``β/2 ⟨L, BᵀB L⟩ − ⟨Bᵀ(βW + Π), L⟩ + const``, whose gradient is
+    Lipschitz with constant ``β λ_max(BᵀB)``. Algorithm 2 finds a step by doubling
+    a guess until a quadratic upper bound holds; the exact constant is the
+    smallest step that bound accepts, so it is used directly.
+    Each step costs O(r² n) plus one projection (a sort, O(r n log r)).
+    """
+    gram = B.T @ B
+    linear = B.T @ (beta * W + multiplier)
+    lipschitz = beta * float(scipy.linalg.eigvalsh(gram)[-1])
+    if lipschitz <= 0:
+        return L  # B = 0: J does not depend on L
+    previous = L
+    search = L
+    momentum = 1.0
+    for _ in range(max_steps):
+        gradient = beta * (gram @ search) - linear
+        current = project_columns(search - gradient / lipschitz, norm)
+        step = float(np.linalg.norm(current - previous))
+        if step <= tolerance * max(float(np.linalg.norm(current)), 1e-300):
+            return current
+        next_momentum = (1.0 + math.sqrt(1.0 + 4.0 * momentum * momentum)) / 2.0
+        search = current + ((momentum - 1.0) / next_momentum) * (current - previous)
+        previous, momentum = current, next_momentum
+    return previous
+
+
+def scaled_into_balls(L: np.ndarray, norm: int) -> np.ndarray:
+    """``L`` divided by its largest column ``norm``-norm (so that largest norm is exactly 1)."""
+    largest = float(np.linalg.norm(L, ord=norm, axis=0).max(initial=0.0))
+    return L / largest if largest > 0 else L
+
+
+def least_squares_scale(W: np.ndarray, L: np.ndarray) -> float:
+    """``‖W L⁺‖_F²``: the least ``‖B‖_F²`` with ``B L = W``, or inf if W leaves L's row space."""
+    _, singular, right = scipy.linalg.svd(L, full_matrices=False)
+    keep = singular > SUPPORT_RATIO * singular[0]
+    coefficients = W @ right[keep].T
+    outside = np.linalg.norm(W - coefficients @ right[keep]) > 1e-9 * np.linalg.norm(W)
+    return math.inf if outside else float(np.sum((coefficients / singular[keep]) ** 2))
+
+
+def initial_strategy(
+    W: np.ndarray, right_vectors: np.ndarray, rank: int, norm: int, rng: np.random.Generator
+) -> np.ndarray:
+    """The best exact start among noise on data, noise on queries and W's singular basis.
+
+    The seed leaves the start open. Starting from an exact decomposition (``BL = W``)
+    that is already as good as the two naive mechanisms keeps Algorithm 1 near
+    feasibility; the random rows only pad the singular basis up to ``rank`` rows.
+    """
+    m, n = W.shape
+    candidates = []
+    if n <= rank:
+        candidates.append(np.vstack([np.eye(n), np.zeros((rank - n, n))]))
+    if m <= rank:
+        candidates.append(np.vstack([W, np.zeros((rank - m, n))]))
+    # A basis of W's queries (pivoted QR picks independent rows): noise on fewer queries.
+    workload_rank = right_vectors.shape[0]
+    if workload_rank <= rank:
+        pivots = scipy.linalg.qr(W.T, mode="r", pivoting=True)[1][:workload_rank]
+        candidates.append(np.vstack([W[np.sort(pivots)], np.zeros((rank - workload_rank, n))]))
+    leading = right_vectors[: min(rank, right_vectors.shape[0])]
+    extra = rng.standard_normal((rank - leading.shape[0], n))
+    extra /= np.linalg.norm(extra, axis=1, keepdims=True)
+    candidates.append(np.vstack([leading, extra]))
+    scaled = [scaled_into_balls(L, norm) for L in candidates]
+    return min(scaled, key=lambda L: least_squares_scale(W, L))
+
+
+def initial_penalty(L: np.ndarray) -> float:
+    """A first penalty ``β`` at which the B step keeps every direction of ``L`` almost whole.
+
+    Eq. 9 shrinks the part of W along a singular direction ``σ`` of L by
+    ``β σ² / (1 + β σ²)``. With ``β = 1`` (the seed's start) and ``σ² ≈ n / r`` well
+    below one (small domains) the first rounds drop most of W and the method stalls in
+    a rank-deficient L; starting at ``β σ² = 100`` for the typical ``σ² = ‖L‖_F² / r``
+    keeps the start near-feasible. Never below the seed's 1.
+    """
+    typical = float(np.sum(L * L)) / L.shape[0]
+    return max(1.0, INITIAL_SHRINK_RATIO / typical)
+
+
+def numerical_rank(singular_values: np.ndarray, shape: tuple[int, int]) -> int:
+    """How many singular values exceed ``σ_max · max(m, n) · eps`` (numpy's default)."""
+    if singular_values.size == 0:
+        return 0
+    floor = singular_values[0] * max(shape) * np.finfo(np.float64).eps
+    return int(np.count_nonzero(singular_values > floor))
+
+
+def decompose_workload(
+    W: np.ndarray,
+    *,
+    norm: int,
+    rank: int | None,
+    gamma: float,
+    max_iterations: int,
+    tolerance: float,
+    rng: np.random.Generator,
+) -> LowRankDecomposition:
+    """Run Algorithm 1 on the dense workload ``W`` (see the module docstring).
+
+    Raises:
+        ConfigError: a parameter is out of range (rank < 1, γ < 0, ...).
+    """
+    if W.ndim != 2 or W.size == 0:
+        raise ConfigError(f"The workload must be a non-empty 2-D array, got shape {W.shape}")
+    if not np.all(np.isfinite(W)):
+        raise ConfigError("The workload has entries that are not finite numbers")
+    if not (gamma >= 0 and math.isfinite(gamma)):
+        raise ConfigError(f"gamma must be a non-negative number, got {gamma!r}")
+    if max_iterations < 1:
+        raise ConfigError(f"max_iterations must be at least 1, got {max_iterations!r}")
+    if not tolerance > 0:
+        raise ConfigError(f"tolerance must be positive, got {tolerance!r}")
+    _, singular_values, right_vectors = scipy.linalg.svd(W, full_matrices=False)
+    workload_rank = numerical_rank(singular_values, W.shape)
+    if workload_rank == 0:
+        raise ConfigError("The workload is zero: there is nothing to decompose")
+    if rank is None:
+        rank = math.ceil(1.2 * workload_rank)  # the seed's default r = 1.2 · rank(W)
+    if rank < 1:
+        raise ConfigError(f"rank must be at least 1, got {rank!r}")
+
+    L = start = initial_strategy(W, right_vectors[:workload_rank], rank, norm, rng)
+    multiplier = np.zeros_like(W)
+    beta = initial_penalty(L)
+    B = update_B(W, L, multiplier, beta)
+    iteration = 0
+    previous_scale = math.inf
+    for iteration in range(1, max_iterations + 1):
+        objective = augmented_lagrangian(W, B, L, multiplier, beta)
+        for _ in range(MAX_ALTERNATIONS):
+            B = update_B(W, L, multiplier, beta)
+            L = update_L(W, B, L, multiplier, beta, norm=norm, tolerance=tolerance)
+            updated = augmented_lagrangian(W, B, L, multiplier, beta)
+            converged = abs(objective - updated) <= tolerance * max(abs(updated), 1e-300)
+            objective = updated
+            if converged:
+                break
+        gap = W - B @ L
+        residual = float(np.linalg.norm(gap))
+        scale = float(np.sum(B * B))
+        settled = abs(scale - previous_scale) <= tolerance * scale
+        previous_scale = scale
+        if (residual <= gamma and settled) or beta >= MAX_PENALTY:
+            break
+        if iteration % PENALTY_DOUBLING_PERIOD == 0:
+            beta *= 2.0
+        multiplier += beta * gap
+    residual = float(np.linalg.norm(W - B @ L))
+    return LowRankDecomposition(
+        B=B, L=L, residual=residual, iterations=iteration, norm=norm, start=start
+    )

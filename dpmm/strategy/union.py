@@ -1,0 +1,65 @@
+"""HDMM's OPT_+: one Kron strategy per product of a union, with the budget split between them.
+
+For ``W = [W_1; …; W_K]`` (each ``W_k`` a weighted Kron product), fit
+``A_k`` = OPT_⊗(``W_k``) scaled to unit sensitivity, with error ``e_k`` when
+``W_k`` alone is answered from it, and stack ``A = [α_1 A_1; …; α_K A_K]``.
+Answering each ``W_k`` from its own block costs ``Σ_k e_k / α_k²``:
+
+* Laplace (L1): the sensitivity of the stack is at most ``Σ α_k``; minimizing
+  ``(Σ α_k)² Σ e_k/α_k²`` gives ``α_k ∝ e_k^{1/3}`` and error ``(Σ e_k^{1/3})³``;
+* Gaussian (L2): the squared sensitivity is at most ``Σ α_k²``; minimizing
+  ``(Σ α_k²) Σ e_k/α_k²`` gives ``α_k² ∝ √e_k`` and error ``(Σ √e_k)²``.
+
+Least squares on the whole stack is never worse than the per-block answers,
+and :func:`dpmm.error.expected_error` reports its exact error.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dpmm.errors import UnsupportedQueryError
+from dpmm.linalg import Kron, Matrix, VStack, Weighted
+from dpmm.privacy import PrivacyParameter
+from dpmm.strategy.kron_template import kron_template
+from dpmm.strategy.product import KronTerm, kron_terms
+
+__all__ = ["budget_split", "select_union"]
+
+
+def budget_split(errors: np.ndarray, norm: int) -> np.ndarray:
+    """The weights ``α_k`` (summing to 1 in the ``norm``) minimizing the stacked error.
+
+    Example:
+        >>> budget_split(np.array([1.0, 8.0]), norm=1)   # ∝ e^{1/3}: 1 : 2
+        array([0.33333333, 0.66666667])
+    """
+    errors = np.asarray(errors, dtype=float)
+    if np.any(errors < 0) or not np.all(np.isfinite(errors)):
+        raise ValueError(f"Per-part errors must be finite and non-negative, got {errors}")
+    if norm == 1:
+        weights = np.cbrt(errors)
+        return weights / weights.sum()
+    weights = errors**0.25  # α² ∝ √e
+    return weights / np.sqrt((weights**2).sum())
+
+
+def _as_matrix(term: KronTerm) -> Matrix:
+    factors = term.factors
+    product = factors[0] if len(factors) == 1 else Kron(list(factors))
+    return Weighted(term.weight, product) if term.weight != 1 else product
+
+
+def select_union(W: Matrix, privacy: PrivacyParameter) -> Matrix:
+    """OPT_+ for a union of Kron products: per-product OPT_⊗ strategies, budget split optimally."""
+    terms = kron_terms(W)
+    if len(terms) < 2:
+        raise UnsupportedQueryError(f"Workload {W!r} is not a union, so OPT_+ does not apply")
+    parts = []
+    errors = []
+    for term in terms:
+        strategy, error = kron_template(_as_matrix(term), privacy.norm)
+        parts.append(Weighted(1 / strategy.sensitivity(privacy.norm), strategy))
+        errors.append(error)
+    alphas = budget_split(np.array(errors), privacy.norm)
+    return VStack([Weighted(float(a), part) for a, part in zip(alphas, parts, strict=True)])

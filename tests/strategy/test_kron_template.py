@@ -1,0 +1,56 @@
+import numpy as np
+import pytest
+
+from dpmm.error import expected_error
+from dpmm.linalg import AllRange, Identity, Kron, Ones, Prefix, VStack, Weighted
+from dpmm.privacy import ZCDP, PureDP
+from dpmm.strategy import optimize
+from dpmm.strategy.kron_template import hdmm_factors, kron_template, select_kron_template
+from dpmm.strategy.product import best_kron_strategy
+
+UNION = VStack(
+    [
+        Kron([Ones(1, 6), Prefix(12)]),
+        Weighted(2.0, Kron([Identity(6), Ones(1, 12)])),
+        Kron([Identity(6), AllRange(12)]),
+    ]
+)
+PRIVACY = [PureDP(1), ZCDP("1/2")]
+
+
+@pytest.mark.parametrize("privacy", PRIVACY)
+def test_reported_error_is_the_exact_expected_error(privacy):
+    A, error = kron_template(UNION, privacy.norm)
+    constant = privacy.noise_variance(1.0)
+    assert expected_error(UNION, A, privacy) == pytest.approx(constant * error, rel=1e-9)
+
+
+@pytest.mark.parametrize("privacy", PRIVACY)
+def test_beats_every_fixed_hdmm_factor_choice_and_the_hierarchical_kron(privacy):
+    A = select_kron_template(UNION, privacy)
+    fitted = expected_error(UNION, A, privacy)
+    _, fixed = best_kron_strategy(UNION, hdmm_factors, privacy.norm)
+    assert fitted <= privacy.noise_variance(1.0) * fixed * (1 + 1e-9)
+    hierarchical = optimize(UNION, "hierarchical", privacy)
+    assert fitted < expected_error(UNION, hierarchical, privacy)
+
+
+def test_a_total_factor_is_chosen_only_where_every_query_totals_the_attribute():
+    totals_first = Kron([Ones(1, 5), Prefix(8)])
+    A, _ = best_kron_strategy(totals_first, hdmm_factors, 1)
+    assert isinstance(A.factors[0], Ones)  # sensitivity 1, answers the total exactly
+    mixed = VStack([totals_first, Kron([Identity(5), Prefix(8)])])
+    A, _ = best_kron_strategy(mixed, hdmm_factors, 1)
+    assert not isinstance(A.factors[0], Ones)  # a total cannot answer the identity rows
+    assert np.isfinite(expected_error(mixed, A, PureDP(1)))
+
+
+def test_no_admissible_candidate_without_an_optimizer_is_an_error():
+    with pytest.raises(ValueError, match="No candidate"):
+        best_kron_strategy(Kron([Identity(4), Prefix(3)]), lambda n: [Ones(1, n)], 1)
+
+
+def test_one_attribute_is_opt_0_and_beats_identity():
+    W = AllRange(48)
+    A = select_kron_template(W, PureDP(1))
+    assert expected_error(W, A, PureDP(1)) < 0.9 * expected_error(W, Identity(48), PureDP(1))

@@ -1,0 +1,92 @@
+"""OPT_0: the p-Identity loss is the real error, its gradient is exact, and it beats Identity."""
+
+import numpy as np
+import pytest
+
+from dpmm.error import expected_error, identity_error
+from dpmm.errors import ConfigError, UnsupportedQueryError
+from dpmm.linalg import AllRange, Identity, Kron, Prefix
+from dpmm.linalg.pidentity import PIdentity
+from dpmm.privacy import ZCDP, PureDP
+from dpmm.strategy.pidentity import PIdentityTemplate, optimize_pidentity, select_pidentity
+from dpmm.strategy.template import optimize_template
+
+PRIVACY = {1: PureDP(1), 2: ZCDP("1/2")}
+
+
+def _finite_differences(template, x, step=1e-6):
+    grad = np.empty_like(x)
+    for k in range(x.size):
+        e = np.zeros_like(x)
+        e[k] = step
+        grad[k] = (template.loss_and_grad(x + e)[0] - template.loss_and_grad(x - e)[0]) / (2 * step)
+    return grad
+
+
+@pytest.mark.parametrize("norm", [1, 2])
+def test_gradient_matches_finite_differences(norm):
+    G = AllRange(9).gram().dense()
+    template = PIdentityTemplate(G, 3, norm)
+    x = np.random.default_rng(7).uniform(size=27)
+    loss, grad = template.loss_and_grad(x)
+    np.testing.assert_allclose(grad, _finite_differences(template, x), rtol=1e-6, atol=1e-6)
+    dense = PIdentity(x.reshape(3, 9), norm).dense()
+    assert loss == pytest.approx(np.trace(G @ np.linalg.inv(dense.T @ dense)), rel=1e-12)
+
+
+@pytest.mark.parametrize("norm", [1, 2])
+def test_optimized_loss_is_the_expected_error(norm):
+    W = Prefix(48)
+    A, loss = optimize_pidentity(
+        W.gram().dense(), norm=norm, restarts=1, rng=np.random.default_rng(1)
+    )
+    privacy = PRIVACY[norm]
+    assert A.sensitivity(norm) == pytest.approx(1.0)
+    assert expected_error(W, A, privacy) == pytest.approx(privacy.noise_variance(1.0) * loss)
+
+
+@pytest.mark.parametrize("W", [AllRange(64), Prefix(64)], ids=["allrange", "prefix"])
+@pytest.mark.parametrize("norm", [1, 2])
+def test_opt0_beats_identity(W, norm):
+    A, _ = optimize_pidentity(W.gram().dense(), norm=norm, restarts=1, rng=np.random.default_rng(2))
+    privacy = PRIVACY[norm]
+    assert A.p == 4  # HDMM's p = n / 16
+    assert expected_error(W, A, privacy) < 0.8 * identity_error(W, privacy)
+
+
+def test_best_restart_is_kept():
+    G = AllRange(32).gram().dense()
+    template = PIdentityTemplate(G, 2, 1)
+    result = optimize_template(template, restarts=3, rng=np.random.default_rng(3))
+    assert result.loss == pytest.approx(min(result.start_losses))
+    assert template.loss_and_grad(result.params)[0] == pytest.approx(result.loss)
+
+
+def test_select_pidentity_uses_the_privacy_norm():
+    A = select_pidentity(Prefix(32), ZCDP(1))
+    assert isinstance(A, PIdentity)
+    assert A.norm == 2
+    assert A.sensitivity(2) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "W", [Kron([Prefix(4), Identity(3)]), Identity(9000)], ids=["two-attributes", "too-large"]
+)
+def test_select_pidentity_refuses_other_workloads(W):
+    with pytest.raises(UnsupportedQueryError):
+        select_pidentity(W, PureDP(1))
+
+
+@pytest.mark.parametrize(
+    ("gram", "kwargs"),
+    [
+        (np.ones((3, 4)), {"norm": 1}),
+        (np.array([[1.0, 2.0], [0.0, 1.0]]), {"norm": 1}),
+        (np.eye(3), {"norm": 3}),
+        (np.eye(3), {"norm": 1, "p": 0}),
+        (np.eye(3), {"norm": 1, "restarts": 0}),
+    ],
+)
+def test_bad_inputs_are_refused(gram, kwargs):
+    with pytest.raises(ConfigError):
+        optimize_pidentity(gram, **kwargs)

@@ -1,0 +1,61 @@
+import numpy as np
+import pytest
+from scipy.optimize import minimize
+
+from dpmm.error import expected_error
+from dpmm.errors import UnsupportedQueryError
+from dpmm.linalg import AllRange, Identity, Kron, Ones, Prefix, VStack
+from dpmm.privacy import ZCDP, PureDP
+from dpmm.strategy.kron_template import kron_template
+from dpmm.strategy.union import budget_split, select_union
+
+
+def _stacked_error(alphas, errors, norm):
+    alphas = np.abs(alphas)
+    sensitivity_squared = alphas.sum() ** 2 if norm == 1 else (alphas**2).sum()
+    return sensitivity_squared * (errors / alphas**2).sum()
+
+
+@pytest.mark.parametrize("norm", [1, 2])
+def test_budget_split_minimizes_the_stacked_error(norm):
+    errors = np.array([3.0, 40.0, 0.5, 7.0])
+    alphas = budget_split(errors, norm)
+    best = _stacked_error(alphas, errors, norm)
+    found = minimize(
+        _stacked_error,
+        np.ones(4),
+        args=(errors, norm),
+        method="Nelder-Mead",
+        options={"xatol": 1e-10, "fatol": 1e-12, "maxiter": 20000},
+    )
+    assert best <= found.fun * (1 + 1e-6)
+    closed_form = np.cbrt(errors).sum() ** 3 if norm == 1 else np.sqrt(errors).sum() ** 2
+    assert best == pytest.approx(closed_form, rel=1e-12)
+    total = alphas.sum() if norm == 1 else np.sqrt((alphas**2).sum())
+    assert total == pytest.approx(1.0)
+
+
+def test_budget_split_rejects_negative_errors():
+    with pytest.raises(ValueError, match="non-negative"):
+        budget_split(np.array([1.0, -2.0]), 1)
+
+
+@pytest.mark.parametrize("privacy", [PureDP(1), ZCDP(1)])
+def test_union_error_is_at_most_the_per_part_bound(privacy):
+    parts = [Kron([Prefix(6), Ones(1, 5)]), Kron([Ones(1, 6), AllRange(5)])]
+    W = VStack(parts)
+    A = select_union(W, privacy)
+    errors = np.array([kron_template(part, privacy.norm)[1] for part in parts])
+    bound = privacy.noise_variance(1.0) * (
+        np.cbrt(errors).sum() ** 3 if privacy.norm == 1 else np.sqrt(errors).sum() ** 2
+    )
+    assert A.sensitivity(privacy.norm) <= 1 + 1e-9
+    assert expected_error(W, A, privacy) <= bound * (1 + 1e-9)
+    assert expected_error(W, A, privacy) < expected_error(
+        W, Kron([Identity(6), Identity(5)]), privacy
+    )
+
+
+def test_a_single_product_is_not_a_union():
+    with pytest.raises(UnsupportedQueryError, match="not a union"):
+        select_union(Kron([Prefix(4), Identity(3)]), PureDP(1))
