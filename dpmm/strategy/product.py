@@ -93,6 +93,10 @@ class _Attribute:
             self.distinct.setdefault(key, factor)
         self.term_slots = np.array([list(self.distinct).index(k) for k in keys])
         self.grams = {key: factor.gram() for key, factor in self.distinct.items()}
+        # Only identities and totals: the weighted Gram is aI + bJ, invariant under every
+        # permutation of the cells, so a convex problem's optimum is of the form I + cJ,
+        # which the fixed candidates (Identity, Total, Identity+Total) already span.
+        self.symmetric = all(key[0] in ("identity", "ones") for key in self.distinct)
         self.options: list[Matrix] = []
         self.traces: list[np.ndarray] = []  # per option: trace for every term
         self.sensitivity_squared: list[float] = []
@@ -175,7 +179,7 @@ def best_kron_strategy(
         raise ValueError(f"No candidate factor can answer the workload {W!r}")
     if optimizer is not None:
         for i in range(dims):  # seed attributes without an admissible candidate
-            if choice[i] < 0:
+            if choice[i] < 0:  # no candidate answers it, so it is not symmetric
                 factor, _ = optimizer(attributes[i].weighted_gram(weights), norm)
                 choice[i] = attributes[i].add(factor)
     best = math.inf
@@ -185,7 +189,7 @@ def best_kron_strategy(
             others, scale = parts(choice, i)
             coefficients = weights * others
             c, cost = best_option(i, coefficients)
-            if optimizer is not None:
+            if optimizer is not None and not attributes[i].symmetric:
                 factor, loss = optimizer(attributes[i].weighted_gram(coefficients), norm)
                 if loss < cost * (1 - IMPROVEMENT):
                     added = attributes[i].add(factor)

@@ -11,15 +11,16 @@ Answering each ``W_k`` from its own block costs ``Σ_k e_k / α_k²``:
   ``(Σ α_k²) Σ e_k/α_k²`` gives ``α_k² ∝ √e_k`` and error ``(Σ √e_k)²``.
 
 Least squares on the whole stack is never worse than the per-block answers,
-and :func:`dpmm.error.expected_error` reports its exact error.
+and :func:`dpmm.error.expected_error` reports its exact error — which needs the
+stack's Gram densely, so OPT_+ applies to domains up to √DENSE_LIMIT cells.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from dpmm.errors import UnsupportedQueryError
-from dpmm.linalg import Kron, Matrix, VStack, Weighted
+from dpmm.errors import TooLargeError, UnsupportedQueryError
+from dpmm.linalg import DENSE_LIMIT, Kron, Matrix, VStack, Weighted
 from dpmm.privacy import PrivacyParameter
 from dpmm.strategy.kron_template import kron_template
 from dpmm.strategy.product import KronTerm, kron_terms
@@ -55,6 +56,11 @@ def select_union(W: Matrix, privacy: PrivacyParameter) -> Matrix:
     terms = kron_terms(W)
     if len(terms) < 2:
         raise UnsupportedQueryError(f"Workload {W!r} is not a union, so OPT_+ does not apply")
+    if W.shape[1] ** 2 > DENSE_LIMIT:  # checked before any fitting: nothing else can apply
+        raise TooLargeError(
+            f"OPT_+'s exact error needs the stacked strategy's dense Gram, and {W!r} has "
+            f"{W.shape[1]:,} cells"
+        )
     parts = []
     errors = []
     for term in terms:
