@@ -20,6 +20,7 @@ independent of the domain size.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
@@ -76,8 +77,15 @@ def _submasks(mask: int) -> Iterator[int]:
         sub = (sub - 1) & mask
 
 
+@functools.cache
+def _shared_factor(kept: bool, n: int) -> Matrix:
+    """One Identity(n) and one Total(n) for every marginal: matrices are immutable, and a
+    union of 10⁵ marginals over 100 attributes would otherwise build 10⁷ factor objects."""
+    return Identity(n) if kept else Ones(1, n)
+
+
 def _marginal_factors(shape: tuple[int, ...], mask: int) -> list[Matrix]:
-    return [Identity(n) if mask >> i & 1 else Ones(1, n) for i, n in enumerate(shape)]
+    return [_shared_factor(bool(mask >> i & 1), n) for i, n in enumerate(shape)]
 
 
 class Marginal(Kron):
