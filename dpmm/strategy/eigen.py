@@ -350,5 +350,18 @@ def complete_factor(A: EigenStrategy, norm: int) -> Matrix:
 
 
 def select_eigen(W: Matrix, privacy: PrivacyParameter) -> Matrix:
-    """The ``eigen`` method of :func:`dpmm.strategy.optimize` (default settings)."""
+    """The ``eigen`` method of :func:`dpmm.strategy.optimize` (default settings).
+
+    Refuses domains above :data:`IN_MEMORY_CELLS` cells, so selection (and ``auto``)
+    stays interactive and within memory; call :func:`eigen_design` directly for
+    the Kron-weight or block-wise Dask solve on larger domains.
+
+    Raises:
+        TooLargeError: ``W`` has more than :data:`IN_MEMORY_CELLS` columns.
+    """
+    if W.shape[1] > IN_MEMORY_CELLS:
+        raise TooLargeError(
+            f"The eigen method handles up to {IN_MEMORY_CELLS:,} cells, and {W!r} has "
+            f"{W.shape[1]:,}; call dpmm.strategy.eigen.eigen_design for larger domains"
+        )
     return eigen_design(W, privacy)
