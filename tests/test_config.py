@@ -15,7 +15,7 @@ from dpmm.config import REQUIRED_KEYS, TOP_LEVEL_KEYS, ReleaseConfig, load_confi
 from dpmm.domain import Domain
 from dpmm.errors import ConfigError
 from dpmm.privacy import ZCDP, PureDP
-from dpmm.strategy import METHODS
+from dpmm.strategy import STRATEGY_METHODS
 from dpmm.workload import census_domain
 from dpmm.workload.config import KINDS
 
@@ -60,7 +60,7 @@ def test_every_example_loads(path: Path) -> None:
     config = load_config(path)
     assert config.name == path.stem
     assert config.workload
-    assert config.strategy_method in METHODS
+    assert config.strategy_method in STRATEGY_METHODS
     assert config.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
     for group in config.workload:
         assert group.matrix.shape[1] == config.domain.size
@@ -97,7 +97,9 @@ def test_schema_lists_exactly_the_keys_the_loader_accepts() -> None:
     assert SCHEMA["additionalProperties"] is False
     group = SCHEMA["$defs"]["group"]["properties"]
     assert tuple(group["kind"]["enum"]) == KINDS
-    assert SCHEMA["properties"]["strategy"]["properties"]["method"]["enum"] == list(METHODS)
+    assert SCHEMA["properties"]["strategy"]["properties"]["method"]["enum"] == list(
+        STRATEGY_METHODS
+    )
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda path: path.name)

@@ -110,8 +110,11 @@ class _Attribute:
             if not option.known_full_column_rank and not _supports(option, gram):
                 return None
             per_factor.append(trace)
+        traces = np.asarray(per_factor)
+        if not np.all(np.isfinite(traces)) or np.any(traces < 0):  # a numerically broken fit
+            return None
         self.options.append(option)
-        self.traces.append(np.asarray(per_factor)[self.term_slots])
+        self.traces.append(traces[self.term_slots])
         self.sensitivity_squared.append(option.sensitivity(self.norm) ** 2)
         return len(self.options) - 1
 
