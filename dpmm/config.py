@@ -11,9 +11,10 @@ query groups to answer and how to pick the strategy (the schema is in
     workload:
       - {name: one-way, kind: marginals, k: 1}
     strategy: {method: auto}          # optional; default auto
-    data: {...}                       # reserved for the release pipeline
-    release: {...}
-    ledger: {...}
+    data: {path: data/}               # the input records (dpmm.data.spec)
+    release: {root: releases/}        # where versions are written (dpmm.settings)
+    ledger: {path: budget.db}         # the budget ledger charged
+    cluster: {n_workers: 2}           # Dask workers (default: a LocalCluster)
 
 :func:`load_config` validates everything it can without touching data: every
 problem is a :class:`~dpmm.errors.ConfigError` with one sentence that starts
@@ -40,12 +41,13 @@ import copy
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
 
+from dpmm.data.spec import DataSpec, data_spec_from_config
 from dpmm.domain import Attribute, Domain
 from dpmm.errors import (
     ConfigError,
@@ -55,6 +57,14 @@ from dpmm.errors import (
     describe_value,
 )
 from dpmm.privacy import ZCDP, PureDP, privacy_from_config
+from dpmm.settings import (
+    ClusterSettings,
+    LedgerSettings,
+    ReleaseSettings,
+    cluster_settings,
+    ledger_settings,
+    release_settings,
+)
 from dpmm.strategy import STRATEGY_METHODS
 from dpmm.workload import WorkloadGroup, from_config
 
@@ -71,10 +81,9 @@ TOP_LEVEL_KEYS = (
     "data",
     "release",
     "ledger",
+    "cluster",
 )
 REQUIRED_KEYS = ("name", "domain", "privacy", "workload")
-#: Sections kept for the release pipeline (ingest, release writer, ledger); not validated yet.
-RESERVED_SECTIONS = ("data", "release", "ledger")
 #: A release name becomes a folder name, so it starts with a letter or digit.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 NAME_MAX_LENGTH = 100
@@ -93,10 +102,14 @@ class ReleaseConfig:
         privacy: The total privacy budget of the release.
         workload: The query groups, in file order.
         strategy_method: The strategy method :func:`dpmm.strategy.optimize` is called with.
-        raw: The parsed YAML document, including the reserved ``data``, ``release``
-            and ``ledger`` sections.
+        raw: The parsed YAML document.
         path: The config file, as given to :func:`load_config`.
         sha256: Hex SHA-256 of the file's bytes.
+        data: Where the records are (None: the config names no data; it can be planned,
+            not released).
+        release: Where versions are written and how they are post-processed.
+        ledger: The budget ledger and dataset charged.
+        cluster: The Dask workers to use.
     """
 
     name: str
@@ -108,6 +121,10 @@ class ReleaseConfig:
     raw: dict[str, Any]
     path: Path
     sha256: str
+    data: DataSpec | None = None
+    release: ReleaseSettings | None = None
+    ledger: LedgerSettings | None = None
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -302,11 +319,19 @@ class _Reader:
             )
         return method
 
-    def reserved(self, document: Mapping[str, Any]) -> None:
-        for key in RESERVED_SECTIONS:
-            value = document.get(key)
-            if value is not None and not isinstance(value, Mapping):
-                self.fail(key, f"must be a mapping, got {describe_value(value)}")
+    def sections(self, document: Mapping[str, Any], name: str) -> dict[str, Any]:
+        """The run sections (data, release, ledger, cluster), validated."""
+        base = self.path.parent
+        try:
+            data = document.get("data")
+            return {
+                "data": None if data is None else data_spec_from_config(data, base_dir=base),
+                "release": release_settings(document.get("release"), base_dir=base),
+                "ledger": ledger_settings(document.get("ledger"), base_dir=base, release_name=name),
+                "cluster": cluster_settings(document.get("cluster")),
+            }
+        except ConfigError as error:
+            self.wrap(error)
 
 
 def _required() -> str:
@@ -360,7 +385,7 @@ def load_config(path: str | Path) -> ReleaseConfig:
     privacy = reader.privacy(document["privacy"])
     workload = reader.workload(document["workload"], domain)
     strategy_method = reader.strategy(document.get("strategy"))
-    reader.reserved(document)
+    sections = reader.sections(document, name)
     return ReleaseConfig(
         name=name,
         description=description,
@@ -371,4 +396,5 @@ def load_config(path: str | Path) -> ReleaseConfig:
         raw=copy.deepcopy(document),
         path=path,
         sha256=hashlib.sha256(data).hexdigest(),
+        **sections,
     )

@@ -153,7 +153,12 @@ def test_readme_example_loads(tmp_path: Path) -> None:
 
 
 def test_loaded_config_holds_every_section(tmp_path: Path) -> None:
-    document = with_changes(data={"path": "people.parquet"}, ledger={"url": "ledger.sqlite"})
+    document = with_changes(
+        data={"path": "people.parquet"},
+        ledger={"path": "ledger.sqlite", "dataset": "people"},
+        release={"root": "out", "reconstruction": "nnls"},
+        cluster={"address": "tcp://10.0.0.5:8786"},
+    )
     path = write(tmp_path, document)
     config = load_config(path)
     assert isinstance(config, ReleaseConfig)
@@ -165,6 +170,10 @@ def test_loaded_config_holds_every_section(tmp_path: Path) -> None:
     assert config.raw == document
     assert config.path == path
     assert config.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert config.data.location == str(tmp_path / "people.parquet")
+    assert (config.ledger.path, config.ledger.dataset) == (tmp_path / "ledger.sqlite", "people")
+    assert (config.release.root, config.release.reconstruction) == (tmp_path / "out", "nnls")
+    assert config.cluster.address == "tcp://10.0.0.5:8786" and not config.cluster.is_local
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.name = "other"  # type: ignore[misc]
 
@@ -173,6 +182,9 @@ def test_defaults(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, with_changes(description=None, strategy=None)))
     assert config.description == ""
     assert config.strategy_method == "auto"
+    assert config.data is None and config.ledger.path is None and config.cluster.is_local
+    assert config.ledger.dataset == config.name
+    assert config.release.root == tmp_path / "releases"
 
 
 @pytest.mark.parametrize(
@@ -260,6 +272,23 @@ BAD = {
     "numeric name": (with_changes(name=2030), "name"),
     "description not text": (with_changes(description=["a"]), "description"),
     "data not a mapping": (with_changes(data="people.parquet"), "data"),
+    "data without path": (with_changes(data={"format": "csv"}), "data.path"),
+    "data unknown key": (with_changes(data={"path": "x.csv", "sep": ";"}), "data.sep"),
+    "bad rows policy": (with_changes(data={"path": "x.csv", "bad_rows": "skip"}), "data.bad_rows"),
+    "release unknown key": (with_changes(release={"folder": "x"}), "release.folder"),
+    "reconstruction": (with_changes(release={"reconstruction": "svd"}), "release.reconstruction"),
+    "histogram choice": (with_changes(release={"histogram": True}), "release.histogram"),
+    "ledger url": (with_changes(ledger={"path": "s3://b/l.db"}), "ledger.path"),
+    "ledger dataset": (with_changes(ledger={"dataset": ""}), "ledger.dataset"),
+    "cluster both": (
+        with_changes(cluster={"address": "tcp://h:1", "n_workers": 2}),
+        "cluster",
+    ),
+    "cluster address": (with_changes(cluster={"address": "h:8786"}), "cluster.address"),
+    "cluster class": (with_changes(cluster={"class": "SLURM Cluster"}), "cluster.class"),
+    "cluster workers": (with_changes(cluster={"n_workers": 0}), "cluster.n_workers"),
+    "cluster processes": (with_changes(cluster={"processes": "yes"}), "cluster.processes"),
+    "cluster options": (with_changes(cluster={"options": {"cores": 2}}), "cluster.options"),
     "missing domain file": (with_changes(domain={"file": "nowhere.json"}), "domain.file"),
     "labels not a list": (
         with_changes(domain={"attributes": [{"name": "sex", "size": 2, "labels": "mf"}]}),

@@ -1,0 +1,225 @@
+"""The run sections of a release config: where releases go, which ledger pays, which cluster runs.
+
+::
+
+    release:
+      root: releases/          # folder of release folders; default: releases/ beside the config
+      reconstruction: auto     # auto, least_squares or nnls
+      histogram: auto          # write the reconstructed histogram: auto, always or never
+    ledger:
+      path: budget.db          # the budget ledger (SQLite); required to release
+      dataset: adult           # the dataset charged; default: the release name
+    cluster:                   # optional; default: a LocalCluster on this machine
+      address: tcp://10.0.0.5:8786                 # an existing Dask scheduler, or
+      class: dask_jobqueue.SLURMCluster            # a cluster class,
+      options: {cores: 8, memory: 32GB}            #   its keyword arguments,
+      scale: 4                                     #   and how many workers to ask for, or
+      n_workers: 2                                 # LocalCluster options
+      processes: true
+      threads_per_worker: 1
+
+Relative paths are read relative to the config file's folder. Every problem is a
+:class:`~dpmm.errors.ConfigError` naming the key, e.g. ``release.reconstruction: unknown
+method 'svd' (expected one of: auto, least_squares, nnls)``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dpmm.errors import ConfigError, describe_value
+
+__all__ = [
+    "HISTOGRAM_CHOICES",
+    "RECONSTRUCTION_METHODS",
+    "ClusterSettings",
+    "LedgerSettings",
+    "ReleaseSettings",
+    "cluster_settings",
+    "ledger_settings",
+    "release_settings",
+]
+
+RECONSTRUCTION_METHODS = ("auto", "least_squares", "nnls")
+HISTOGRAM_CHOICES = ("auto", "always", "never")
+DEFAULT_ROOT = "releases"
+_CLASS_PATTERN = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+")
+_LOCAL_KEYS = ("n_workers", "processes", "threads_per_worker", "memory_limit")
+
+
+@dataclass(frozen=True)
+class ReleaseSettings:
+    """Where a release is written and how it is post-processed.
+
+    Attributes:
+        root: The folder holding ``<name>/v0001/`` ...
+        reconstruction: ``auto`` (NNLS when the full vector is estimated, least squares
+            in the marginal algebra otherwise), ``least_squares`` or ``nnls``.
+        histogram: Whether the reconstructed histogram is written (``auto``: when it has
+            at most :data:`dpmm.pipeline.HISTOGRAM_LIMIT` cells).
+    """
+
+    root: Path
+    reconstruction: str = "auto"
+    histogram: str = "auto"
+
+
+@dataclass(frozen=True)
+class LedgerSettings:
+    """The budget ledger a release is charged to (None path: the config names none)."""
+
+    path: Path | None
+    dataset: str
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """How to reach Dask workers; the default is a LocalCluster on this machine.
+
+    Attributes:
+        address: An existing scheduler's address, or None.
+        cluster_class: A dotted cluster class (``dask_jobqueue.SLURMCluster``), or None.
+        options: Keyword arguments of the cluster class, or LocalCluster options.
+        scale: Workers to ask a cluster class for (None: its default).
+    """
+
+    address: str | None = None
+    cluster_class: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    scale: int | None = None
+
+    @property
+    def is_local(self) -> bool:
+        """True when dpmm starts a LocalCluster itself."""
+        return self.address is None and self.cluster_class is None
+
+
+def _mapping(section: object, key: str) -> Mapping[str, Any]:
+    if section is None:
+        return {}
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"{key}: must be a mapping, got {describe_value(section)}")
+    return section
+
+
+def _known(section: Mapping[str, Any], key: str, allowed: tuple[str, ...]) -> None:
+    for name in section:
+        if name not in allowed:
+            raise ConfigError(
+                f"{key}.{name}: unknown key (allowed: {', '.join(allowed)})"
+                if isinstance(name, str)
+                else f"{key}: unknown key {describe_value(name)}"
+            )
+
+
+def _choice(section: Mapping[str, Any], key: str, name: str, choices: tuple[str, ...]) -> str:
+    value = section.get(name, choices[0])
+    if value not in choices:
+        raise ConfigError(
+            f"{key}.{name}: unknown value {describe_value(value)} "
+            f"(expected one of: {', '.join(choices)})"
+        )
+    return value
+
+
+def _path(value: object, key: str, base_dir: Path) -> Path:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{key}: must be a non-empty path, got {describe_value(value)}")
+    if "://" in value:
+        raise ConfigError(f"{key}: must be a local path, got the URL {value!r}")
+    path = Path(value.strip()).expanduser()
+    return path if path.is_absolute() else base_dir / path
+
+
+def _positive_int(value: object, key: str) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ConfigError(f"{key}: must be a positive integer, got {describe_value(value)}")
+    return value
+
+
+def release_settings(section: object, *, base_dir: Path) -> ReleaseSettings:
+    """Validate a config's ``release`` section.
+
+    Example:
+        >>> release_settings({"root": "out", "reconstruction": "nnls"}, base_dir=Path("/srv"))
+        ReleaseSettings(root=PosixPath('/srv/out'), reconstruction='nnls', histogram='auto')
+    """
+    section = _mapping(section, "release")
+    _known(section, "release", ("root", "reconstruction", "histogram"))
+    return ReleaseSettings(
+        root=_path(section.get("root", DEFAULT_ROOT), "release.root", base_dir),
+        reconstruction=_choice(section, "release", "reconstruction", RECONSTRUCTION_METHODS),
+        histogram=_choice(section, "release", "histogram", HISTOGRAM_CHOICES),
+    )
+
+
+def ledger_settings(section: object, *, base_dir: Path, release_name: str) -> LedgerSettings:
+    """Validate a config's ``ledger`` section (the path may be absent for ``dpmm plan``).
+
+    Example:
+        >>> ledger_settings({"path": "b.db"}, base_dir=Path("/srv"), release_name="adult")
+        LedgerSettings(path=PosixPath('/srv/b.db'), dataset='adult')
+    """
+    section = _mapping(section, "ledger")
+    _known(section, "ledger", ("path", "dataset"))
+    path = section.get("path")
+    dataset = section.get("dataset", release_name)
+    if not isinstance(dataset, str) or not dataset.strip():
+        raise ConfigError(f"ledger.dataset: must be a dataset name, got {describe_value(dataset)}")
+    return LedgerSettings(
+        path=None if path is None else _path(path, "ledger.path", base_dir),
+        dataset=dataset.strip(),
+    )
+
+
+def cluster_settings(section: object) -> ClusterSettings:
+    """Validate a config's ``cluster`` section.
+
+    Example:
+        >>> cluster_settings({"address": "tcp://10.0.0.5:8786"}).is_local
+        False
+        >>> cluster_settings({"n_workers": 2, "processes": False}).options
+        {'n_workers': 2, 'processes': False}
+    """
+    section = _mapping(section, "cluster")
+    _known(section, "cluster", ("address", "class", "options", "scale", *_LOCAL_KEYS))
+    address, cluster_class = section.get("address"), section.get("class")
+    local = {k: section[k] for k in _LOCAL_KEYS if k in section}
+    chosen = [k for k, v in (("address", address), ("class", cluster_class)) if v is not None]
+    if len(chosen) > 1 or (chosen and local):
+        extra = ", ".join(chosen + list(local))
+        raise ConfigError(
+            f"cluster: give one of address, class or LocalCluster options, not {extra}"
+        )
+    if address is not None and (not isinstance(address, str) or "://" not in address):
+        raise ConfigError(
+            f"cluster.address: must be a scheduler address such as tcp://host:8786, "
+            f"got {describe_value(address)}"
+        )
+    if cluster_class is not None and (
+        not isinstance(cluster_class, str) or not _CLASS_PATTERN.fullmatch(cluster_class)
+    ):
+        raise ConfigError(
+            "cluster.class: must be a dotted class name such as dask_jobqueue.SLURMCluster, "
+            f"got {describe_value(cluster_class)}"
+        )
+    options = _mapping(section.get("options"), "cluster.options")
+    if options and cluster_class is None:
+        raise ConfigError("cluster.options: only a cluster class takes options")
+    scale = _positive_int(section.get("scale"), "cluster.scale")
+    for key in ("n_workers", "threads_per_worker"):
+        _positive_int(local.get(key), f"cluster.{key}")
+    if "processes" in local and not isinstance(local["processes"], bool):
+        raise ConfigError(
+            f"cluster.processes: must be true or false, got {describe_value(local['processes'])}"
+        )
+    return ClusterSettings(
+        address=address,
+        cluster_class=cluster_class,
+        options=dict(options) if cluster_class else local,
+        scale=scale,
+    )
