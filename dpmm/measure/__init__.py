@@ -41,11 +41,13 @@ from dpmm.measure.quantize import (
     quantize,
 )
 from dpmm.measure.record import FORMAT, MeasurementRecord, load_measurement, record_path
+from dpmm.measure.tables import MarginalCounts, marginal_answers, strategy_tables
 
 __all__ = [
     "DEFAULT_BITS",
     "FORMAT",
     "ExactStrategy",
+    "MarginalCounts",
     "MeasurementError",
     "MeasurementMismatch",
     "MeasurementRecord",
@@ -54,8 +56,10 @@ __all__ = [
     "analyze_strategy",
     "exact_answers",
     "load_measurement",
+    "marginal_answers",
     "measure",
     "quantization_error_change",
     "quantize",
     "record_path",
+    "strategy_tables",
 ]

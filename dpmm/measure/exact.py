@@ -31,6 +31,7 @@ from dpmm.linalg import (
     Dense,
     Identity,
     Kron,
+    Marginals,
     Matrix,
     Ones,
     Prefix,
@@ -52,6 +53,8 @@ __all__ = [
 FLOAT_EXACT = 2**53
 #: Column norms and entry bounds above this are refused rather than risk int64 overflow.
 _INT_LIMIT = 2**62
+#: Above this many columns a marginal strategy is fingerprinted by its structure, not a probe.
+PROBE_LIMIT = 2**27
 
 
 class MeasurementError(DpmmError, ValueError):
@@ -67,7 +70,8 @@ class ExactStrategy:
     """A strategy's exact integer facts: column norms, sensitivities and largest entry."""
 
     matrix: Matrix
-    #: Sum of |a_ij| per column, int64.
+    #: Sum of |a_ij| per column, int64 (one value for all columns of a marginal strategy
+    #: on more than PROBE_LIMIT cells).
     column_l1: np.ndarray
     #: Sum of a_ij² per column, int64.
     column_l2_squared: np.ndarray
@@ -91,6 +95,8 @@ class ExactStrategy:
         with a different one; it is not a cryptographic commitment to the matrix.
         """
         rows, cols = self.matrix.shape
+        if isinstance(self.matrix, Marginals) and cols > PROBE_LIMIT:
+            return self._structural_fingerprint()
         probe = (np.arange(cols, dtype=np.int64) * 7919 + 13) % 97 + 1  # no two columns alike
         answers = exact_answers(self, probe)
         digest = hashlib.sha256()
@@ -98,6 +104,16 @@ class ExactStrategy:
         digest.update(header.encode())
         digest.update(answers.astype("<i8").tobytes())
         return digest.hexdigest()
+
+    def _structural_fingerprint(self) -> str:
+        """sha256 of a marginal strategy's shape, sensitivities, domain and weighted sets."""
+        A = self.matrix
+        parts = [
+            f"{A.shape[0]}x{A.shape[1]};l1={self.sensitivity_l1};",
+            f"l2sq={self.sensitivity_l2_squared};domain={list(A.domain_shape)};",
+            ";".join(f"{mask}:{int(weight)}" for mask, weight in A.weights.items()),
+        ]
+        return hashlib.sha256("".join(parts).encode()).hexdigest()
 
 
 def analyze_strategy(matrix: object) -> ExactStrategy:
@@ -159,6 +175,18 @@ def _norms(matrix: Matrix) -> tuple[np.ndarray, np.ndarray, int]:
         return counts, counts, 1
     if isinstance(matrix, Sparse | Dense):
         return _array_norms(matrix)
+    if isinstance(matrix, Marginals):
+        # Every column meets exactly one row of each table, with entry w_a: the norms are
+        # the same for every column, kept as one value on astronomical domains.
+        weights = [
+            _integer(w, f"the weight {w!r} of {matrix!r:.80}") for w in matrix.weights.values()
+        ]
+        l1, l2_squared = sum(abs(w) for w in weights), sum(w * w for w in weights)
+        _guard(l1, matrix)
+        _guard(l2_squared, matrix)
+        bound = max(abs(w) for w in weights)
+        size = cols if cols <= PROBE_LIMIT else 1
+        return _checked(np.full(size, l1, np.int64), np.full(size, l2_squared, np.int64), bound)
     if isinstance(matrix, Weighted):
         weight = _integer(matrix.weight, f"the weight {matrix.weight!r} of {matrix!r}")
         l1, l2_squared, bound = _norms(matrix.base)

@@ -37,6 +37,7 @@ from dpmm.measure.exact import (
 )
 from dpmm.measure.quantize import QuantizedStrategy
 from dpmm.measure.record import MeasurementRecord, check_measurement_id, record_path
+from dpmm.measure.tables import MarginalCounts, marginal_answers
 from dpmm.privacy.accounting import discrete_gaussian_zcdp, gaussian_sigma2, laplace_scale
 from dpmm.privacy.ledger import Ledger, Reservation
 from dpmm.privacy.params import ZCDP, PureDP
@@ -60,7 +61,7 @@ _NOISE_LIMIT = 2**62
 
 def measure(
     A: Matrix | QuantizedStrategy,
-    x: np.ndarray,
+    x: np.ndarray | MarginalCounts,
     privacy: PureDP | ZCDP,
     *,
     store: str | os.PathLike[str],
@@ -80,7 +81,9 @@ def measure(
         A: the strategy: a matrix with integer entries (see :mod:`dpmm.measure.exact`), or a
             real-valued one quantized by :func:`~dpmm.measure.quantize.quantize`, whose
             integer matrix is measured and whose scale the record keeps.
-        x: the data vector, a 1-D array of non-negative integer counts of length ``A.shape[1]``.
+        x: the data vector, a 1-D array of non-negative integer counts of length
+            ``A.shape[1]``; or, for a :class:`~dpmm.linalg.Marginals` strategy, the exact
+            marginal tables it measures (:class:`~dpmm.measure.tables.MarginalCounts`).
         privacy: ``PureDP`` or ``ZCDP``, exactly the reservation's budget.
         store: an existing folder holding the measurement records.
         measurement_id: the record's name in the store: letters, digits, '.', '_', '-'.
@@ -102,7 +105,7 @@ def measure(
     if isinstance(A, QuantizedStrategy):
         A, quantization_scale = A.integer, A.scale
     exact = analyze_strategy(A)
-    counts = _counts(x, A.shape[1])
+    counts = x if isinstance(x, MarginalCounts) else _counts(x, A.shape[1])
     _check_privacy(privacy, reservation)
     expected = {**_plan(exact, privacy), "quantization_scale": quantization_scale}
     path = record_path(folder, measurement_id)
@@ -114,7 +117,10 @@ def measure(
                 # drawn for it, so release it rather than leave it locked.
                 ledger.cancel(reservation)
             return stored
-        answers = exact_answers(exact, counts)
+        if isinstance(counts, MarginalCounts):
+            answers = marginal_answers(exact, counts)
+        else:
+            answers = exact_answers(exact, counts)
         status = ledger.status(reservation)
         if status != "reserved":
             lost = " and no record of its measurement exists" if status == "spent" else ""
