@@ -25,6 +25,14 @@ from dpmm.linalg.elementary import AllRange, Identity, Ones, Prefix, RangeQuerie
 from dpmm.linalg.hierarchy import Haar, Hierarchical, tree_intervals
 from dpmm.linalg.kron import Kron
 from dpmm.linalg.marginals import Marginal, Marginals, MarginalsGram, attribute_mask
+from dpmm.linalg.serialize import (
+    SerializationError,
+    load_matrix,
+    matrix_digest,
+    matrix_from_spec,
+    matrix_to_spec,
+    save_matrix,
+)
 from dpmm.linalg.trace import trace_of_product
 from dpmm.linalg.variance import query_variances
 
@@ -45,6 +53,7 @@ __all__ = [
     "Prefix",
     "Product",
     "RangeQueries",
+    "SerializationError",
     "Sparse",
     "Sum",
     "Transposed",
@@ -52,7 +61,12 @@ __all__ = [
     "Weighted",
     "attribute_mask",
     "check_dense_size",
+    "load_matrix",
+    "matrix_digest",
+    "matrix_from_spec",
+    "matrix_to_spec",
     "query_variances",
+    "save_matrix",
     "trace_of_product",
     "tree_intervals",
 ]

@@ -247,6 +247,17 @@ class Ledger:
         replay = self._dataset(rows[0].dataset)[1]
         return replay.reservations[reservation_id][1]
 
+    def reservation(self, reservation_id: str) -> Reservation:
+        """The reservation with this id, whatever its status.
+
+        Raises:
+            LedgerError: The ledger has no such reservation.
+        """
+        rows = self._rows("WHERE reservation_id = ? AND kind = 'reserve'", (reservation_id,))
+        if not rows:
+            raise LedgerError(f"ledger {self.path} has no reservation {reservation_id!r}")
+        return to_reservation(rows[0])
+
     def datasets(self) -> list[str]:
         """The datasets that have a grant, in the order of their first grant."""
         rows = self._db.execute("SELECT dataset FROM entries GROUP BY dataset ORDER BY MIN(seq)")

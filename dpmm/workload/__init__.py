@@ -25,10 +25,14 @@ from dpmm.workload.builders import (
 )
 from dpmm.workload.census import census_domain, census_factors, census_sf1, census_w1
 from dpmm.workload.config import WorkloadGroup, from_config, stack
+from dpmm.workload.labels import query_labels
+from dpmm.workload.table_form import TableBlock, answer_from_tables, needed_tables, table_form
 
 __all__ = [
+    "TableBlock",
     "WorkloadGroup",
     "all_range",
+    "answer_from_tables",
     "census_domain",
     "census_factors",
     "census_sf1",
@@ -38,9 +42,12 @@ __all__ = [
     "kron",
     "marginal",
     "marginals",
+    "needed_tables",
     "prefix",
+    "query_labels",
     "ranges",
     "stack",
+    "table_form",
     "total",
     "vstack",
     "weighted",

@@ -1,0 +1,125 @@
+"""Count a release's input: the data vector, or only the marginal tables its strategy measures.
+
+The full vector is counted when the domain has at most :data:`VECTOR_LIMIT` cells. Larger
+domains are released only through a union-of-marginals strategy whose workload groups
+all read marginal tables: then only those tables are counted, never the vector.
+:func:`counting_plan` decides this from the config and strategy alone, so an impossible
+release is refused before any budget is reserved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dpmm.config import ReleaseConfig
+from dpmm.data import IngestReport, histogram, marginal_tables, open_source
+from dpmm.data.execute import Progress
+from dpmm.errors import ConfigError
+from dpmm.linalg import Marginals
+from dpmm.measure.tables import MarginalCounts, strategy_tables
+from dpmm.pipeline.strategy_stage import ChosenStrategy
+from dpmm.workload.table_form import table_form
+
+__all__ = ["VECTOR_LIMIT", "Counts", "count_input", "counting_plan"]
+
+#: Largest domain whose full count vector is built (cells; int64, 2 GiB).
+VECTOR_LIMIT = 2**28
+
+
+@dataclass(frozen=True, eq=False)
+class Counts:
+    """Exact counts of the input: raw data, never logged or released.
+
+    Attributes:
+        vector: The count vector (the ``vector`` plan), else None.
+        tables: The strategy's marginal tables (the ``tables`` plan), else None.
+        report: The ingest report, for the operator's run state only.
+        fingerprint: sha256 of the input files' paths, sizes and row groups.
+        partitions: Files (or row-group splits) read.
+    """
+
+    vector: np.ndarray | None
+    tables: MarginalCounts | None
+    report: IngestReport
+    fingerprint: str
+    partitions: int
+
+
+def counting_plan(config: ReleaseConfig, strategy: ChosenStrategy) -> str:
+    """``vector`` or ``tables``: how the input of this release is counted.
+
+    Raises:
+        ConfigError: The domain is too large for the vector and the strategy or a
+            workload group cannot be served by marginal tables.
+    """
+    cells = config.domain.size
+    if cells <= VECTOR_LIMIT:
+        return "vector"
+    where = f"{config.path}: the domain has {cells:,} cells, more than the {VECTOR_LIMIT:,} "
+    if not isinstance(strategy.quantized.integer, Marginals):
+        raise ConfigError(
+            where + f"a data vector can hold, and the strategy {strategy.selected!r} is not a "
+            "union of marginals; use strategy.method marginals or hdmm_marginals"
+        )
+    for group in config.workload:
+        if table_form(group.matrix, config.domain.shape) is None:
+            raise ConfigError(
+                where + f"a data vector can hold, and workload group {group.name!r} cannot be "
+                "answered from marginal tables"
+            )
+    return "tables"
+
+
+def _fingerprint(source: Any) -> str:
+    digest = hashlib.sha256()
+    for partition in source.partitions:
+        try:
+            size = source.filesystem.get_file_info(partition.path).size
+        except OSError:
+            size = None
+        digest.update(f"{partition.path}|{size}|{list(partition.row_groups)}\n".encode())
+    return digest.hexdigest()
+
+
+def count_input(
+    config: ReleaseConfig,
+    strategy: ChosenStrategy,
+    *,
+    client: Any = None,
+    progress: Progress | None = None,
+) -> Counts:
+    """Read the config's data and count it as :func:`counting_plan` says.
+
+    Raises:
+        ConfigError: The config has no ``data`` section.
+        DataError: Unreadable data or (under ``bad_rows: reject``) a bad value.
+    """
+    if config.data is None:
+        raise ConfigError(f"{config.path}: data: a release needs a data section with a path")
+    plan = counting_plan(config, strategy)
+    source = open_source(config.data)
+    fingerprint = _fingerprint(source)
+    if plan == "vector":
+        counted = histogram(source, config.domain, client=client, progress=progress)
+        vector = counted.counts
+        if not isinstance(vector, np.ndarray):  # a chunked Dask array above DENSE_LIMIT
+            vector = np.asarray(vector.compute())
+        return Counts(vector, None, counted.report, fingerprint, len(source.partitions))
+    sets = strategy_tables(strategy.quantized.integer)
+    names = config.domain.attributes
+    counted = marginal_tables(
+        source,
+        config.domain,
+        [[names[i] for i in attrs] for attrs in sets],
+        client=client,
+        progress=progress,
+    )
+    tables = {
+        attrs: counted.tables[tuple(names[i] for i in attrs)].astype(np.int64) for attrs in sets
+    }
+    counts = MarginalCounts(tuple(config.domain.shape), tables)
+    return Counts(None, counts, counted.report, fingerprint, len(source.partitions))

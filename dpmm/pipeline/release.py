@@ -1,0 +1,247 @@
+"""The release pipeline in order: reserve → strategy → ingest → measure → reconstruct → write.
+
+:func:`run_release` is the whole pipeline as plain function calls; the Prefect flow in
+``flows/release.py`` runs the same sequence, each stage a named task, by passing a
+``stage`` hook that wraps every stage function. Every stage is also usable on its own.
+
+Failure rules (DESIGN §5): anything that fails before noise is drawn cancels the
+reservation and leaves no files; a crash (a killed process) leaves the run open, and
+running the same config again resumes it, reusing its reservation, strategy and
+persisted measurement, so the budget is spent once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpmm.config import ReleaseConfig
+from dpmm.errors import ConfigError
+from dpmm.linalg.serialize import load_matrix
+from dpmm.measure import measure
+from dpmm.measure.quantize import QuantizedStrategy
+from dpmm.measure.record import MeasurementRecord, load_measurement
+from dpmm.pipeline.ingest_stage import Counts, count_input, counting_plan
+from dpmm.pipeline.reconstruct_stage import Reconstruction, reconstruct
+from dpmm.pipeline.run_state import ReleaseRun, open_run
+from dpmm.pipeline.strategy_stage import ChosenStrategy, choose_strategy
+from dpmm.pipeline.write_stage import ReleaseInput, build_manifest, write_release
+from dpmm.privacy.ledger import Ledger
+from dpmm.release import load_manifest, read_measurements
+
+__all__ = ["MEASUREMENT_ID", "ReleaseResult", "Stage", "open_ledger", "run_release"]
+
+log = logging.getLogger("dpmm.release")
+
+MEASUREMENT_ID = "strategy"
+#: ``stage(task name, function)`` returns the callable that runs the stage.
+Stage = Callable[[str, Callable[..., Any]], Callable[..., Any]]
+
+
+@dataclass(frozen=True, eq=False)
+class ReleaseResult:
+    """A written release: its folder, run, and what an operator summary needs."""
+
+    path: Path
+    release_id: str
+    resumed: bool
+    strategy: ChosenStrategy
+    reconstruction: Reconstruction
+    manifest: dict[str, Any]
+
+
+def _direct(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    return function
+
+
+def open_ledger(config: ReleaseConfig) -> Ledger:
+    """The config's ledger, which must exist (``dpmm ledger init``) before a release."""
+    if config.ledger.path is None:
+        raise ConfigError(
+            f"{config.path}: ledger.path: a release needs a budget ledger "
+            "(create one with dpmm ledger init PATH and grant budget to the dataset)"
+        )
+    return Ledger.open(config.ledger.path)
+
+
+def _abandon(run: ReleaseRun, ledger: Ledger) -> None:
+    """Undo a run that failed before drawing noise: cancel its budget, remove its folder."""
+    if ledger.status(run.reservation) == "reserved":
+        ledger.cancel(run.reservation)
+        run.discard()
+    else:
+        run.close()
+
+
+def _measure_counts(
+    config: ReleaseConfig,
+    strategy: ChosenStrategy,
+    counts: Counts,
+    run: ReleaseRun,
+    ledger: Ledger,
+    rng: np.random.Generator | None,
+) -> MeasurementRecord:
+    x = counts.vector if counts.vector is not None else counts.tables
+    return measure(
+        strategy.quantized,
+        x,
+        config.privacy,
+        store=run.measurements,
+        measurement_id=MEASUREMENT_ID,
+        ledger=ledger,
+        reservation=run.reservation,
+        rng=rng,
+    )
+
+
+def _record_ingest(run: ReleaseRun, counts: Counts) -> None:
+    """Keep the ingest report in the run state: the operator's log, never released."""
+    report = counts.report
+    run.update(
+        ingest={
+            "partitions": report.partitions,
+            "rows_read": report.rows_read,
+            "rows_dropped": report.rows_dropped,
+            "dropped_by_attribute": dict(report.dropped_by_attribute),
+            "seconds": round(report.seconds, 3),
+        },
+        input_fingerprint=counts.fingerprint,
+        partitions=counts.partitions,
+    )
+    if report.rows_dropped:
+        log.warning("rows outside the domain were dropped; the count is in %s", run.folder)
+
+
+def run_release(
+    config: ReleaseConfig,
+    *,
+    client: Any = None,
+    progress: Callable[[int, int], None] | None = None,
+    stage: Stage = _direct,
+    rng: np.random.Generator | None = None,
+) -> ReleaseResult:
+    """Run a release end to end and write its next version.
+
+    Args:
+        config: A config with ``data`` and ``ledger.path``.
+        client: A ``distributed.Client`` for ingest; None counts on local threads.
+        progress: Called with ``(partitions done, total)`` during ingest.
+        stage: Wraps each stage function (the Prefect flow makes each a task).
+        rng: Tests only: a seeded generator for the noise. The default is the OS CSPRNG.
+
+    Raises:
+        ConfigError, DataError, BudgetExceeded, ReleaseBusy: nothing was spent and, for the
+            first three, nothing was written.
+    """
+    ledger = open_ledger(config)
+    try:
+        run = stage("reserve-budget", open_run)(config, ledger)
+        try:
+            strategy = stage("select-strategy", choose_strategy)(config, run_folder=run.folder)
+            plan = counting_plan(config, strategy)
+            if not (run.measurements / f"{MEASUREMENT_ID}.measurement").exists():
+                counts = stage("ingest-histogram", count_input)(
+                    config, strategy, client=client, progress=progress
+                )
+                _record_ingest(run, counts)
+            else:  # resumed after measuring: the data is not read again
+                counts = None
+        except BaseException:
+            _abandon(run, ledger)
+            raise
+        if counts is not None:
+            record = stage("measure-strategy", _measure_counts)(
+                config, strategy, counts, run, ledger, rng
+            )
+            del counts
+        else:
+            record = load_measurement(run.measurements, MEASUREMENT_ID)
+        state = run.state()
+        result = _post_process(
+            config,
+            strategy,
+            record,
+            plan,
+            stage,
+            release_id=run.release_id,
+            fingerprint=state.get("input_fingerprint", ""),
+            partitions=int(state.get("partitions", 0)),
+        )
+        run.update(state="released", release=str(result[0]))
+        run.close()
+        return ReleaseResult(result[0], run.release_id, run.resumed, strategy, *result[1:])
+    finally:
+        ledger.close()
+
+
+def _post_process(
+    config: ReleaseConfig,
+    strategy: ChosenStrategy,
+    record: MeasurementRecord,
+    plan: str,
+    stage: Stage,
+    *,
+    release_id: str,
+    fingerprint: str,
+    partitions: int,
+    reused_from: str | None = None,
+) -> tuple[Path, Reconstruction, dict[str, Any]]:
+    reconstruction = stage("reconstruct", reconstruct)(config, strategy, record, plan)
+    manifest = build_manifest(
+        config,
+        strategy,
+        record,
+        reconstruction,
+        release_id=release_id,
+        input_fingerprint=fingerprint,
+        partitions=partitions,
+        reused_from=reused_from,
+    )
+    release = ReleaseInput(config, strategy, record, reconstruction)
+    path = stage("write-release", write_release)(release, manifest)
+    return path, reconstruction, manifest
+
+
+def rerun_post_processing(
+    config: ReleaseConfig, release_dir: str | Path, *, stage: Stage = _direct
+) -> ReleaseResult:
+    """A new version from an earlier version's measurement: no data read, no budget spent.
+
+    The config may change the workload and reconstruction; the domain must be the same.
+    """
+    manifest = load_manifest(release_dir)
+    folder = Path(release_dir)
+    if manifest.get("domain", {}).get("attributes") != config.domain.to_dict():
+        raise ConfigError(
+            f"{config.path}: domain: differs from the domain of {folder}, whose measurement "
+            "is being post-processed"
+        )
+    record = read_measurements(folder / manifest["measurement"]["file"])
+    integer = load_matrix(folder / manifest["strategy"]["file"])
+    quantized = QuantizedStrategy(integer, int(manifest["strategy"]["quantization_scale"]))
+    strategy = ChosenStrategy(
+        quantized.matrix,
+        quantized,
+        manifest["strategy"]["method"],
+        manifest["strategy"]["selected"],
+        0.0,
+        "release",
+    )
+    plan = counting_plan(config, strategy)
+    path, reconstruction, written = _post_process(
+        config,
+        strategy,
+        record,
+        plan,
+        stage,
+        release_id=manifest["release_id"],
+        fingerprint=manifest["input"]["fingerprint"],
+        partitions=int(manifest["input"]["partitions"]),
+        reused_from=str(folder.resolve()),
+    )
+    return ReleaseResult(path, manifest["release_id"], False, strategy, reconstruction, written)

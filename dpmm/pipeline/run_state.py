@@ -1,0 +1,192 @@
+"""The state of one release run: its reservation, its strategy and its measurement, on disk.
+
+A run lives in ``<root>/<name>/.runs/<release id>/`` until its version is written::
+
+    run.json        config hash, dataset, reservation id, state (open, released, abandoned)
+    run.lock        held (flock) by the process running it
+    strategy.npz    the strategy selected for it (a re-run measures exactly this one)
+    measurements/   the measurement store (DESIGN §5 rule 4)
+
+Starting a release first looks for an *open* run of the same config: a run that crashed
+after reserving, or after measuring, is resumed with its reservation, strategy and
+persisted measurement, so the budget is spent once. A run held by a live process is never
+shared: the second process stops before reading any data. Otherwise the budget is reserved
+in the ledger and a new run folder is created.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from dpmm.config import ReleaseConfig
+from dpmm.errors import DpmmError
+from dpmm.measure.record import fsync_folder
+from dpmm.privacy.ledger import Ledger, Reservation
+
+__all__ = ["ReleaseBusy", "ReleaseRun", "open_run", "runs_folder"]
+
+RUNS = ".runs"
+STATE_FILE = "run.json"
+LOCK_FILE = "run.lock"
+
+
+class ReleaseBusy(DpmmError):  # noqa: N818 (reads as a state: the release is busy)
+    """Another process is running the same release right now."""
+
+
+def runs_folder(config: ReleaseConfig) -> Path:
+    """``<release root>/<name>/.runs``: the runs of a release, finished or not."""
+    return config.release.root / config.name / RUNS
+
+
+@dataclass
+class ReleaseRun:
+    """An open run, locked by this process until :meth:`close`.
+
+    Attributes:
+        folder: The run's folder.
+        release_id: The ledger's release id of the run (``<name>-<time>-<random>``).
+        reservation: The budget reserved for its measurement.
+        resumed: True when an earlier, interrupted run is being continued.
+    """
+
+    folder: Path
+    release_id: str
+    reservation: Reservation
+    resumed: bool
+    _lock: int = field(repr=False)
+
+    @property
+    def measurements(self) -> Path:
+        """The measurement store of the run."""
+        return self.folder / "measurements"
+
+    @property
+    def strategy_file(self) -> Path:
+        """Where the run's strategy is kept."""
+        return self.folder / "strategy.npz"
+
+    def state(self) -> dict[str, Any]:
+        """The run's ``run.json``."""
+        return json.loads((self.folder / STATE_FILE).read_text())
+
+    def update(self, **changes: Any) -> None:
+        """Change fields of ``run.json`` atomically."""
+        _write_state(self.folder, {**self.state(), **changes})
+
+    def close(self) -> None:
+        """Release the run's lock (the folder stays)."""
+        if self._lock >= 0:
+            os.close(self._lock)
+            self._lock = -1
+
+    def discard(self) -> None:
+        """Remove a run that never measured (after its reservation was cancelled)."""
+        self.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+        parent = self.folder.parent
+        if parent.is_dir() and not any(p for p in parent.iterdir() if p.name != ".lock"):
+            shutil.rmtree(parent, ignore_errors=True)
+
+
+def _write_state(folder: Path, state: dict[str, Any]) -> None:
+    temporary = folder / f".{STATE_FILE}.{uuid.uuid4().hex}"
+    with open(temporary, "w") as handle:
+        json.dump(state, handle, indent=2, sort_keys=True)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, folder / STATE_FILE)
+    fsync_folder(folder)
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)
+
+
+def _try_lock(folder: Path) -> int | None:
+    descriptor = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        return None
+    return descriptor
+
+
+def _resumable(config: ReleaseConfig, ledger: Ledger, runs: Path) -> ReleaseRun | None:
+    for folder in sorted(p for p in runs.iterdir() if p.is_dir()):
+        try:
+            state = json.loads((folder / STATE_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if state.get("state") != "open" or state.get("config_sha256") != config.sha256:
+            continue
+        lock = _try_lock(folder)
+        if lock is None:
+            raise ReleaseBusy(
+                f"release {config.name!r} is already being run by another process "
+                f"(run {folder.name}); wait for it to finish, then run it again"
+            )
+        reservation = ledger.reservation(state["reservation_id"])
+        if ledger.status(reservation) == "cancelled":
+            _write_state(folder, {**state, "state": "abandoned"})
+            os.close(lock)
+            continue
+        return ReleaseRun(folder, state["release_id"], reservation, True, lock)
+    return None
+
+
+def open_run(config: ReleaseConfig, ledger: Ledger) -> ReleaseRun:
+    """Resume the open run of this config, or reserve its budget and start a new one.
+
+    Raises:
+        ReleaseBusy: A live process holds the open run of this config.
+        BudgetExceeded: The dataset has less budget left than the config asks for.
+    """
+    runs = runs_folder(config)
+    runs.mkdir(parents=True, exist_ok=True)
+    with _locked(runs / ".lock"):
+        resumed = _resumable(config, ledger, runs)
+        if resumed is not None:
+            return resumed
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        release_id = f"{config.name}-{stamp}-{uuid.uuid4().hex[:8]}"
+        reservation = ledger.reserve(config.ledger.dataset, config.privacy, release_id)
+        temporary = runs / f".new-{uuid.uuid4().hex}"
+        temporary.mkdir()
+        (temporary / "measurements").mkdir()
+        _write_state(
+            temporary,
+            {
+                "state": "open",
+                "release_id": release_id,
+                "config_sha256": config.sha256,
+                "config": str(config.path),
+                "dataset": config.ledger.dataset,
+                "reservation_id": reservation.id,
+                "created": datetime.now(UTC).isoformat(timespec="seconds"),
+            },
+        )
+        folder = runs / release_id
+        os.rename(temporary, folder)
+        fsync_folder(runs)
+        lock = _try_lock(folder)
+        if lock is None:  # pragma: no cover - the folder is new and the runs are locked
+            raise ReleaseBusy(f"run {folder} was taken by another process")
+        return ReleaseRun(folder, release_id, reservation, False, lock)

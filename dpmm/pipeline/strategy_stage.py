@@ -1,0 +1,125 @@
+"""Select a release's strategy from its config alone, reusing a cached one when identical.
+
+Selection reads no data and spends nothing. Its result is keyed by everything it depends
+on (the domain's attributes and sizes, the workload groups' specs, the noise norm, the
+method and dpmm's version), so a scheduled release with an unchanged workload reuses the
+strategy instead of optimizing again. A run keeps its own copy: a resumed run measures
+exactly the strategy it selected, even if the cache changed since.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from dpmm import __version__
+from dpmm.config import ReleaseConfig
+from dpmm.linalg import Matrix
+from dpmm.linalg.serialize import SerializationError, load_matrix, save_matrix
+from dpmm.measure.quantize import QuantizedStrategy, quantize
+from dpmm.privacy.params import PureDP
+from dpmm.strategy import select_strategy
+from dpmm.workload import stack
+
+__all__ = ["ChosenStrategy", "choose_strategy", "strategy_key"]
+
+CACHE_FOLDER = ".strategy-cache"
+
+
+@dataclass(frozen=True, eq=False)
+class ChosenStrategy:
+    """The selected strategy and its quantization.
+
+    Attributes:
+        matrix: The strategy as selected (real-valued in general).
+        quantized: ``matrix`` on an integer grid: ``quantized.integer`` is measured and
+            ``quantized.matrix`` reconstructs.
+        method: The config's method (``auto``, ``hdmm``, ...).
+        selected: The candidate that was chosen (the method itself unless ``auto``).
+        seconds: Selection time (0 for a cached or resumed strategy).
+        source: ``selected``, ``cache`` or ``run``.
+    """
+
+    matrix: Matrix
+    quantized: QuantizedStrategy
+    method: str
+    selected: str
+    seconds: float
+    source: str
+
+
+def strategy_key(config: ReleaseConfig) -> str:
+    """The cache key of a config's strategy: a hash of what selection depends on."""
+    facts = {
+        "domain": [[a.name, a.size] for a in config.domain.attrs],
+        "workload": [group.spec for group in config.workload],
+        "norm": "l1" if isinstance(config.privacy, PureDP) else "l2",
+        "method": config.strategy_method,
+        "dpmm": __version__,
+    }
+    text = json.dumps(facts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _write_json(path: Path, data: dict) -> None:
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+    temporary.write_text(json.dumps(data, sort_keys=True))
+    os.replace(temporary, path)
+
+
+def _load(folder: Path, stem: str, config: ReleaseConfig, source: str) -> ChosenStrategy | None:
+    matrix_file, facts_file = folder / f"{stem}.npz", folder / f"{stem}.json"
+    if not (matrix_file.is_file() and facts_file.is_file()):
+        return None
+    try:
+        matrix = load_matrix(matrix_file)
+        facts = json.loads(facts_file.read_text())
+    except (SerializationError, ValueError, OSError):
+        return None  # a damaged cache entry is selected again, never trusted
+    if matrix.shape[1] != config.domain.size:
+        return None
+    return ChosenStrategy(
+        matrix, quantize(matrix), config.strategy_method, facts["selected"], 0.0, source
+    )
+
+
+def _store(folder: Path, stem: str, chosen: ChosenStrategy) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    save_matrix(chosen.matrix, folder / f"{stem}.npz")
+    _write_json(folder / f"{stem}.json", {"selected": chosen.selected, "seconds": chosen.seconds})
+
+
+def choose_strategy(config: ReleaseConfig, *, run_folder: Path | None = None) -> ChosenStrategy:
+    """The run's strategy if it has one, else a cached one, else a freshly selected one.
+
+    The result is stored in the run folder (when given) and in the cache under the
+    release root.
+    """
+    if run_folder is not None:
+        kept = _load(run_folder, "strategy", config, "run")
+        if kept is not None:
+            return kept
+    cache = config.release.root / CACHE_FOLDER
+    key = strategy_key(config)
+    chosen = _load(cache, key, config, "cache")
+    if chosen is None:
+        started = time.perf_counter()
+        selection = select_strategy(stack(config.workload), config.strategy_method, config.privacy)
+        matrix = selection.strategy
+        chosen = ChosenStrategy(
+            matrix,
+            quantize(matrix),
+            config.strategy_method,
+            selection.chosen.method,
+            time.perf_counter() - started,
+            "selected",
+        )
+        _store(cache, key, chosen)
+    if run_folder is not None:
+        _store(run_folder, "strategy", chosen)
+    return chosen

@@ -1,0 +1,172 @@
+"""Write a release version: its manifest (DESIGN §6) and files, atomically, never replacing one.
+
+Everything written is public: noisy measurements, post-processed estimates, standard
+errors from the noise scale, the strategy and the config. No raw count (not even the
+number of input rows) reaches a release; the input is identified only by a fingerprint
+of its files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from dpmm import __version__
+from dpmm.config import ReleaseConfig
+from dpmm.linalg.serialize import matrix_digest, save_matrix
+from dpmm.measure.exact import analyze_strategy
+from dpmm.measure.record import MeasurementRecord
+from dpmm.pipeline.reconstruct_stage import Reconstruction
+from dpmm.pipeline.strategy_stage import ChosenStrategy
+from dpmm.release import AnswerColumns, write_answers, write_histogram, write_measurements
+from dpmm.release import write_release as write_version
+
+__all__ = ["HISTOGRAM_LIMIT", "ReleaseInput", "build_manifest", "write_release"]
+
+#: ``histogram: auto`` writes the reconstructed histogram up to this many cells.
+HISTOGRAM_LIMIT = 10**7
+_SOFTWARE = ("numpy", "scipy", "pyarrow", "dask")
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:  # pragma: no cover - declared dependencies
+        return "unknown"
+
+
+def _workload(config: ReleaseConfig) -> dict[str, Any]:
+    specs = json.dumps([group.spec for group in config.workload], sort_keys=True, default=str)
+    return {
+        "sha256": hashlib.sha256(specs.encode()).hexdigest(),
+        "groups": [
+            {"name": g.name, "kind": g.kind, "queries": int(g.matrix.shape[0]), "spec": g.spec}
+            for g in config.workload
+        ],
+    }
+
+
+def build_manifest(
+    config: ReleaseConfig,
+    strategy: ChosenStrategy,
+    record: MeasurementRecord,
+    reconstruction: Reconstruction,
+    *,
+    release_id: str,
+    input_fingerprint: str,
+    partitions: int,
+    reused_from: str | None = None,
+) -> dict[str, Any]:
+    """The manifest of a release (``version`` and ``files`` are added by the writer)."""
+    integer = strategy.quantized.integer
+    return {
+        "release_id": release_id,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "config": {
+            "file": config.path.name,
+            "sha256": config.sha256,
+            "document": json.loads(json.dumps(config.raw, default=str)),
+        },
+        "domain": {"attributes": config.domain.to_dict(), "cells": int(config.domain.size)},
+        "workload": _workload(config),
+        "strategy": {
+            "method": strategy.method,
+            "selected": strategy.selected,
+            "description": repr(strategy.matrix)[:2000],
+            "file": "strategy.npz",
+            "digest": matrix_digest(integer),
+            "fingerprint": analyze_strategy(integer).fingerprint(),
+            "shape": [int(n) for n in integer.shape],
+            "quantization_scale": strategy.quantized.scale,
+        },
+        "privacy": {
+            "budget": config.privacy.to_dict(),
+            "norm": record.norm,
+            "sensitivity": str(record.sensitivity),
+            "noise": record.noise,
+            "scale": None if record.scale is None else str(record.scale),
+            "sigma2": None if record.sigma2 is None else str(record.sigma2),
+            "guarantee": record.guarantee,
+        },
+        "measurement": {
+            "id": record.measurement_id,
+            "file": "measurements.parquet",
+            "count": int(record.values.size),
+            "values_sha256": record.header()["values_sha256"],
+            "created": record.created,
+        },
+        "ledger": {
+            "location": str(Path(config.ledger.path).resolve()),
+            "dataset": config.ledger.dataset,
+            "reservation_id": record.reservation_id,
+            "release_id": record.release_id,
+            "reused_from": reused_from,
+        },
+        "reconstruction": {
+            "method": reconstruction.method,
+            "seconds": round(reconstruction.seconds, 3),
+        },
+        "error": {
+            "groups": [
+                {
+                    "name": g.name,
+                    "queries": int(g.values.size),
+                    "expected_rmse": g.expected_rmse,
+                    "mean_standard_error": float(g.standard_errors.mean())
+                    if g.values.size
+                    else 0.0,
+                    "exact": g.exact_errors,
+                }
+                for g in reconstruction.groups
+            ]
+        },
+        "input": {"fingerprint": input_fingerprint, "partitions": partitions},
+        "software": {
+            "python": platform.python_version(),
+            "dpmm": __version__,
+            **{package: _version(package) for package in _SOFTWARE},
+        },
+    }
+
+
+class ReleaseInput:
+    """What a release version is made of; :func:`write_release` writes it."""
+
+    def __init__(
+        self,
+        config: ReleaseConfig,
+        strategy: ChosenStrategy,
+        record: MeasurementRecord,
+        reconstruction: Reconstruction,
+    ) -> None:
+        self.config, self.strategy = config, strategy
+        self.record, self.reconstruction = record, reconstruction
+
+    def write_files(self, folder: Path) -> None:
+        """Write answers, measurements, strategy and (where allowed) the histogram."""
+        parts = [
+            AnswerColumns.for_group(
+                g.name, g.values, g.standard_errors, exact=g.exact_errors, labels=g.labels
+            )
+            for g in self.reconstruction.groups
+        ]
+        write_answers(folder / "answers.parquet", AnswerColumns.concat(parts))
+        write_measurements(folder / "measurements.parquet", self.record)
+        save_matrix(self.strategy.quantized.integer, folder / "strategy.npz")
+        histogram = self.reconstruction.histogram
+        setting = self.config.release.histogram
+        if histogram is not None and (
+            setting == "always" or (setting == "auto" and histogram.size <= HISTOGRAM_LIMIT)
+        ):
+            write_histogram(folder / "histogram.parquet", histogram)
+
+
+def write_release(release: ReleaseInput, manifest: dict[str, Any]) -> Path:
+    """Write the next version of the release; returns its folder."""
+    config = release.config
+    return write_version(config.release.root, config.name, manifest, release.write_files)

@@ -1,0 +1,451 @@
+"""Audit a release: re-derive its privacy facts from its own files and check the ledger.
+
+:func:`audit_release` runs seven checks in order and reports each as a :class:`Check`; a
+failed check is a one-sentence finding, never an exception:
+
+1. ``manifest`` — ``manifest.json`` parses and has the known format;
+2. ``files`` — every listed file has its recorded size and sha256, nothing else is there;
+3. ``strategy`` — ``strategy.npz`` loads, and its fingerprint and shape are the manifest's;
+4. ``sensitivity`` — recomputed exactly from the loaded strategy, it is the manifest's;
+5. ``noise`` — the Laplace scale or Gaussian σ² recomputed from the sensitivity and budget
+   is the manifest's, and a Gaussian's guarantee is within the budget;
+6. ``measurements`` — ``measurements.parquet`` reads (its values match their count and
+   sha256) and its header agrees with the manifest;
+7. ``ledger`` — the ledger's hash chain verifies and the release's reservation exists, is
+   for the dataset and the budget, and is spent.
+
+A check that needs the result of an earlier one that failed fails as "not checked".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import stat
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path, PurePosixPath
+
+from dpmm.errors import DpmmError
+from dpmm.linalg import Matrix, Weighted
+from dpmm.measure.exact import ExactStrategy, MeasurementError, analyze_strategy
+from dpmm.privacy.accounting import discrete_gaussian_zcdp, gaussian_sigma2, laplace_scale
+from dpmm.privacy.ledger import Ledger, LedgerTampered
+from dpmm.privacy.params import ZCDP, PureDP
+from dpmm.release.catalog import load_manifest
+from dpmm.release.tables import privacy_from_dict, read_measurements
+from dpmm.release.writer import MANIFEST_NAME
+
+__all__ = ["AuditReport", "Check", "audit_release", "format_audit"]
+
+#: Files every release lists in its manifest.
+REQUIRED_FILES = ("answers.parquet", "measurements.parquet", "strategy.npz")
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Check:
+    """One audit finding: the check's name, whether it passed, and one sentence."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """The checks run on one release folder, in order."""
+
+    release_dir: Path
+    checks: tuple[Check, ...]
+
+    @property
+    def ok(self) -> bool:
+        """True when every check passed."""
+        return all(check.ok for check in self.checks)
+
+    def failed(self) -> list[str]:
+        """The names of the checks that failed."""
+        return [check.name for check in self.checks if not check.ok]
+
+
+class _FailedCheckError(Exception):
+    """A check's finding; its message is the Check's detail."""
+
+
+@dataclass
+class _State:
+    """What the checks learn, for the checks after them."""
+
+    folder: Path
+    ledger: str | Path | None
+    manifest: dict[str, object] | None = None
+    strategy: ExactStrategy | None = None
+    sensitivity: Fraction | None = None
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+def audit_release(
+    release_dir: str | os.PathLike[str], *, ledger: str | Path | None = None
+) -> AuditReport:
+    """Run every check on a release version folder (see the module docstring).
+
+    Args:
+        release_dir: the version folder, e.g. ``releases/survey/v0003``.
+        ledger: the ledger to check against; the manifest's ``ledger.location`` by default.
+
+    Returns:
+        The report; ``report.ok`` is True when every check passed.
+    """
+    state = _State(Path(release_dir), ledger)
+    checks = []
+    for name, step in _STEPS:
+        try:
+            checks.append(Check(name, True, step(state)))
+        except _FailedCheckError as finding:
+            checks.append(Check(name, False, str(finding)))
+        except (DpmmError, OSError, sqlite3.Error) as error:
+            checks.append(Check(name, False, _sentence(error)))
+        except (ValueError, TypeError, KeyError, IndexError) as error:
+            # Only a malformed manifest value reaches here (e.g. a shape that is not numbers).
+            checks.append(
+                Check(name, False, f"the manifest holds a malformed value ({_sentence(error)})")
+            )
+    return AuditReport(Path(release_dir), tuple(checks))
+
+
+def format_audit(report: AuditReport, *, ascii_only: bool | None = None) -> str:
+    """One line per check, ``✓``/``✗`` (or ``ok``/``FAIL`` where the terminal lacks them).
+
+    Args:
+        report: the audit report.
+        ascii_only: force plain ASCII marks; by default, used when stdout cannot encode ✓.
+    """
+    if ascii_only is None:
+        ascii_only = not _can_encode("✓✗")
+    passed, failed = ("ok  ", "FAIL") if ascii_only else ("✓", "✗")
+    width = max((len(check.name) for check in report.checks), default=0)
+    lines = [f"audit of {report.release_dir}"]
+    for check in report.checks:
+        mark = passed if check.ok else failed
+        lines.append(f"{mark} {check.name.ljust(width)}  {check.detail}")
+    verdict = "passed" if report.ok else f"FAILED ({', '.join(report.failed())})"
+    lines.append(f"audit {verdict}")
+    return "\n".join(lines)
+
+
+# -- the checks, in order --------------------------------------------------------------------
+
+
+def _check_manifest(state: _State) -> str:
+    state.manifest = load_manifest(state.folder)
+    return f"{MANIFEST_NAME} is a {state.manifest['format']} manifest"
+
+
+def _check_files(state: _State) -> str:
+    manifest = _need_manifest(state)
+    listed = _field(manifest, "files")
+    if not isinstance(listed, dict):
+        raise _FailedCheckError("the manifest's 'files' is not an object of file entries")
+    for name in REQUIRED_FILES:
+        if name not in listed:
+            raise _FailedCheckError(f"the manifest does not list the required file {name}")
+    for relative, entry in sorted(listed.items()):
+        path = _member(state.folder, relative)
+        if not isinstance(entry, dict) or "sha256" not in entry or "bytes" not in entry:
+            raise _FailedCheckError(f"the manifest's entry for {relative} lacks its sha256 or size")
+        if not path.exists() and not path.is_symlink():
+            raise _FailedCheckError(f"{relative} is listed in the manifest but missing")
+        if not stat.S_ISREG(path.lstat().st_mode):
+            raise _FailedCheckError(f"{relative} is not a regular file")
+        size, digest = _digest(path)
+        if size != entry["bytes"]:
+            raise _FailedCheckError(
+                f"{relative} has {size} bytes, the manifest says {entry['bytes']}"
+            )
+        if digest != entry["sha256"]:
+            raise _FailedCheckError(f"{relative} does not match its sha256 in the manifest")
+    unlisted = sorted(set(_present(state.folder)) - set(listed) - {MANIFEST_NAME})
+    if unlisted:
+        raise _FailedCheckError(
+            f"the folder holds files the manifest does not list: {', '.join(unlisted)}"
+        )
+    return f"{len(listed)} files match their sizes and sha256"
+
+
+def _check_strategy(state: _State) -> str:
+    manifest = _need_manifest(state)
+    try:
+        from dpmm.linalg.serialize import load_matrix  # imported when used: optional at import
+    except ImportError:
+        raise _FailedCheckError(
+            "strategies cannot be loaded: dpmm.linalg.serialize is missing"
+        ) from None
+
+    path = _member(state.folder, str(_field(manifest, "strategy.file")))
+    matrix = load_matrix(path)
+    scale = int(_field(manifest, "strategy.quantization_scale"))
+    exact = _integer_strategy(matrix, scale)
+    # Later checks re-derive from the file's strategy even if it is not the manifest's.
+    state.strategy = exact
+    shape = [int(size) for size in _field(manifest, "strategy.shape")]
+    if list(exact.matrix.shape) != shape:
+        raise _FailedCheckError(
+            f"the strategy in {path.name} has shape {list(exact.matrix.shape)}, "
+            f"the manifest says {shape}"
+        )
+    if exact.fingerprint() != _field(manifest, "strategy.fingerprint"):
+        raise _FailedCheckError(
+            f"the strategy in {path.name} does not have the manifest's fingerprint"
+        )
+    return f"{path.name} loads with shape {shape} and the manifest's fingerprint"
+
+
+def _check_sensitivity(state: _State) -> str:
+    manifest = _need_manifest(state)
+    if state.strategy is None:
+        raise _FailedCheckError("not checked: the strategy could not be loaded")
+    norm = _field(manifest, "privacy.norm")
+    if norm == "l1":
+        derived = Fraction(state.strategy.sensitivity_l1)
+    elif norm == "l2":
+        derived = Fraction(state.strategy.sensitivity_l2_squared)
+    else:
+        raise _FailedCheckError(f"the manifest's privacy.norm is {norm!r:.40}, not 'l1' or 'l2'")
+    recorded = _fraction(manifest, "privacy.sensitivity")
+    what = "L1 sensitivity" if norm == "l1" else "squared L2 sensitivity"
+    if derived != recorded:
+        raise _FailedCheckError(f"the strategy's {what} is {derived}, the manifest says {recorded}")
+    state.sensitivity = derived
+    return f"the strategy's {what} is {derived}, as recorded"
+
+
+def _check_noise(state: _State) -> str:
+    manifest = _need_manifest(state)
+    budget = _budget(manifest)
+    sensitivity = state.sensitivity
+    source = "re-derived"
+    if sensitivity is None:
+        sensitivity, source = _fraction(manifest, "privacy.sensitivity"), "recorded"
+    norm, noise = _field(manifest, "privacy.norm"), _field(manifest, "privacy.noise")
+    if isinstance(budget, PureDP):
+        if (norm, noise) != ("l1", "discrete_laplace"):
+            raise _FailedCheckError(
+                f"a pure ε budget needs l1 discrete_laplace noise, not {norm} {noise}"
+            )
+        derived = laplace_scale(sensitivity, budget)
+        recorded = _fraction(manifest, "privacy.scale")
+        if derived != recorded:
+            raise _FailedCheckError(
+                f"the {source} sensitivity {sensitivity} and ε = {budget.epsilon} give Laplace "
+                f"scale {derived}, the manifest says {recorded}"
+            )
+        return f"discrete Laplace scale {derived} = Δ₁/ε = {sensitivity}/({budget.epsilon})"
+    if (norm, noise) != ("l2", "discrete_gaussian"):
+        raise _FailedCheckError(
+            f"a ρ-zCDP budget needs l2 discrete_gaussian noise, not {norm} {noise}"
+        )
+    derived = gaussian_sigma2(sensitivity, budget)
+    recorded = _fraction(manifest, "privacy.sigma2")
+    if derived != recorded:
+        raise _FailedCheckError(
+            f"the {source} squared sensitivity {sensitivity} and ρ = {budget.rho} give "
+            f"σ² = {derived}, the manifest says {recorded}"
+        )
+    rows = int(_field(manifest, "strategy.shape")[0])
+    guarantee = discrete_gaussian_zcdp(recorded, sensitivity, max(rows, 1))
+    if guarantee.privacy.rho > budget.rho:
+        raise _FailedCheckError(
+            f"σ² = {recorded} gives only ρ = {guarantee.privacy.rho} by {guarantee.theorem}, "
+            f"more than the budget's ρ = {budget.rho}"
+        )
+    return f"discrete Gaussian σ² = {derived} gives ρ = {guarantee.privacy.rho} ≤ {budget.rho}"
+
+
+def _check_measurements(state: _State) -> str:
+    manifest = _need_manifest(state)
+    path = _member(state.folder, str(_field(manifest, "measurement.file")))
+    record = read_measurements(path)
+    expected = {
+        "id": (record.measurement_id, _field(manifest, "measurement.id")),
+        "fingerprint": (record.strategy_fingerprint, _field(manifest, "strategy.fingerprint")),
+        "shape": (list(record.shape), [int(n) for n in _field(manifest, "strategy.shape")]),
+        "privacy": (record.privacy, _budget(manifest)),
+        "norm": (record.norm, _field(manifest, "privacy.norm")),
+        "sensitivity": (record.sensitivity, _fraction(manifest, "privacy.sensitivity")),
+        "noise": (record.noise, _field(manifest, "privacy.noise")),
+        "scale": (record.scale, _optional_fraction(manifest, "privacy.scale")),
+        "sigma2": (record.sigma2, _optional_fraction(manifest, "privacy.sigma2")),
+        "quantization scale": (
+            record.quantization_scale,
+            int(_field(manifest, "strategy.quantization_scale")),
+        ),
+        "count": (int(record.values.size), int(_field(manifest, "measurement.count"))),
+        "values sha256": (
+            record.header()["values_sha256"],
+            _field(manifest, "measurement.values_sha256"),
+        ),
+        "reservation": (record.reservation_id, _field(manifest, "ledger.reservation_id")),
+        "release id": (record.release_id, _field(manifest, "ledger.release_id")),
+    }
+    different = [name for name, (stored, recorded) in expected.items() if stored != recorded]
+    if different:
+        raise _FailedCheckError(
+            f"the header of {path.name} differs from the manifest in: {', '.join(different)}"
+        )
+    if record.values.size != record.shape[0]:
+        raise _FailedCheckError(
+            f"{path.name} holds {record.values.size} values for a strategy of "
+            f"{record.shape[0]} rows"
+        )
+    return f"{path.name} holds {record.values.size} values matching the manifest"
+
+
+def _check_ledger(state: _State) -> str:
+    manifest = _need_manifest(state)
+    location = state.ledger if state.ledger is not None else _field(manifest, "ledger.location")
+    dataset = str(_field(manifest, "ledger.dataset"))
+    reservation_id = str(_field(manifest, "ledger.reservation_id"))
+    release_id = _field(manifest, "ledger.release_id")
+    budget = _budget(manifest)
+    opened = Ledger.open(location)
+    try:
+        try:
+            entries = opened.verify()
+        except LedgerTampered as error:
+            raise _FailedCheckError(_sentence(error)) from None
+        reservations = [
+            entry
+            for entry in opened.history(dataset)
+            if entry.kind == "reserve" and entry.reservation_id == reservation_id
+        ]
+        if not reservations:
+            raise _FailedCheckError(
+                f"ledger {opened.path} has no reservation {reservation_id} for dataset {dataset!r}"
+            )
+        entry = reservations[0]
+        if type(entry.budget) is not type(budget) or entry.budget != budget:
+            raise _FailedCheckError(
+                f"reservation {reservation_id} holds {entry.budget.to_dict()}, the manifest's "
+                f"budget is {budget.to_dict()}"
+            )
+        if entry.release_id != release_id:
+            raise _FailedCheckError(
+                f"reservation {reservation_id} is for release {entry.release_id!r}, the "
+                f"manifest says {release_id!r}"
+            )
+        status = opened.status(reservation_id)
+        if status != "spent":
+            raise _FailedCheckError(f"reservation {reservation_id} is {status}, not spent")
+    finally:
+        opened.close()
+    return f"ledger verifies ({entries} entries); reservation {reservation_id} is spent"
+
+
+_STEPS: tuple[tuple[str, Callable[[_State], str]], ...] = (
+    ("manifest", _check_manifest),
+    ("files", _check_files),
+    ("strategy", _check_strategy),
+    ("sensitivity", _check_sensitivity),
+    ("noise", _check_noise),
+    ("measurements", _check_measurements),
+    ("ledger", _check_ledger),
+)
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _need_manifest(state: _State) -> dict[str, object]:
+    if state.manifest is None:
+        raise _FailedCheckError("not checked: the manifest could not be read")
+    return state.manifest
+
+
+def _field(manifest: dict[str, object], dotted: str) -> object:
+    """The manifest's value at a dotted path, or a finding naming the missing field."""
+    value: object = manifest
+    for key in dotted.split("."):
+        if not isinstance(value, dict) or key not in value:
+            raise _FailedCheckError(f"the manifest has no field {dotted}")
+        value = value[key]
+    return value
+
+
+def _fraction(manifest: dict[str, object], dotted: str) -> Fraction:
+    value = _field(manifest, dotted)
+    try:
+        return Fraction(str(value))
+    except (ValueError, ZeroDivisionError):
+        raise _FailedCheckError(
+            f"the manifest's {dotted} is {value!r:.40}, not an exact fraction"
+        ) from None
+
+
+def _optional_fraction(manifest: dict[str, object], dotted: str) -> Fraction | None:
+    return None if _field(manifest, dotted) is None else _fraction(manifest, dotted)
+
+
+def _budget(manifest: dict[str, object]) -> PureDP | ZCDP:
+    value = _field(manifest, "privacy.budget")
+    try:
+        return privacy_from_dict(value)
+    except (ValueError, ZeroDivisionError):
+        raise _FailedCheckError(
+            f"the manifest's privacy.budget {value!r:.60} is not a budget"
+        ) from None
+
+
+def _integer_strategy(matrix: Matrix, scale: int) -> ExactStrategy:
+    """The integer strategy measured: the file holds it, or ``A_q = integer / scale``."""
+    try:
+        return analyze_strategy(matrix)
+    except MeasurementError:
+        if scale > 1 and isinstance(matrix, Weighted) and matrix.weight * scale == 1:
+            return analyze_strategy(matrix.base)
+        raise
+
+
+def _member(folder: Path, relative: str) -> Path:
+    """``folder / relative`` for a relative POSIX path that stays inside ``folder``."""
+    parts = PurePosixPath(relative).parts
+    if not relative or PurePosixPath(relative).is_absolute() or ".." in parts:
+        raise _FailedCheckError(
+            f"the manifest names the file {relative!r:.60} outside the release folder"
+        )
+    return folder.joinpath(*parts)
+
+
+def _present(folder: Path) -> list[str]:
+    """Every non-folder entry under ``folder`` (symlinks included), as relative POSIX paths."""
+    found = []
+    for current, folders, files in os.walk(folder):
+        base = Path(current)
+        for name in files + [name for name in folders if (base / name).is_symlink()]:
+            found.append((base / name).relative_to(folder).as_posix())
+    return found
+
+
+def _digest(path: Path) -> tuple[int, str]:
+    digest, size = hashlib.sha256(), 0
+    with open(path, "rb") as stream:
+        while chunk := stream.read(_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
+
+
+def _sentence(error: BaseException) -> str:
+    return str(error).strip() or type(error).__name__
+
+
+def _can_encode(text: str) -> bool:
+    encoding = getattr(sys.stdout, "encoding", None) or "ascii"
+    try:
+        text.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True

@@ -1,0 +1,192 @@
+"""The audit: passes on real releases; one changed byte, row or field fails the named check."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sqlite3
+from fractions import Fraction
+
+import pytest
+
+from dpmm.privacy.params import ZCDP, PureDP
+from dpmm.release import audit_release, format_audit, read_measurements, write_measurements
+from dpmm.release.audit import AuditReport, Check
+from tests.release.builders import build_release
+
+NAMES = ["manifest", "files", "strategy", "sensitivity", "noise", "measurements", "ledger"]
+
+
+@pytest.fixture(scope="module", params=[PureDP("1/2"), ZCDP("1/8")], ids=["laplace", "gauss"])
+def pristine(request, tmp_path_factory):
+    base = tmp_path_factory.mktemp("audit")
+    built = build_release(base / "root", base / "ledger.db", privacy=request.param)
+    return built, base / "ledger.db"
+
+
+@pytest.fixture
+def release(pristine, tmp_path):
+    """A private copy of the release and its ledger, free to damage."""
+    built, ledger = pristine
+    folder = tmp_path / "v0001"
+    shutil.copytree(built.folder, folder)
+    shutil.copy(ledger, tmp_path / "ledger.db")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["ledger"]["location"] = str(tmp_path / "ledger.db")
+    _save(folder, manifest)
+    return folder, manifest, built
+
+
+def _save(folder, manifest):
+    (folder / "manifest.json").write_text(json.dumps(manifest, sort_keys=True, indent=2) + "\n")
+
+
+def _failed(report: AuditReport) -> set[str]:
+    return {check.name for check in report.checks if not check.ok}
+
+
+def _flip(path, offset):
+    data = bytearray(path.read_bytes())
+    data[offset % len(data)] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_a_good_release_passes_every_check(release):
+    folder, _, _ = release
+    report = audit_release(folder)
+    assert [check.name for check in report.checks] == NAMES
+    assert report.ok, format_audit(report)
+    assert "spent" in report.checks[-1].detail
+    text = format_audit(report, ascii_only=True)
+    assert text.count("\nok  ") == 7 and text.endswith("audit passed")
+    assert "✓ files" in format_audit(report, ascii_only=False)
+
+
+@pytest.mark.parametrize("name", ["answers.parquet", "measurements.parquet", "strategy.npz"])
+def test_one_flipped_byte_in_a_file_fails_the_files_check(release, name):
+    folder, _, _ = release
+    _flip(folder / name, len((folder / name).read_bytes()) // 2)
+    report = audit_release(folder)
+    assert "files" in _failed(report)
+    assert f"{name} does not match its sha256" in report.checks[1].detail
+    assert not report.ok and "FAIL files" in format_audit(report, ascii_only=True)
+
+
+def test_a_changed_manifest_field_fails_its_check(release):
+    folder, manifest, _ = release
+    text = (folder / "manifest.json").read_text()
+    fingerprint = manifest["strategy"]["fingerprint"]
+    changed = fingerprint[:-1] + ("0" if fingerprint[-1] != "0" else "1")  # one byte
+    (folder / "manifest.json").write_text(text.replace(fingerprint, changed))
+    report = audit_release(folder)
+    assert _failed(report) == {"strategy", "measurements"}
+    assert "fingerprint" in report.checks[2].detail
+    assert "fingerprint" in report.checks[5].detail
+
+
+def test_a_changed_sensitivity_fails_sensitivity_and_noise(release):
+    folder, manifest, _ = release
+    manifest["privacy"]["sensitivity"] = str(Fraction(manifest["privacy"]["sensitivity"]) + 1)
+    _save(folder, manifest)
+    report = audit_release(folder)
+    assert {"sensitivity", "measurements"} <= _failed(report)
+    assert "the manifest says 5" in report.checks[3].detail
+
+
+def test_a_scale_changed_consistently_with_its_hashes_fails_the_noise_check(release):
+    """Header, file hash and manifest all agree on a smaller noise: only re-derivation sees it."""
+    folder, manifest, _ = release
+    record = read_measurements(folder / "measurements.parquet")
+    key = "scale" if record.scale is not None else "sigma2"
+    weaker = getattr(record, key) / 2
+    from dataclasses import replace
+
+    write_measurements(folder / "measurements.parquet", replace(record, **{key: weaker}))
+    data = (folder / "measurements.parquet").read_bytes()
+    manifest["files"]["measurements.parquet"] = {
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "bytes": len(data),
+    }
+    manifest["privacy"][key] = str(weaker)
+    _save(folder, manifest)
+    report = audit_release(folder)
+    assert _failed(report) == {"noise"}
+    assert f"the manifest says {weaker}" in report.checks[4].detail
+
+
+def test_an_edited_ledger_row_fails_the_ledger_check(release, tmp_path):
+    folder, _, built = release
+    with sqlite3.connect(tmp_path / "ledger.db") as db:
+        db.execute(
+            "UPDATE entries SET amount = '1/100' WHERE kind = 'reserve' AND reservation_id = ?",
+            (built.reservation_id,),
+        )
+    report = audit_release(folder)
+    assert _failed(report) == {"ledger"}
+    assert "entry 2 (reserve) does not match its hash" in report.checks[-1].detail
+
+
+def test_a_deleted_ledger_entry_fails_the_ledger_check(release, tmp_path):
+    folder, _, _ = release
+    with sqlite3.connect(tmp_path / "ledger.db") as db:
+        db.execute("DELETE FROM entries WHERE kind = 'spend'")
+    report = audit_release(folder)
+    assert _failed(report) == {"ledger"}
+    assert "entry 3 is missing" in report.checks[-1].detail
+
+
+def test_the_ledger_must_hold_this_reservation(release, tmp_path):
+    folder, _, _ = release
+    from dpmm.privacy.ledger import Ledger
+
+    with Ledger.init(tmp_path / "other.db") as other:
+        other.grant("survey", PureDP(1))
+    report = audit_release(folder, ledger=tmp_path / "other.db")
+    assert _failed(report) == {"ledger"}
+    assert "has no reservation" in report.checks[-1].detail
+    report = audit_release(folder, ledger=tmp_path / "absent.db")
+    assert "no ledger at" in report.checks[-1].detail
+
+
+def test_unlisted_and_missing_files_fail_the_files_check(release):
+    folder, _, _ = release
+    (folder / "extra.csv").write_text("1,2")
+    report = audit_release(folder)
+    assert _failed(report) == {"files"}
+    assert "does not list: extra.csv" in report.checks[1].detail
+    (folder / "extra.csv").unlink()
+    (folder / "histogram.parquet").unlink()
+    report = audit_release(folder)
+    assert _failed(report) == {"files"}
+    assert "histogram.parquet is listed in the manifest but missing" in report.checks[1].detail
+
+
+def test_a_missing_release_fails_without_raising(tmp_path):
+    report = audit_release(tmp_path / "nothing")
+    assert not report.ok and _failed(report) == set(NAMES)
+    assert "there is no release folder" in report.checks[0].detail
+    assert all("not checked" in check.detail for check in report.checks[1:])
+
+
+def test_a_manifest_with_missing_fields_fails_checks_not_the_audit(release):
+    folder, manifest, _ = release
+    del manifest["privacy"]["noise"]
+    manifest["strategy"]["shape"] = ["a", "b"]
+    _save(folder, manifest)
+    report = audit_release(folder)
+    assert {"strategy", "noise", "measurements"} <= _failed(report)
+    assert "no field privacy.noise" in report.checks[4].detail
+    assert report.checks[1] == Check("files", True, report.checks[1].detail)
+
+
+def test_a_quantized_strategy_file_is_audited_as_its_integer_matrix():
+    from dpmm.linalg import Hierarchical, Weighted
+    from dpmm.measure import MeasurementError, analyze_strategy
+    from dpmm.release.audit import _integer_strategy
+
+    integer = Hierarchical(4)
+    found = _integer_strategy(Weighted(1 / 8, integer), 8)
+    assert found.fingerprint() == analyze_strategy(integer).fingerprint()
+    with pytest.raises(MeasurementError):
+        _integer_strategy(Weighted(1 / 8, integer), 4)
