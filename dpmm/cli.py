@@ -5,6 +5,8 @@ Subcommands:
 * ``dpmm plan CONFIG [--json]`` — the strategy a release config would use and
   its expected error per query group, next to the SVD bound and the Identity
   baseline. Reads no data and spends no budget.
+* ``dpmm release CONFIG``, ``dpmm demo``, ``dpmm releases list|show|diff``, ``dpmm audit
+  RELEASE_DIR`` — see :mod:`dpmm.cli_release`.
 * ``dpmm ledger init PATH`` — create an empty budget ledger (SQLite).
 * ``dpmm ledger grant PATH DATASET (--epsilon E | --rho R)`` — add budget to a dataset.
 * ``dpmm ledger show PATH [DATASET] [--json]`` — per dataset: kind, granted, reserved,
@@ -30,6 +32,7 @@ from typing import TextIO
 import yaml
 
 from dpmm import __version__
+from dpmm.cli_release import add_release_commands
 from dpmm.config import load_config
 from dpmm.errors import DpmmError
 from dpmm.plan import GroupReport, PlanReport, plan
@@ -346,6 +349,7 @@ def _parser() -> argparse.ArgumentParser:
     plan_parser.add_argument("config", metavar="CONFIG", help="a release config (YAML)")
     plan_parser.add_argument("--json", action="store_true", help="print one JSON object")
     plan_parser.set_defaults(run=_plan_command)
+    add_release_commands(commands)
     _ledger_parser(commands)
     return parser
 

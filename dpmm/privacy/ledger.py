@@ -455,6 +455,9 @@ def _connect(path: Path, mode: str, timeout: float) -> sqlite3.Connection:
             uri=True,
             timeout=timeout,
             isolation_level=None,
+            # A release's stages may run on different threads of one process, one at a time;
+            # sqlite3 serializes access to a shared connection.
+            check_same_thread=False,
         )
         # Every commit reaches the disk before it returns (WAL alone would allow losing the last).
         connection.execute("PRAGMA synchronous=FULL")

@@ -1,0 +1,196 @@
+"""The release commands of ``dpmm``: release, demo, releases (list, show, diff) and audit.
+
+* ``dpmm release CONFIG [--from-measurements RELEASE_DIR]`` — the release flow, end to end.
+* ``dpmm demo [--folder DIR] [--rows N]`` — generate a census-like dataset, fund a demo
+  ledger and run a release of it on a local Dask cluster with Prefect's engine.
+* ``dpmm releases list ROOT`` / ``show RELEASE_DIR`` / ``diff A B``.
+* ``dpmm audit RELEASE_DIR [--ledger PATH]`` — exit status 1 when any check fails.
+
+The release flow is imported only when a command runs it, so ``dpmm plan`` and the
+ledger commands never load Prefect.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+
+from dpmm.config import load_config
+from dpmm.privacy.ledger import Ledger
+from dpmm.release import (
+    audit_release,
+    diff_releases,
+    format_audit,
+    format_diff,
+    format_listing,
+    format_release,
+    list_releases,
+    load_manifest,
+    show_release,
+)
+
+__all__ = ["add_release_commands", "error_summary"]
+
+#: Exit status of ``dpmm audit`` when a check fails.
+EXIT_AUDIT_FAILED = 1
+DEMO_FOLDER = "dpmm-demo"
+DEMO_ROWS = 2_000_000
+#: The demo dataset is synthetic and public; a fixed seed makes it the same everywhere.
+#: (Noise never uses it: measurements draw from the OS CSPRNG.)
+DEMO_DATA_SEED = 20261122
+#: The demo ledger holds this many releases' worth of budget.
+DEMO_RELEASES = 10
+
+
+def error_summary(release_dir: Path) -> str:
+    """The release's expected error per query group, as a text table."""
+    manifest = load_manifest(release_dir)
+    rows = [("group", "queries", "expected RMSE", "mean std. error")]
+    for group in manifest["error"]["groups"]:
+        rows.append(
+            (
+                group["name"],
+                f"{group['queries']:,}",
+                f"{group['expected_rmse']:,.2f}",
+                f"{group['mean_standard_error']:,.2f}",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines) + "\n"
+
+
+def _quiet_engines() -> None:
+    """Keep Dask's and Prefect's chatter off a terminal run (the Prefect UI has the logs)."""
+    for name in ("distributed", "prefect", "prefect.flow_runs", "prefect.task_runs"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _run_flow(config_path: Path, from_measurements: str | None) -> Path:
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from flows.release import release_flow  # Prefect is loaded only here
+
+    _quiet_engines()  # after Prefect configured logging at import
+    return Path(release_flow(str(config_path), from_measurements))
+
+
+def _release(args: argparse.Namespace, out: TextIO) -> int:
+    config = load_config(args.config)  # bad configs fail here, before Prefect starts
+    path = _run_flow(config.path, args.from_measurements)
+    out.write(f"release written to {path}\n\n{error_summary(path)}")
+    return 0
+
+
+def _demo(args: argparse.Namespace, out: TextIO) -> int:
+    from dpmm.demo import census_config_text, write_census_dataset
+
+    folder = Path(args.folder).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    data = folder / "data"
+    if not data.exists():
+        out.write(f"generating {args.rows:,} census-like records in {data}\n")
+        rng = np.random.default_rng(DEMO_DATA_SEED)
+        write_census_dataset(data, rows=args.rows, rng=rng)
+    config_path = folder / "census.yaml"
+    if not config_path.exists():
+        config_path.write_text(census_config_text())
+    config = load_config(config_path)
+    if not config.ledger.path.exists():
+        with Ledger.init(config.ledger.path) as ledger:
+            for _ in range(DEMO_RELEASES):
+                ledger.grant(config.ledger.dataset, config.privacy)
+        out.write(f"demo ledger {config.ledger.path}: {DEMO_RELEASES} × {config.privacy}\n")
+    out.write("running the release flow on a local Dask cluster (Prefect engine)\n")
+    path = _run_flow(config_path, None)
+    with Ledger.open(config.ledger.path) as ledger:
+        remaining = ledger.remaining(config.ledger.dataset)
+    out.write(
+        f"\nrelease written to {path}\n"
+        f"budget of dataset {config.ledger.dataset!r} left: {remaining} "
+        f"(see: dpmm ledger show {config.ledger.path})\n\n{error_summary(path)}\n"
+        f"audit it:  dpmm audit {path}\n"
+    )
+    return 0
+
+
+def _list(args: argparse.Namespace, out: TextIO) -> int:
+    out.write(format_listing(list_releases(args.root)))
+    return 0
+
+
+def _show(args: argparse.Namespace, out: TextIO) -> int:
+    out.write(format_release(show_release(args.release)))
+    return 0
+
+
+def _diff(args: argparse.Namespace, out: TextIO) -> int:
+    out.write(format_diff(diff_releases(args.a, args.b)))
+    return 0
+
+
+def _audit(args: argparse.Namespace, out: TextIO) -> int:
+    report = audit_release(args.release, ledger=args.ledger)
+    text = format_audit(report)
+    out.write(text if text.endswith("\n") else text + "\n")
+    return 0 if report.ok else EXIT_AUDIT_FAILED
+
+
+def add_release_commands(commands: argparse._SubParsersAction) -> None:
+    """Add ``release``, ``demo``, ``releases`` and ``audit`` to the ``dpmm`` parser."""
+    release = commands.add_parser(
+        "release",
+        help="run a release: ingest, measure (spends budget), reconstruct, write a version",
+        description="Run the release flow of a config: reserve its budget in the ledger, "
+        "count the data, measure the strategy with exact noise, reconstruct, and write the "
+        "next immutable version under release.root.",
+    )
+    release.add_argument("config", metavar="CONFIG", help="a release config (YAML)")
+    release.add_argument(
+        "--from-measurements",
+        metavar="RELEASE_DIR",
+        help="post-process this version's measurement again: no data read, no budget spent",
+    )
+    release.set_defaults(run=_release)
+    demo = commands.add_parser(
+        "demo",
+        help="generate a census-like dataset and run a full release of it",
+        description="Generate a synthetic census-like partitioned Parquet dataset, fund a "
+        "demo ledger, run the release flow on a local Dask cluster with Prefect's engine, "
+        "and print where the release is and its error per query group.",
+    )
+    demo.add_argument(
+        "--folder", default=DEMO_FOLDER, help="where to put it (default: %(default)s)"
+    )
+    demo.add_argument("--rows", type=int, default=DEMO_ROWS, help="records (default: %(default)s)")
+    demo.set_defaults(run=_demo)
+    releases = commands.add_parser("releases", help="list, show and compare release versions")
+    actions = releases.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listing = actions.add_parser("list", help="every version under a release root")
+    listing.add_argument("root", metavar="ROOT", help="the release root (release.root)")
+    listing.set_defaults(run=_list)
+    show = actions.add_parser("show", help="one version: budget, strategy, error per group")
+    show.add_argument("release", metavar="RELEASE_DIR")
+    show.set_defaults(run=_show)
+    diff = actions.add_parser("diff", help="what changed between two versions")
+    diff.add_argument("a", metavar="RELEASE_DIR_A")
+    diff.add_argument("b", metavar="RELEASE_DIR_B")
+    diff.set_defaults(run=_diff)
+    audit = commands.add_parser(
+        "audit",
+        help="verify a release: file hashes, sensitivity, noise scale, ledger chain",
+        description="Re-derive the sensitivity and noise scale from the stored strategy, "
+        "check every file's hash and the ledger's hash chain; exit status 1 on any mismatch.",
+    )
+    audit.add_argument("release", metavar="RELEASE_DIR")
+    audit.add_argument("--ledger", help="the ledger (default: the one the manifest names)")
+    audit.set_defaults(run=_audit)

@@ -1,0 +1,134 @@
+"""The ``dpmm-release`` flow: one release, each pipeline stage a named task.
+
+The stages are :mod:`dpmm.pipeline`'s functions. Ingest (``ingest-histogram``) runs on
+the flow's Dask task runner and counts partitions on that cluster; the other stages run
+in the flow's process, one after the other, so the ledger and the measurement store are
+only touched there. Retries are safe: a re-run of the flow resumes the open run and reuses
+its persisted measurement (DESIGN §5 rule 4); Prefect's cache is never used for it.
+
+Artifacts (stable keys): ``dpmm-release-<name>`` (where the release is and its error per
+group) and ``dpmm-budget-<dataset>`` (granted, this release, remaining). They hold public
+facts only: no count, no unreleased value.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect_dask import get_dask_client
+
+from dpmm.config import ReleaseConfig, load_config
+from dpmm.pipeline import (
+    ReleaseResult,
+    count_input,
+    open_ledger,
+    rerun_post_processing,
+    run_release,
+)
+from dpmm.privacy.ledger_schema import decimal_text
+from flows.cluster import task_runner
+
+__all__ = ["release_flow"]
+
+
+def _ingest_on_cluster(*args: Any, **kwargs: Any) -> Any:
+    """Count the input on the task runner's Dask cluster."""
+    with get_dask_client() as client:
+        kwargs["client"] = client
+        return count_input(*args, **kwargs)
+
+
+def _progress_bar(done: int, total: int) -> None:
+    width = 30
+    filled = width * done // max(total, 1)
+    end = "\n" if done >= total else ""
+    sys.stderr.write(
+        f"\r  ingest [{'#' * filled}{'.' * (width - filled)}] {done}/{total} files{end}"
+    )
+    sys.stderr.flush()
+
+
+def _stage(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    """Each stage is a task run named for operators; ingest runs on the Dask cluster."""
+    logger = get_run_logger()
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        logger.info("stage %s: started", name)
+        if name == "ingest-histogram":
+            if sys.stderr.isatty():
+                kwargs["progress"] = _progress_bar
+            kwargs.pop("client", None)
+            submitted = task(_ingest_on_cluster, name=name, cache_policy=NO_CACHE)
+            result = submitted.submit(*args, **kwargs).result()
+        else:
+            result = task(function, name=name, cache_policy=NO_CACHE)(*args, **kwargs)
+        logger.info("stage %s: done", name)
+        return result
+
+    return run
+
+
+def _artifacts(config: ReleaseConfig, result: ReleaseResult) -> None:
+    rows = [
+        {
+            "group": g.name,
+            "queries": int(g.values.size),
+            "expected RMSE": round(g.expected_rmse, 4),
+            "standard errors": "exact" if g.exact_errors else "least-squares (biased estimate)",
+        }
+        for g in result.reconstruction.groups
+    ]
+    create_markdown_artifact(
+        f"# Release `{config.name}`\n\nWritten to `{result.path}` "
+        f"(strategy `{result.strategy.selected}`, reconstruction "
+        f"`{result.reconstruction.method}`).",
+        key=f"dpmm-release-{config.name}".lower(),
+        description=f"Where release {config.name} is",
+    )
+    create_table_artifact(
+        rows,
+        key=f"dpmm-errors-{config.name}".lower(),
+        description=f"Expected error per query group of {result.path.name}",
+    )
+    with open_ledger(config) as ledger:
+        balance = ledger.balance(config.ledger.dataset)
+    budget = [
+        {"": "granted", "amount": decimal_text(balance.granted)},
+        {"": "this release", "amount": str(config.privacy)},
+        {"": "spent", "amount": decimal_text(balance.spent)},
+        {"": "remaining", "amount": decimal_text(balance.remaining)},
+    ]
+    create_table_artifact(
+        budget,
+        key=f"dpmm-budget-{config.ledger.dataset}".lower(),
+        description=f"Privacy budget of dataset {config.ledger.dataset}",
+    )
+
+
+@flow(name="dpmm-release-stages")
+def _stages(config: ReleaseConfig, from_measurements: str | None) -> ReleaseResult:
+    if from_measurements is not None:
+        return rerun_post_processing(config, from_measurements, stage=_stage)
+    return run_release(config, stage=_stage)
+
+
+@flow(name="dpmm-release")
+def release_flow(config_path: str, from_measurements: str | None = None) -> str:
+    """Run the release a config describes and return the new version's folder.
+
+    Args:
+        config_path: The release config (YAML).
+        from_measurements: A release version folder: post-process its measurement again
+            (new workload or reconstruction) without reading data or spending budget.
+    """
+    config = load_config(config_path)
+    runner = task_runner(config.cluster)
+    result = _stages.with_options(task_runner=runner)(config, from_measurements)
+    _artifacts(config, result)
+    get_run_logger().info("release written to %s", result.path)
+    return str(result.path)
