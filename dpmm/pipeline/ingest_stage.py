@@ -24,7 +24,7 @@ from dpmm.measure.tables import MarginalCounts, strategy_tables
 from dpmm.pipeline.strategy_stage import ChosenStrategy
 from dpmm.workload.table_form import table_form
 
-__all__ = ["VECTOR_LIMIT", "Counts", "count_input", "counting_plan"]
+__all__ = ["VECTOR_LIMIT", "Counts", "check_countable", "count_input", "counting_plan"]
 
 #: Largest domain whose full count vector is built (cells; int64, 2 GiB).
 VECTOR_LIMIT = 2**28
@@ -47,6 +47,36 @@ class Counts:
     report: IngestReport
     fingerprint: str
     partitions: int
+
+
+#: Methods that can return a union of marginals (needed above VECTOR_LIMIT cells).
+MARGINAL_METHODS = ("auto", "marginals", "hdmm", "hdmm_marginals")
+
+
+def check_countable(config: ReleaseConfig) -> None:
+    """Refuse, before any budget is reserved, a release whose input cannot be counted.
+
+    Raises:
+        ConfigError: No ``data`` section; or the domain is too large for the vector and
+            the method cannot give a union of marginals or a group reads more than tables.
+    """
+    if config.data is None:
+        raise ConfigError(f"{config.path}: data: a release needs a data section with a path")
+    cells = config.domain.size
+    if cells <= VECTOR_LIMIT:
+        return
+    where = f"{config.path}: the domain has {cells:,} cells, more than the {VECTOR_LIMIT:,} "
+    if config.strategy_method not in MARGINAL_METHODS:
+        raise ConfigError(
+            where + f"a data vector can hold, and strategy.method {config.strategy_method!r} "
+            f"does not give a union of marginals (use one of: {', '.join(MARGINAL_METHODS)})"
+        )
+    for group in config.workload:
+        if table_form(group.matrix, config.domain.shape) is None:
+            raise ConfigError(
+                where + f"a data vector can hold, and workload group {group.name!r} cannot be "
+                "answered from marginal tables"
+            )
 
 
 def counting_plan(config: ReleaseConfig, strategy: ChosenStrategy) -> str:

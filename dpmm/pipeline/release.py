@@ -26,7 +26,7 @@ from dpmm.linalg.serialize import load_matrix
 from dpmm.measure import measure
 from dpmm.measure.quantize import QuantizedStrategy
 from dpmm.measure.record import MeasurementRecord, load_measurement
-from dpmm.pipeline.ingest_stage import Counts, count_input, counting_plan
+from dpmm.pipeline.ingest_stage import Counts, check_countable, count_input, counting_plan
 from dpmm.pipeline.reconstruct_stage import Reconstruction, reconstruct
 from dpmm.pipeline.run_state import ReleaseRun, open_run
 from dpmm.pipeline.strategy_stage import ChosenStrategy, choose_strategy
@@ -138,6 +138,7 @@ def run_release(
         ConfigError, DataError, BudgetExceeded, ReleaseBusy: nothing was spent and, for the
             first three, nothing was written.
     """
+    check_countable(config)
     ledger = open_ledger(config)
     try:
         run = stage("reserve-budget", open_run)(config, ledger)
