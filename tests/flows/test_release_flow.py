@@ -1,0 +1,80 @@
+"""The release flow and the release commands, end to end through Prefect's engine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dpmm.cli import main
+from dpmm.privacy.ledger import Ledger
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+def _release_dirs(root: Path) -> list[Path]:
+    return sorted(root.glob("demo-census/v*"))
+
+
+def test_demo_release_audit_rerun_and_post_processing(tmp_path: Path, capsys) -> None:
+    folder = tmp_path / "demo"
+    assert main(["demo", "--folder", str(folder), "--rows", "30000"]) == 0
+    out = capsys.readouterr().out
+    first = folder / "releases" / "demo-census" / "v0001"
+    assert f"release written to {first}" in out and "age-cdf-by-sex" in out
+    assert sorted(p.name for p in first.iterdir()) == [
+        "answers.parquet",
+        "histogram.parquet",
+        "manifest.json",
+        "measurements.parquet",
+        "strategy.npz",
+    ]
+    assert main(["audit", str(first)]) == 0
+    before = {p.name: p.read_bytes() for p in first.iterdir()}
+
+    # A second release of the same config: a new version, a second spend, v0001 untouched.
+    assert main(["release", str(folder / "census.yaml")]) == 0
+    with Ledger.open(folder / "budget.db") as ledger:
+        kinds = [entry.kind for entry in ledger.history("demo-census")]
+    assert kinds.count("spend") == 2
+    # Post-processing again: a third version, no new ledger entry.
+    second = folder / "releases" / "demo-census" / "v0002"
+    assert main(["release", str(folder / "census.yaml"), "--from-measurements", str(second)]) == 0
+    with Ledger.open(folder / "budget.db") as ledger:
+        assert [e.kind for e in ledger.history("demo-census")] == kinds
+    third = folder / "releases" / "demo-census" / "v0003"
+    manifest = json.loads((third / "manifest.json").read_text())
+    assert manifest["ledger"]["reused_from"] == str(second.resolve())
+    assert (
+        manifest["measurement"] == json.loads((second / "manifest.json").read_text())["measurement"]
+    )
+    assert {p.name: p.read_bytes() for p in first.iterdir()} == before
+    assert _release_dirs(folder / "releases") == [first, second, third]
+    capsys.readouterr()
+
+    assert main(["releases", "list", str(folder / "releases")]) == 0
+    assert out.count("demo-census") >= 1 and "v0003" in capsys.readouterr().out
+    assert main(["releases", "diff", str(first), str(second)]) == 0
+    assert main(["releases", "show", str(third)]) == 0
+    capsys.readouterr()
+
+    # One flipped byte: the audit fails and says which file.
+    answers = second / "answers.parquet"
+    data = bytearray(answers.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    answers.write_bytes(bytes(data))
+    assert main(["audit", str(second)]) == 1
+    assert "answers.parquet" in capsys.readouterr().out
+
+
+def test_a_bad_config_fails_before_the_flow_starts(tmp_path: Path, capsys) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text(
+        "name: x\ndomain: {a: 2}\nprivacy: {epsilon: -1}\nworkload: [{kind: total}]\n"
+    )
+    assert main(["release", str(config)]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("dpmm: error: ") and "privacy.epsilon" in error
+    assert error.count("\n") == 1
+    assert not (tmp_path / "releases").exists()
