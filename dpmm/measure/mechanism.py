@@ -16,16 +16,14 @@ A lock file in the store serializes steps 2 to 5 between processes sharing the s
 
 from __future__ import annotations
 
-import fcntl
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
+from dpmm.durable import exclusive_lock
 from dpmm.linalg import Matrix
 from dpmm.measure import record as records
 from dpmm.measure.exact import (
@@ -109,7 +107,7 @@ def measure(
     _check_privacy(privacy, reservation)
     expected = {**_plan(exact, privacy), "quantization_scale": quantization_scale}
     path = record_path(folder, measurement_id)
-    with _locked(folder):
+    with exclusive_lock(folder / _LOCK_NAME):
         if path.exists():
             stored = _reuse(folder, measurement_id, expected)
             if stored.reservation_id != reservation.id and ledger.status(reservation) == "reserved":
@@ -245,14 +243,3 @@ def _check_privacy(privacy: object, reservation: object) -> None:
             f"privacy {privacy} is not the budget {reservation.budget} of reservation "
             f"{reservation.id!r}; measure with exactly the reserved budget"
         )
-
-
-@contextmanager
-def _locked(folder: Path) -> Iterator[None]:
-    """An exclusive lock on the store, held across check, spend, draw and write."""
-    descriptor = os.open(folder / _LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(descriptor)

@@ -25,10 +25,18 @@ from pathlib import Path
 
 import numpy as np
 
+from dpmm.durable import fsync_folder
 from dpmm.measure.exact import MeasurementError
 from dpmm.privacy.params import ZCDP, PureDP
 
-__all__ = ["FORMAT", "MeasurementRecord", "load_measurement", "record_path"]
+__all__ = [
+    "FORMAT",
+    "MeasurementRecord",
+    "load_measurement",
+    "privacy_from_dict",
+    "record_from_header",
+    "record_path",
+]
 
 #: The format tag written in every header; files of another format are refused.
 FORMAT = "dpmm-measurement/1"
@@ -147,15 +155,6 @@ def write_record(record: MeasurementRecord, path: Path) -> None:
     fsync_folder(path.parent)
 
 
-def fsync_folder(folder: Path) -> None:
-    """Make a rename inside ``folder`` durable."""
-    descriptor = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
 def _value_bytes(values: np.ndarray) -> bytes:
     return np.ascontiguousarray(values, dtype="<i8").tobytes()
 
@@ -174,25 +173,7 @@ def _parse(data: bytes, path: Path, measurement_id: str) -> MeasurementRecord:
         if len(body) != 8 * count or hashlib.sha256(body).hexdigest() != header["values_sha256"]:
             raise MeasurementError(f"{broken}: its values were truncated or changed")
         values = np.frombuffer(body, dtype="<i8").astype(np.int64)
-        values.setflags(write=False)
-        record = MeasurementRecord(
-            measurement_id=str(header["measurement_id"]),
-            strategy=str(header["strategy"]),
-            strategy_fingerprint=str(header["strategy_fingerprint"]),
-            shape=(int(header["shape"][0]), int(header["shape"][1])),
-            norm=str(header["norm"]),
-            sensitivity=Fraction(header["sensitivity"]),
-            noise=str(header["noise"]),
-            scale=None if header["scale"] is None else Fraction(header["scale"]),
-            sigma2=None if header["sigma2"] is None else Fraction(header["sigma2"]),
-            privacy=_privacy(header["privacy"]),
-            guarantee=str(header["guarantee"]),
-            reservation_id=str(header["reservation_id"]),
-            release_id=str(header["release_id"]),
-            created=str(header["created"]),
-            values=values,
-            quantization_scale=int(header["quantization_scale"]),
-        )
+        record = record_from_header(header, values)
     except MeasurementError:
         raise
     except (ValueError, KeyError, TypeError, IndexError, ZeroDivisionError) as error:
@@ -202,9 +183,47 @@ def _parse(data: bytes, path: Path, measurement_id: str) -> MeasurementRecord:
     return record
 
 
-def _privacy(data: object) -> PureDP | ZCDP:
-    if isinstance(data, dict) and data.get("kind") == "pure":
-        return PureDP(Fraction(data["epsilon"]))
-    if isinstance(data, dict) and data.get("kind") == "zcdp":
-        return ZCDP(Fraction(data["rho"]))
-    raise ValueError(f"unknown privacy {data!r:.80}")
+def record_from_header(header: dict[str, object], values: np.ndarray) -> MeasurementRecord:
+    """A record from its :meth:`MeasurementRecord.header` and values (made read-only).
+
+    Raises:
+        ValueError, KeyError, TypeError: A field is missing or malformed.
+    """
+    values.setflags(write=False)
+    shape = header["shape"]
+    return MeasurementRecord(
+        measurement_id=str(header["measurement_id"]),
+        strategy=str(header["strategy"]),
+        strategy_fingerprint=str(header["strategy_fingerprint"]),
+        shape=(int(shape[0]), int(shape[1])),
+        norm=str(header["norm"]),
+        sensitivity=Fraction(str(header["sensitivity"])),
+        noise=str(header["noise"]),
+        scale=_optional_fraction(header["scale"]),
+        sigma2=_optional_fraction(header["sigma2"]),
+        privacy=privacy_from_dict(header["privacy"]),
+        guarantee=str(header["guarantee"]),
+        reservation_id=str(header["reservation_id"]),
+        release_id=str(header["release_id"]),
+        created=str(header["created"]),
+        values=values,
+        quantization_scale=int(header["quantization_scale"]),
+    )
+
+
+def privacy_from_dict(data: object) -> PureDP | ZCDP:
+    """``PureDP`` or ``ZCDP`` from its ``to_dict()`` form; ValueError for anything else.
+
+    Example:
+        >>> privacy_from_dict({"kind": "zcdp", "rho": "1/8"})
+        ZCDP(rho=Fraction(1, 8))
+    """
+    if isinstance(data, dict) and data.get("kind") == "pure" and "epsilon" in data:
+        return PureDP(Fraction(str(data["epsilon"])))
+    if isinstance(data, dict) and data.get("kind") == "zcdp" and "rho" in data:
+        return ZCDP(Fraction(str(data["rho"])))
+    raise ValueError(f"unknown privacy budget {data!r:.80}")
+
+
+def _optional_fraction(value: object) -> Fraction | None:
+    return None if value is None else Fraction(str(value))

@@ -21,16 +21,14 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from dpmm.config import ReleaseConfig
+from dpmm.durable import exclusive_lock, fsync_folder
 from dpmm.errors import DpmmError
-from dpmm.measure.record import fsync_folder
 from dpmm.privacy.ledger import Ledger, Reservation
 
 __all__ = ["ReleaseBusy", "ReleaseRun", "open_run", "runs_folder"]
@@ -109,16 +107,6 @@ def _write_state(folder: Path, state: dict[str, Any]) -> None:
     fsync_folder(folder)
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(descriptor)
-
-
 def _try_lock(folder: Path) -> int | None:
     descriptor = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -161,7 +149,7 @@ def open_run(config: ReleaseConfig, ledger: Ledger) -> ReleaseRun:
     """
     runs = runs_folder(config)
     runs.mkdir(parents=True, exist_ok=True)
-    with _locked(runs / ".lock"):
+    with exclusive_lock(runs / ".lock"):
         resumed = _resumable(config, ledger, runs)
         if resumed is not None:
             return resumed

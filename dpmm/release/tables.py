@@ -27,7 +27,6 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -35,8 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dpmm.measure.record import FORMAT as MEASUREMENT_FORMAT
-from dpmm.measure.record import MeasurementRecord
-from dpmm.privacy.params import ZCDP, PureDP
+from dpmm.measure.record import MeasurementRecord, privacy_from_dict, record_from_header
 from dpmm.release.errors import ReleaseError
 
 __all__ = [
@@ -222,55 +220,13 @@ def read_measurements(path: str | os.PathLike[str]) -> MeasurementRecord:
             )
         if hashlib.sha256(values.tobytes()).hexdigest() != header["values_sha256"]:
             raise ReleaseError(f"{path} holds values whose sha256 differs from its header's")
-        return _record(header, values.astype(np.int64))
+        return record_from_header(header, values.astype(np.int64))
     except ReleaseError:
         raise
     except (ValueError, KeyError, TypeError, IndexError, ZeroDivisionError) as error:
         raise ReleaseError(
             f"{path} has a malformed measurement header ({type(error).__name__}: {error})"
         ) from None
-
-
-def _record(header: dict[str, object], values: np.ndarray) -> MeasurementRecord:
-    """A record from its header (the inverse of ``MeasurementRecord.header``)."""
-    values.setflags(write=False)
-    shape = header["shape"]
-    return MeasurementRecord(
-        measurement_id=str(header["measurement_id"]),
-        strategy=str(header["strategy"]),
-        strategy_fingerprint=str(header["strategy_fingerprint"]),
-        shape=(int(shape[0]), int(shape[1])),
-        norm=str(header["norm"]),
-        sensitivity=Fraction(str(header["sensitivity"])),
-        noise=str(header["noise"]),
-        scale=_optional_fraction(header["scale"]),
-        sigma2=_optional_fraction(header["sigma2"]),
-        privacy=privacy_from_dict(header["privacy"]),
-        guarantee=str(header["guarantee"]),
-        reservation_id=str(header["reservation_id"]),
-        release_id=str(header["release_id"]),
-        created=str(header["created"]),
-        values=values,
-        quantization_scale=int(header["quantization_scale"]),
-    )
-
-
-def privacy_from_dict(data: object) -> PureDP | ZCDP:
-    """``PureDP`` or ``ZCDP`` from its ``to_dict()`` form; ValueError for anything else.
-
-    Example:
-        >>> privacy_from_dict({"kind": "zcdp", "rho": "1/8"})
-        ZCDP(rho=Fraction(1, 8))
-    """
-    if isinstance(data, dict) and data.get("kind") == "pure" and "epsilon" in data:
-        return PureDP(Fraction(str(data["epsilon"])))
-    if isinstance(data, dict) and data.get("kind") == "zcdp" and "rho" in data:
-        return ZCDP(Fraction(str(data["rho"])))
-    raise ValueError(f"unknown privacy budget {data!r:.80}")
-
-
-def _optional_fraction(value: object) -> Fraction | None:
-    return None if value is None else Fraction(str(value))
 
 
 def _join(arrays: list[np.ndarray], dtype: type) -> np.ndarray:

@@ -22,7 +22,6 @@ Example:
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -31,9 +30,9 @@ import shutil
 import stat
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
+from dpmm.durable import exclusive_lock, fsync_folder
 from dpmm.release.errors import ReleaseError
 
 __all__ = [
@@ -91,7 +90,7 @@ def write_release(
                 "by the release writer"
             )
         manifest["files"] = file_digests(tmp)
-        with _locked(folder):
+        with exclusive_lock(folder / LOCK_NAME):
             version = next_version(folder.parent, name)
             target = folder / f"v{version:04d}"
             manifest["version"] = version
@@ -102,7 +101,7 @@ def write_release(
             if target.exists() or target.is_symlink():
                 raise ReleaseError(f"{target} already exists; a release version is never replaced")
             os.rename(tmp, target)
-            _fsync_folder(folder)
+            fsync_folder(folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -199,17 +198,6 @@ def _complete_header(manifest: object, name: str) -> None:
         raise ReleaseError(f"the manifest of {name!r} is not JSON-serializable ({error})") from None
 
 
-@contextmanager
-def _locked(folder: Path) -> Iterator[None]:
-    """An exclusive lock on the release's folder, held while a version number is taken."""
-    descriptor = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(descriptor)  # closing releases the lock
-
-
 def _fsync_tree(folder: Path) -> None:
     """fsync every file, then every folder bottom-up, so the rename publishes durable data."""
     for path in _walk(folder):
@@ -219,12 +207,4 @@ def _fsync_tree(folder: Path) -> None:
         finally:
             os.close(descriptor)
     for current, _, _ in sorted(os.walk(folder), key=lambda item: -len(item[0])):
-        _fsync_folder(Path(current))
-
-
-def _fsync_folder(folder: Path) -> None:
-    descriptor = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+        fsync_folder(Path(current))
