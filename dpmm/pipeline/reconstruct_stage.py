@@ -22,6 +22,7 @@ from dpmm.measure.tables import strategy_tables
 from dpmm.pipeline.strategy_stage import ChosenStrategy
 from dpmm.reconstruct import (
     MarginalMeasurement,
+    covariance_factor,
     least_squares,
     marginal_tables,
     nnls,
@@ -34,6 +35,7 @@ __all__ = [
     "NNLS_LIMIT",
     "GroupAnswers",
     "Reconstruction",
+    "check_reconstructable",
     "noise_variance",
     "reconstruct",
 ]
@@ -43,6 +45,8 @@ __all__ = [
 NNLS_LIMIT = 10**5
 #: Terms of the discrete Gaussian's variance series beyond this many σ are below 1e-300.
 _TAIL_SIGMAS = 40
+#: Above this σ² the discrete Gaussian's variance is σ² to double precision.
+_SERIES_LIMIT = 100.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,10 +91,23 @@ def noise_variance(record: MeasurementRecord) -> float:
         q = math.exp(-1.0 / float(record.scale))
         return 2.0 * q / (1.0 - q) ** 2
     sigma2 = float(record.sigma2)
+    if sigma2 >= _SERIES_LIMIT:
+        # For σ ≥ 10 the variance equals σ² up to a relative e^(−2π²σ²) < 1e-800.
+        return sigma2
     limit = int(_TAIL_SIGMAS * math.sqrt(sigma2)) + 2
     k = np.arange(-limit, limit + 1, dtype=np.float64)
     weights = np.exp(-(k**2) / (2.0 * sigma2))
     return float((k**2 * weights).sum() / weights.sum())
+
+
+def check_reconstructable(strategy: ChosenStrategy, plan: str) -> None:
+    """Fail now, before any noise is drawn, if the answers' standard errors cannot be had.
+
+    Raises:
+        TooLargeError: The strategy has no structured Gram inverse and too many cells.
+    """
+    if plan == "vector":
+        covariance_factor(strategy.quantized.matrix, None)
 
 
 def _method(config: ReleaseConfig, plan: str) -> str:

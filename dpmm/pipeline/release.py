@@ -27,7 +27,7 @@ from dpmm.measure import measure
 from dpmm.measure.quantize import QuantizedStrategy
 from dpmm.measure.record import MeasurementRecord, load_measurement
 from dpmm.pipeline.ingest_stage import Counts, check_countable, count_input, counting_plan
-from dpmm.pipeline.reconstruct_stage import Reconstruction, reconstruct
+from dpmm.pipeline.reconstruct_stage import Reconstruction, check_reconstructable, reconstruct
 from dpmm.pipeline.run_state import ReleaseRun, open_run
 from dpmm.pipeline.strategy_stage import ChosenStrategy, choose_strategy
 from dpmm.pipeline.write_stage import ReleaseInput, build_manifest, write_release
@@ -145,6 +145,7 @@ def run_release(
         try:
             strategy = stage("select-strategy", choose_strategy)(config, run_folder=run.folder)
             plan = counting_plan(config, strategy)
+            check_reconstructable(strategy, plan)
             if not (run.measurements / f"{MEASUREMENT_ID}.measurement").exists():
                 counts = stage("ingest-histogram", count_input)(
                     config, strategy, client=client, progress=progress

@@ -155,6 +155,8 @@ def open_run(config: ReleaseConfig, ledger: Ledger) -> ReleaseRun:
             return resumed
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         release_id = f"{config.name}-{stamp}-{uuid.uuid4().hex[:8]}"
+        # A refused reservation leaves the (empty) runs folder and its lock file: removing
+        # them here would race with another process waiting on that lock.
         reservation = ledger.reserve(config.ledger.dataset, config.privacy, release_id)
         temporary = runs / f".new-{uuid.uuid4().hex}"
         temporary.mkdir()

@@ -19,6 +19,7 @@ from scipy.sparse.linalg import LinearOperator, cg, lsmr
 
 from dpmm.linalg import (
     AllRange,
+    Dense,
     Haar,
     Hierarchical,
     Identity,
@@ -105,7 +106,7 @@ def gram_pinv(A: Matrix) -> Matrix | None:
         done: dict[int, Matrix | None] = {}
         for factor in A.factors:
             if id(factor) not in done:
-                done[id(factor)] = gram_pinv(factor)
+                done[id(factor)] = gram_pinv(factor) or _small_factor_pinv(factor)
         parts = [done[id(factor)] for factor in A.factors]
         if any(part is None for part in parts):
             return None
@@ -116,6 +117,19 @@ def gram_pinv(A: Matrix) -> Matrix | None:
     if _has_structured_pinv(gram):
         return gram.pinv()
     return None
+
+
+#: A Kronecker factor without structure gets a dense Gram pseudo-inverse up to this size.
+SMALL_FACTOR = 4096
+
+
+def _small_factor_pinv(factor: Matrix) -> Matrix | None:
+    """``(FᵀF)⁺`` of a small unstructured factor (a fitted HDMM factor), dense."""
+    n = factor.shape[1]
+    if n > SMALL_FACTOR:
+        return None
+    gram = np.asarray(factor.gram().dense(), dtype=np.float64)
+    return Dense(np.linalg.pinv(gram, rcond=1e-10, hermitian=True))
 
 
 def _has_structured_pinv(matrix: Matrix) -> bool:
