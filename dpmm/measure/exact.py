@@ -55,6 +55,9 @@ FLOAT_EXACT = 2**53
 _INT_LIMIT = 2**62
 #: Above this many columns a marginal strategy is fingerprinted by its structure, not a probe.
 PROBE_LIMIT = 2**27
+#: Above this many rows a Kronecker strategy is fingerprinted from its factors' fingerprints
+#: (its probe product would cost as much memory as the measurement itself).
+PROBE_ROWS = 2**24
 
 
 class MeasurementError(DpmmError, ValueError):
@@ -97,12 +100,24 @@ class ExactStrategy:
         rows, cols = self.matrix.shape
         if isinstance(self.matrix, Marginals) and cols > PROBE_LIMIT:
             return self._structural_fingerprint()
+        if type(self.matrix) is Kron and rows > PROBE_ROWS:
+            return self._kron_fingerprint()
         probe = (np.arange(cols, dtype=np.int64) * 7919 + 13) % 97 + 1  # no two columns alike
         answers = exact_answers(self, probe)
         digest = hashlib.sha256()
         header = f"{rows}x{cols};l1={self.sensitivity_l1};l2sq={self.sensitivity_l2_squared};"
         digest.update(header.encode())
         digest.update(answers.astype("<i8").tobytes())
+        return digest.hexdigest()
+
+    def _kron_fingerprint(self) -> str:
+        """sha256 of the shape, sensitivities and every factor's own fingerprint, in order."""
+        rows, cols = self.matrix.shape
+        digest = hashlib.sha256()
+        header = f"kron;{rows}x{cols};l1={self.sensitivity_l1};l2sq={self.sensitivity_l2_squared};"
+        digest.update(header.encode())
+        for factor in self.matrix.factors:
+            digest.update(analyze_strategy(factor).fingerprint().encode())
         return digest.hexdigest()
 
     def _structural_fingerprint(self) -> str:

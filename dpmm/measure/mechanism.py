@@ -55,6 +55,8 @@ _MATCHED = ("strategy_fingerprint", "shape", "privacy", "norm", "sensitivity", "
 _MATCHED += ("scale", "sigma2", "quantization_scale")
 #: Noisy answers stay in int64: |A x| < 2**53 and |noise| below this bound.
 _NOISE_LIMIT = 2**62
+#: Noise is drawn and added this many samples at a time.
+NOISE_BATCH = 2**22
 
 
 def measure(
@@ -127,8 +129,7 @@ def measure(
                 f"{status}{lost}; measurement {measurement_id!r} needs a reserved budget"
             )
         ledger.mark_spent(reservation)
-        noise = _draw(expected, answers.size, rng)
-        values = answers + noise
+        values = _add_noise(expected, answers, rng)
         del answers
         record = MeasurementRecord(
             measurement_id=measurement_id,
@@ -192,6 +193,22 @@ def _reuse(folder: Path, measurement_id: str, expected: dict[str, object]) -> Me
             f"{', '.join(different)}; use a new measurement id for a different request"
         )
     return stored
+
+
+def _add_noise(
+    expected: dict[str, object],
+    answers: np.ndarray,
+    rng: RandomSource | np.random.Generator | None,
+) -> np.ndarray:
+    """``answers`` plus noise, drawn and added a batch at a time (in place, int64).
+
+    Batches bound the sampler's temporaries (tens of bytes per sample) to one batch,
+    so a measurement of 10⁸–10⁹ answers needs little more memory than the answers.
+    """
+    for start in range(0, answers.size, NOISE_BATCH):
+        stop = min(start + NOISE_BATCH, answers.size)
+        answers[start:stop] += _draw(expected, stop - start, rng)
+    return answers
 
 
 def _draw(

@@ -157,9 +157,13 @@ def run_release(
             _abandon(run, ledger)
             raise
         if counts is not None:
-            record = stage("measure-strategy", _measure_counts)(
-                config, strategy, counts, run, ledger, rng
-            )
+            try:
+                record = stage("measure-strategy", _measure_counts)(
+                    config, strategy, counts, run, ledger, rng
+                )
+            except BaseException:
+                _abandon(run, ledger)  # cancels only if no noise was drawn
+                raise
             del counts
         else:
             record = load_measurement(run.measurements, MEASUREMENT_ID)

@@ -21,6 +21,7 @@ from dpmm import __version__
 from dpmm.config import ReleaseConfig
 from dpmm.linalg import Matrix
 from dpmm.linalg.serialize import SerializationError, load_matrix, save_matrix
+from dpmm.measure.exact import MeasurementError, analyze_strategy
 from dpmm.measure.quantize import QuantizedStrategy, quantize
 from dpmm.privacy.params import PureDP
 from dpmm.strategy import select_strategy
@@ -72,6 +73,32 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(temporary, path)
 
 
+#: Quantization grids tried in turn: the finest whose integer strategy can be measured
+#: exactly (a product of several fitted factors needs coarser grids per factor).
+QUANTIZATION_BITS = (13, 10, 8, 6)
+
+
+def measurable(matrix: Matrix) -> QuantizedStrategy:
+    """The finest quantization of ``matrix`` whose integer form has exact column norms.
+
+    Raises:
+        MeasurementError: Even the coarsest grid gives norms too large to hold exactly.
+    """
+    for bits in QUANTIZATION_BITS:
+        quantized = quantize(matrix, bits=bits)
+        try:
+            analyze_strategy(quantized.integer)
+        except MeasurementError as error:
+            if bits == QUANTIZATION_BITS[-1]:
+                raise MeasurementError(
+                    f"strategy {matrix!r:.120} cannot be quantized to an integer strategy with "
+                    f"exact norms ({error})"
+                ) from None
+            continue
+        return quantized
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 def _load(folder: Path, stem: str, config: ReleaseConfig, source: str) -> ChosenStrategy | None:
     matrix_file, facts_file = folder / f"{stem}.npz", folder / f"{stem}.json"
     if not (matrix_file.is_file() and facts_file.is_file()):
@@ -94,6 +121,33 @@ def _store(folder: Path, stem: str, chosen: ChosenStrategy) -> None:
     _write_json(folder / f"{stem}.json", {"selected": chosen.selected, "seconds": chosen.seconds})
 
 
+def _select(config: ReleaseConfig) -> ChosenStrategy:
+    """The least-error candidate that can be measured exactly (``auto`` may pass over one)."""
+    started = time.perf_counter()
+    selection = select_strategy(stack(config.workload), config.strategy_method, config.privacy)
+    ranked = sorted(
+        (c for c in selection.candidates if c.strategy is not None),
+        key=lambda c: (c is not selection.chosen, c.error),
+    )
+    problem: MeasurementError | None = None
+    for candidate in ranked:
+        try:
+            quantized = measurable(candidate.strategy)
+        except MeasurementError as error:
+            problem = problem or error
+            continue
+        seconds = time.perf_counter() - started
+        return ChosenStrategy(
+            candidate.strategy,
+            quantized,
+            config.strategy_method,
+            candidate.method,
+            seconds,
+            "selected",
+        )
+    raise problem or MeasurementError(f"{config.path}: no strategy was selected")
+
+
 def choose_strategy(config: ReleaseConfig, *, run_folder: Path | None = None) -> ChosenStrategy:
     """The run's strategy if it has one, else a cached one, else a freshly selected one.
 
@@ -108,17 +162,7 @@ def choose_strategy(config: ReleaseConfig, *, run_folder: Path | None = None) ->
     key = strategy_key(config)
     chosen = _load(cache, key, config, "cache")
     if chosen is None:
-        started = time.perf_counter()
-        selection = select_strategy(stack(config.workload), config.strategy_method, config.privacy)
-        matrix = selection.strategy
-        chosen = ChosenStrategy(
-            matrix,
-            quantize(matrix),
-            config.strategy_method,
-            selection.chosen.method,
-            time.perf_counter() - started,
-            "selected",
-        )
+        chosen = _select(config)
         _store(cache, key, chosen)
     if run_folder is not None:
         _store(run_folder, "strategy", chosen)

@@ -19,7 +19,6 @@ from typing import Any
 from dpmm import __version__
 from dpmm.config import ReleaseConfig
 from dpmm.linalg.serialize import matrix_digest, save_matrix
-from dpmm.measure.exact import analyze_strategy
 from dpmm.measure.record import MeasurementRecord
 from dpmm.pipeline.reconstruct_stage import Reconstruction
 from dpmm.pipeline.strategy_stage import ChosenStrategy
@@ -80,7 +79,7 @@ def build_manifest(
             "description": repr(strategy.matrix)[:2000],
             "file": "strategy.npz",
             "digest": matrix_digest(integer),
-            "fingerprint": analyze_strategy(integer).fingerprint(),
+            "fingerprint": record.strategy_fingerprint,
             "shape": [int(n) for n in integer.shape],
             "quantization_scale": strategy.quantized.scale,
         },
