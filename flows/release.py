@@ -14,6 +14,7 @@ facts only: no count, no unreleased value.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -59,6 +60,11 @@ def _stage(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
 
     def run(*args: Any, **kwargs: Any) -> Any:
         logger.info("stage %s: started", name)
+        started = time.perf_counter()
+        terminal = sys.stderr.isatty()
+        if terminal and name != "ingest-histogram":
+            sys.stderr.write(f"  {name} ...")
+            sys.stderr.flush()
         if name == "ingest-histogram":
             if sys.stderr.isatty():
                 kwargs["progress"] = _progress_bar
@@ -67,7 +73,11 @@ def _stage(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
             result = submitted.submit(*args, **kwargs).result()
         else:
             result = task(function, name=name, cache_policy=NO_CACHE)(*args, **kwargs)
-        logger.info("stage %s: done", name)
+        seconds = time.perf_counter() - started
+        logger.info("stage %s: done in %.1f s", name, seconds)
+        if terminal:
+            label = "" if name != "ingest-histogram" else f"  {name}"
+            sys.stderr.write(f"{label} done in {seconds:.1f} s\n")
         return result
 
     return run
