@@ -51,6 +51,8 @@ __all__ = [
 
 #: Integers up to this bound are represented exactly by float64.
 FLOAT_EXACT = 2**53
+#: Answers checked and converted to int64 per block.
+_BLOCK = 2**22
 #: Column norms and entry bounds above this are refused rather than risk int64 overflow.
 _INT_LIMIT = 2**62
 #: Above this many columns a marginal strategy is fingerprinted by its structure, not a probe.
@@ -163,12 +165,21 @@ def exact_answers(strategy: ExactStrategy, x: np.ndarray) -> np.ndarray:
             "beyond exact float64 arithmetic; measuring them is not supported"
         )
     result = np.asarray(strategy.matrix @ x.astype(np.float64), dtype=np.float64).reshape(-1)
-    rounded = np.rint(result)
-    if result.shape != (strategy.matrix.shape[0],) or not np.array_equal(result, rounded):
+    if result.shape != (strategy.matrix.shape[0],):
         raise MeasurementError(
-            f"the product of {strategy.matrix!r} with the counts is not an integer vector"
+            f"the product of {strategy.matrix!r} with the counts has shape {result.shape}"
         )
-    return rounded.astype(np.int64)
+    # Check and convert a block at a time, in place: a 10⁹-answer product has no spare copy.
+    integers = result.view(np.int64)
+    for start in range(0, result.size, _BLOCK):
+        block = result[start : start + _BLOCK]
+        rounded = np.rint(block)
+        if not np.array_equal(block, rounded):
+            raise MeasurementError(
+                f"the product of {strategy.matrix!r} with the counts is not an integer vector"
+            )
+        integers[start : start + _BLOCK] = rounded.astype(np.int64)
+    return integers
 
 
 def _norms(matrix: Matrix) -> tuple[np.ndarray, np.ndarray, int]:

@@ -93,13 +93,15 @@ class MeasurementRecord:
             "created": self.created,
             "quantization_scale": self.quantization_scale,
             "count": int(self.values.size),
-            "values_sha256": hashlib.sha256(_value_bytes(self.values)).hexdigest(),
+            "values_sha256": hashlib.sha256(_value_view(self.values)).hexdigest(),
         }
 
     def to_bytes(self) -> bytes:
         """The record's file contents."""
-        header = json.dumps(self.header(), sort_keys=True, ensure_ascii=True)
-        return header.encode("ascii") + b"\n" + _value_bytes(self.values)
+        return self._header_line() + _value_view(self.values).tobytes()
+
+    def _header_line(self) -> bytes:
+        return json.dumps(self.header(), sort_keys=True, ensure_ascii=True).encode("ascii") + b"\n"
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MeasurementRecord):
@@ -140,11 +142,12 @@ def load_measurement(store: str | os.PathLike[str], measurement_id: str) -> Meas
 
 def write_record(record: MeasurementRecord, path: Path) -> None:
     """Write ``record`` to ``path`` atomically and durably (see the module docstring)."""
-    data = record.to_bytes()
+    header, values = record._header_line(), _value_view(record.values)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
+            stream.write(header)
+            stream.write(memoryview(values).cast("B"))  # no copy of a large measurement
             stream.flush()
             os.fsync(stream.fileno())
         os.replace(temporary, path)
@@ -155,8 +158,9 @@ def write_record(record: MeasurementRecord, path: Path) -> None:
     fsync_folder(path.parent)
 
 
-def _value_bytes(values: np.ndarray) -> bytes:
-    return np.ascontiguousarray(values, dtype="<i8").tobytes()
+def _value_view(values: np.ndarray) -> np.ndarray:
+    """The values as contiguous little-endian int64 (a view when they already are)."""
+    return np.ascontiguousarray(values, dtype="<i8")
 
 
 def _parse(data: bytes, path: Path, measurement_id: str) -> MeasurementRecord:
@@ -168,11 +172,11 @@ def _parse(data: bytes, path: Path, measurement_id: str) -> MeasurementRecord:
         header = json.loads(data[:end].decode("ascii"))
         if header.get("format") != FORMAT:
             raise MeasurementError(f"{path} is not in the format {FORMAT}")
-        body = data[end + 1 :]
+        body = memoryview(data)[end + 1 :]
         count = int(header["count"])
         if len(body) != 8 * count or hashlib.sha256(body).hexdigest() != header["values_sha256"]:
             raise MeasurementError(f"{broken}: its values were truncated or changed")
-        values = np.frombuffer(body, dtype="<i8").astype(np.int64)
+        values = np.frombuffer(body, dtype="<i8").astype(np.int64, copy=False)
         record = record_from_header(header, values)
     except MeasurementError:
         raise
