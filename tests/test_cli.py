@@ -213,7 +213,7 @@ def test_readme_opens_with_the_two_commands() -> None:
     blocks = re.findall(r"```sh\n(.*?)\n```", readme, flags=re.DOTALL)
     venv = "python3 -m venv .venv && . .venv/bin/activate"
     assert blocks[:2] == [
-        f"{venv} && pip install . && dpmm plan config/examples/adult-marginals.yaml",
+        f"{venv} && pip install . && dpmm demo",
         f'{venv} && pip install -e ".[test]" && pytest',
     ]
     before = readme[: readme.index("```sh")]
