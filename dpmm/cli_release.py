@@ -33,6 +33,7 @@ from dpmm.release import (
     load_manifest,
     show_release,
 )
+from dpmm.release.catalog import budget_text
 
 __all__ = ["add_release_commands", "error_summary"]
 
@@ -109,7 +110,8 @@ def _demo(args: argparse.Namespace, out: TextIO) -> int:
         with Ledger.init(config.ledger.path) as ledger:
             for _ in range(DEMO_RELEASES):
                 ledger.grant(config.ledger.dataset, config.privacy)
-        out.write(f"demo ledger {config.ledger.path}: {DEMO_RELEASES} × {config.privacy}\n")
+        budget = budget_text(config.privacy.to_dict())
+        out.write(f"demo ledger {config.ledger.path}: {DEMO_RELEASES} × {budget}\n")
     out.write("running the release flow on a local Dask cluster (Prefect engine)\n")
     path = _run_flow(config_path, None)
     with Ledger.open(config.ledger.path) as ledger:

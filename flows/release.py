@@ -32,6 +32,7 @@ from dpmm.pipeline import (
     run_release,
 )
 from dpmm.privacy.ledger_schema import decimal_text
+from dpmm.release.catalog import budget_text
 from flows.cluster import task_runner
 
 __all__ = ["release_flow"]
@@ -109,7 +110,7 @@ def _artifacts(config: ReleaseConfig, result: ReleaseResult) -> None:
         balance = ledger.balance(config.ledger.dataset)
     budget = [
         {"": "granted", "amount": decimal_text(balance.granted)},
-        {"": "this release", "amount": str(config.privacy)},
+        {"": "this release", "amount": budget_text(config.privacy.to_dict())},
         {"": "spent", "amount": decimal_text(balance.spent)},
         {"": "remaining", "amount": decimal_text(balance.remaining)},
     ]
