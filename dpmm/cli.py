@@ -44,6 +44,9 @@ __all__ = ["format_plan", "main"]
 
 #: Exit status for bad input (the same as argparse's usage errors).
 EXIT_BAD_INPUT = 2
+#: Exit status when the machine runs out of memory (a ledger reservation is cancelled if no
+#: noise was drawn; see dpmm.pipeline).
+EXIT_OUT_OF_MEMORY = 3
 #: Exit status of ``dpmm ledger verify`` when the ledger was changed outside dpmm.
 EXIT_TAMPERED = 1
 #: Longest strategy description the table prints (the JSON has it whole).
@@ -393,6 +396,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (DpmmError, yaml.YAMLError) as error:
         print(f"dpmm: error: {_one_line(str(error))}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except MemoryError as error:
+        print(f"dpmm: error: out of memory ({_one_line(str(error))})", file=sys.stderr)
+        return EXIT_OUT_OF_MEMORY
     finally:
         package_logger.removeHandler(handler)
         package_logger.setLevel(previous_level)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from dpmm.linalg.base import Matrix, _check_norm
+from dpmm.linalg.base import Matrix, _check_norm, check_dense_size
 from dpmm.linalg.combinators import Dense, Sparse
 
 __all__ = ["AllRange", "ClosedFormGram", "Identity", "Ones", "Prefix", "RangeQueries"]
@@ -176,6 +176,7 @@ class Prefix(Matrix):
     def gram(self) -> ClosedFormGram:
         # PᵀP has entries n − max(s, t); its inverse is D Dᵀ for the difference matrix D = P⁻¹.
         n = self.shape[0]
+        check_dense_size(n, n, f"the Gram of {self!r}")
         index = np.arange(n)
         diagonal = np.full(n, 2.0)
         diagonal[0] = 1.0
