@@ -45,14 +45,22 @@ def _ingest_on_cluster(*args: Any, **kwargs: Any) -> Any:
         return count_input(*args, **kwargs)
 
 
-def _progress_bar(done: int, total: int) -> None:
-    width = 30
-    filled = width * done // max(total, 1)
-    end = "\n" if done >= total else ""
-    sys.stderr.write(
-        f"\r  ingest [{'#' * filled}{'.' * (width - filled)}] {done}/{total} files{end}"
-    )
-    sys.stderr.flush()
+def _bar(stage: str, unit: str) -> Callable[..., None]:
+    """A progress bar on stderr: ``(done, total[, what])`` per step."""
+
+    def show(done: int, total: int, what: str = "") -> None:
+        width = 30
+        filled = width * done // max(total, 1)
+        bar = "#" * filled + "." * (width - filled)
+        detail = f" {what}" if what and done < total else ""
+        sys.stderr.write(f"\r\033[K  {stage} [{bar}] {done}/{total} {unit}{detail}")
+        sys.stderr.flush()
+
+    return show
+
+
+#: Stages that report steps, and what a step is.
+_STEPS = {"ingest-histogram": "files", "select-strategy": "candidates", "reconstruct": "steps"}
 
 
 def _stage(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
@@ -63,12 +71,12 @@ def _stage(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
         logger.info("stage %s: started", name)
         started = time.perf_counter()
         terminal = sys.stderr.isatty()
-        if terminal and name != "ingest-histogram":
+        if terminal and name in _STEPS:
+            kwargs["progress"] = _bar(name, _STEPS[name])
+        elif terminal:
             sys.stderr.write(f"  {name} ...")
             sys.stderr.flush()
         if name == "ingest-histogram":
-            if sys.stderr.isatty():
-                kwargs["progress"] = _progress_bar
             kwargs.pop("client", None)
             submitted = task(_ingest_on_cluster, name=name, cache_policy=NO_CACHE)
             result = submitted.submit(*args, **kwargs).result()
@@ -77,8 +85,7 @@ def _stage(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
         seconds = time.perf_counter() - started
         logger.info("stage %s: done in %.1f s", name, seconds)
         if terminal:
-            label = "" if name != "ingest-histogram" else f"  {name}"
-            sys.stderr.write(f"{label} done in {seconds:.1f} s\n")
+            sys.stderr.write(f" done in {seconds:.1f} s\n")
         return result
 
     return run

@@ -28,6 +28,7 @@ from dpmm.reconstruct import (
     nnls,
     workload_answers,
 )
+from dpmm.strategy.selection import Progress
 from dpmm.workload.labels import query_labels
 from dpmm.workload.table_form import answer_from_tables, needed_tables, table_form
 
@@ -120,13 +121,21 @@ def _method(config: ReleaseConfig, plan: str) -> str:
 
 
 def _from_vector(
-    config: ReleaseConfig, strategy: ChosenStrategy, y: np.ndarray, std: float, method: str
+    config: ReleaseConfig,
+    strategy: ChosenStrategy,
+    y: np.ndarray,
+    std: float,
+    method: str,
+    progress: Progress,
 ) -> tuple[list[GroupAnswers], np.ndarray]:
     A = strategy.quantized.matrix
     solve = nnls if method == "nnls" else least_squares
+    steps = len(config.workload) + 1
+    progress(0, steps, method)
     estimate = solve(A, y, noise_std=std)
     groups = []
-    for group in config.workload:
+    for done, group in enumerate(config.workload, start=1):
+        progress(done, steps, group.name)
         answers = workload_answers(group.matrix, A, estimate)
         groups.append(
             GroupAnswers(
@@ -138,11 +147,12 @@ def _from_vector(
                 answers.exact_errors,
             )
         )
+    progress(steps, steps, "")
     return groups, np.asarray(estimate.x, dtype=np.float64)
 
 
 def _from_tables(
-    config: ReleaseConfig, strategy: ChosenStrategy, y: np.ndarray, std: float
+    config: ReleaseConfig, strategy: ChosenStrategy, y: np.ndarray, std: float, progress: Progress
 ) -> list[GroupAnswers]:
     B, scale = strategy.quantized.integer, strategy.quantized.scale
     shape = tuple(config.domain.shape)
@@ -157,7 +167,8 @@ def _from_tables(
         {mask: (w / scale) ** 2 / std**2 for mask, w in B.weights.items()},
     ).pinv()
     groups = []
-    for group in config.workload:
+    for done, group in enumerate(config.workload):
+        progress(done, len(config.workload), group.name)
         blocks = table_form(group.matrix, shape)
         tables = marginal_tables(shape, measurements, needed_tables(blocks))
         values = answer_from_tables(blocks, {a: t.values for a, t in tables.items()})
@@ -172,11 +183,21 @@ def _from_tables(
                 True,
             )
         )
+    progress(len(config.workload), len(config.workload), "")
     return groups
 
 
+def _silent(done: int, total: int, what: str) -> None:
+    pass
+
+
 def reconstruct(
-    config: ReleaseConfig, strategy: ChosenStrategy, record: MeasurementRecord, plan: str
+    config: ReleaseConfig,
+    strategy: ChosenStrategy,
+    record: MeasurementRecord,
+    plan: str,
+    *,
+    progress: Progress | None = None,
 ) -> Reconstruction:
     """Estimate the workload answers of a release from its measurement.
 
@@ -185,14 +206,17 @@ def reconstruct(
         strategy: The strategy the record measured.
         record: The persisted measurement.
         plan: ``vector`` or ``tables`` (see :func:`~dpmm.pipeline.counting_plan`).
+        progress: Called with ``(steps done, steps, what runs next)``: the solve, then
+            each workload group's answers.
     """
+    progress = progress or _silent
     started = time.perf_counter()
     scale = strategy.quantized.scale
     y = record.values.astype(np.float64) / scale
     std = math.sqrt(noise_variance(record)) / scale
     method = _method(config, plan)
     if plan == "tables":
-        groups, histogram = _from_tables(config, strategy, y, std), None
+        groups, histogram = _from_tables(config, strategy, y, std, progress), None
     else:
-        groups, histogram = _from_vector(config, strategy, y, std, method)
+        groups, histogram = _from_vector(config, strategy, y, std, method, progress)
     return Reconstruction(method, groups, histogram, time.perf_counter() - started)

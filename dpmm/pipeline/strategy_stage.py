@@ -25,6 +25,7 @@ from dpmm.measure.exact import MeasurementError, analyze_strategy
 from dpmm.measure.quantize import QuantizedStrategy, quantize
 from dpmm.privacy.params import PureDP
 from dpmm.strategy import select_strategy
+from dpmm.strategy.selection import Progress
 from dpmm.workload import stack
 
 __all__ = ["ChosenStrategy", "choose_strategy", "strategy_key"]
@@ -121,10 +122,12 @@ def _store(folder: Path, stem: str, chosen: ChosenStrategy) -> None:
     _write_json(folder / f"{stem}.json", {"selected": chosen.selected, "seconds": chosen.seconds})
 
 
-def _select(config: ReleaseConfig) -> ChosenStrategy:
+def _select(config: ReleaseConfig, progress: Progress | None) -> ChosenStrategy:
     """The least-error candidate that can be measured exactly (``auto`` may pass over one)."""
     started = time.perf_counter()
-    selection = select_strategy(stack(config.workload), config.strategy_method, config.privacy)
+    selection = select_strategy(
+        stack(config.workload), config.strategy_method, config.privacy, progress=progress
+    )
     ranked = sorted(
         (c for c in selection.candidates if c.strategy is not None),
         key=lambda c: (c is not selection.chosen, c.error),
@@ -148,11 +151,17 @@ def _select(config: ReleaseConfig) -> ChosenStrategy:
     raise problem or MeasurementError(f"{config.path}: no strategy was selected")
 
 
-def choose_strategy(config: ReleaseConfig, *, run_folder: Path | None = None) -> ChosenStrategy:
+def choose_strategy(
+    config: ReleaseConfig,
+    *,
+    run_folder: Path | None = None,
+    progress: Progress | None = None,
+) -> ChosenStrategy:
     """The run's strategy if it has one, else a cached one, else a freshly selected one.
 
     The result is stored in the run folder (when given) and in the cache under the
-    release root.
+    release root. ``progress`` follows the candidates tried (see
+    :func:`dpmm.strategy.select_strategy`).
     """
     if run_folder is not None:
         kept = _load(run_folder, "strategy", config, "run")
@@ -162,7 +171,7 @@ def choose_strategy(config: ReleaseConfig, *, run_folder: Path | None = None) ->
     key = strategy_key(config)
     chosen = _load(cache, key, config, "cache")
     if chosen is None:
-        chosen = _select(config)
+        chosen = _select(config, progress)
         _store(cache, key, chosen)
     if run_folder is not None:
         _store(run_folder, "strategy", chosen)

@@ -44,7 +44,7 @@ from dpmm.strategy.hdmm import TEMPLATES, select_hdmm
 from dpmm.strategy.lrm import select_lrm
 from dpmm.strategy.marginal_optimal import select_marginal_optimal
 from dpmm.strategy.product import best_kron_strategy, kron_terms
-from dpmm.strategy.selection import Candidate, Selection, select
+from dpmm.strategy.selection import Candidate, Progress, Selection, select
 
 __all__ = [
     "AUTO_CANDIDATES",
@@ -137,23 +137,30 @@ AUTO_CANDIDATES = (
 )
 
 
-def select_strategy(W: Matrix, method: str, privacy: PrivacyParameter) -> Selection:
+def select_strategy(
+    W: Matrix, method: str, privacy: PrivacyParameter, *, progress: Progress | None = None
+) -> Selection:
     """The strategy ``method`` selects for ``W``, with the record of every candidate tried.
 
     ``auto`` tries :data:`AUTO_CANDIDATES` and keeps the least exact expected error
-    (never worse than identity); any other method is one candidate.
+    (never worse than identity); any other method is one candidate. ``progress`` is called
+    with ``(candidates done, total, candidate name)``.
 
     Raises:
         ConfigError: ``method`` is not one of :data:`METHODS` or ``auto``.
     """
     if method == "auto":
-        return select(W, privacy, METHODS, AUTO_CANDIDATES)
+        return select(W, privacy, METHODS, AUTO_CANDIDATES, progress=progress)
     if method not in METHODS:
         known = ", ".join(STRATEGY_METHODS)
         raise ConfigError(f"Unknown strategy method '{method}' (expected one of: {known})")
+    if progress is not None:
+        progress(0, 1, method)
     start = time.perf_counter()
     strategy = METHODS[method](W, privacy)
     candidate = Candidate(method, time.perf_counter() - start, strategy)
+    if progress is not None:
+        progress(1, 1, method)
     return Selection(candidate, (candidate,))
 
 

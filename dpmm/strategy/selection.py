@@ -64,6 +64,10 @@ class Selection:
         return self.chosen.strategy
 
 
+#: Called with (candidates done, candidates in total, the candidate being tried or chosen).
+Progress = Callable[[int, int, str], None]
+
+
 def _attempt(name: str, method: Method, W: Matrix, privacy: PrivacyParameter) -> Candidate:
     start = time.perf_counter()
     try:
@@ -81,18 +85,23 @@ def select(
     privacy: PrivacyParameter,
     methods: Mapping[str, Method],
     order: Sequence[str],
+    *,
+    progress: Progress | None = None,
 ) -> Selection:
     """Run ``methods[name]`` for every name in ``order`` and keep the least expected error.
 
     The first name is the fallback every other candidate must beat (ties keep the
-    earlier); it must apply, so a selection always has a strategy.
+    earlier); it must apply, so a selection always has a strategy. ``progress`` is
+    called with ``(candidates done, total, next candidate's name)``.
 
     Raises:
         DpmmError: the first method does not apply to ``W``.
     """
     candidates = []
     chosen: Candidate | None = None
-    for name in order:
+    for done, name in enumerate(order):
+        if progress is not None:
+            progress(done, len(order), name)
         candidate = _attempt(name, methods[name], W, privacy)
         candidates.append(candidate)
         logger.info(
@@ -111,4 +120,6 @@ def select(
             chosen = candidate
     if chosen is None:
         raise DpmmError("No strategy method was given to choose from")
+    if progress is not None:
+        progress(len(order), len(order), chosen.method)
     return Selection(chosen, tuple(candidates))
