@@ -25,6 +25,7 @@ from typing import TypeVar
 
 from dpmm.errors import PrivacyParameterError, describe_value
 from dpmm.privacy.params import ZCDP, PureDP, exact_fraction
+from dpmm.privacy.samplers import sampler_sigma2
 
 __all__ = [
     "ApproxDP",
@@ -284,14 +285,18 @@ def laplace_scale(sensitivity_l1: object, privacy: PureDP) -> Fraction:
 def gaussian_sigma2(sensitivity_l2_squared: object, privacy: ZCDP) -> Fraction:
     """The Gaussian variance ``Δ₂²/(2ρ)`` reaching ρ-zCDP [BS16, Proposition 1.6]; exact.
 
-    A float squared sensitivity is replaced by the next float above it, read exactly.
+    A float squared sensitivity is replaced by the next float above it, read exactly. Above
+    σ ≈ 2¹⁵ the variance is rounded up (by a relative amount below 1/σ) to one the exact
+    sampler draws in int64 (:func:`~dpmm.privacy.samplers.sampler_sigma2`): more noise,
+    never less, and the discrete Gaussian's guarantee is computed for the rounded value.
 
     Example:
         >>> gaussian_sigma2(Fraction(3), ZCDP("1/2"))
         Fraction(3, 1)
     """
     _require(privacy, ZCDP, "privacy")
-    return _sensitivity(sensitivity_l2_squared, "sensitivity_l2_squared") / (2 * privacy.rho)
+    exact = _sensitivity(sensitivity_l2_squared, "sensitivity_l2_squared") / (2 * privacy.rho)
+    return sampler_sigma2(exact)
 
 
 @dataclass(frozen=True)

@@ -104,12 +104,11 @@ def discrete_gaussian(sigma2: object, size: Size, *, rng: Rng = None) -> np.ndar
     shape, count = _shape(size)
     source = as_random_source(rng)
     p, q = exact.numerator, exact.denominator
-    # t = floor(σ) + 1; floor(sqrt(p/q)) = isqrt(floor(p/q)).
-    t = math.isqrt(p // q) + 1
-    denominator = 2 * p * q * t * t
-    if denominator < _INT64_GAUSSIAN_DENOMINATOR and t * t * q < 2**50:
-        flat = _in_parallel(count, lambda n, src: _gaussian_batch(p, q, t, n, src), source)
+    batch = _gaussian_parameters(p, q)
+    if batch is not None:
+        flat = _in_parallel(count, lambda n, src: _gaussian_batch(*batch, n, src), source)
     else:
+        t = math.isqrt(p // q) + 1
         flat = np.array([_gaussian_one(p, q, t, source) for _ in range(count)], dtype=object)
     return _as_int64(flat, "sigma2").reshape(shape)
 
@@ -397,19 +396,54 @@ def _laplace_batch(t: int, s: int, count: int, source: RandomSource) -> np.ndarr
     return _fill(count, lambda m: _laplace_candidates(t, s, m, source), 0.6)
 
 
-def _gaussian_batch(p: int, q: int, t: int, count: int, source: RandomSource) -> np.ndarray:
-    """CKS Algorithm 3 for σ² = p/q: Y ~ Laplace(t), kept w.p. exp(−(|Y| − σ²/t)²/(2σ²)).
+def _gaussian_parameters(p: int, q: int) -> tuple[int, int, int, int] | None:
+    """``(t, a, b, denominator)`` for the int64 batch sampler of σ² = p/q, or None.
 
-    With σ² = p/q the exponent is (|Y|·t·q − p)² / (2·p·q·t²), a ratio of integers.
+    CKS Algorithm 3 is exact for any Laplace scale t > 0 (t = ⌊σ⌋ + 1 is the most
+    efficient). Its acceptance exponent (|Y| − σ²/t)²/(2σ²) = (|Y|·tq − p)²/(2pqt²) is
+    reduced by g = gcd(tq, p) to (|Y|·a − b)²/denominator with a = tq/g, b = p/g and
+    denominator = 2pqt²/g², an integer. When σ² is a multiple of t (see
+    :func:`sampler_sigma2`) the denominator is just 2σ², so σ up to 2³⁰ stays in int64.
     """
-    denominator = 2 * p * q * t * t
+    base = math.isqrt(p // q)  # ⌊σ⌋
+    for t in (base + 1, base):
+        if t < 1:
+            continue
+        g = math.gcd(t * q, p)
+        a, b = t * q // g, p // g
+        denominator = 2 * p * q * t * t // (g * g)
+        # |Y| stays below ~60·t, so |Y|·a and b must leave room in int64.
+        if denominator < _INT64_GAUSSIAN_DENOMINATOR and a * t < 2**50 and b < 2**56:
+            return t, a, b, denominator
+    return None
+
+
+def sampler_sigma2(sigma2: Fraction) -> Fraction:
+    """σ² itself if the batch sampler takes it, else the least multiple of t = ⌊√⌈σ²⌉⌋ + 1
+    at or above ⌈σ²⌉: more noise by a relative amount below 1/σ, sampled in int64.
+
+    Example:
+        >>> sampler_sigma2(Fraction(14)), sampler_sigma2(Fraction(4_500_000_000_000_001))
+        (Fraction(14, 1), Fraction(4500000023479560, 1))
+    """
+    if _gaussian_parameters(sigma2.numerator, sigma2.denominator) is not None:
+        return sigma2
+    whole = math.ceil(sigma2)
+    t = math.isqrt(whole) + 1
+    return Fraction(t * -(-whole // t))
+
+
+def _gaussian_batch(
+    t: int, a: int, b: int, denominator: int, count: int, source: RandomSource
+) -> np.ndarray:
+    """CKS Algorithm 3: Y ~ Laplace(t), kept w.p. exp(−(|Y|·a − b)²/denominator)."""
 
     def draw(m: int) -> np.ndarray:
         # The Gaussian acceptance depends on |Y| only, and the sign's −0 rejection is an
         # independent second test, so the two may run in either order: testing magnitudes
         # first leaves fewer elements to sign.
         magnitudes = _laplace_magnitudes(t, 1, m, source)
-        offsets = magnitudes * (t * q) - p
+        offsets = magnitudes * a - b
         if offsets.size and max(-int(offsets.min()), int(offsets.max())) < _SQUARE_SAFE:
             whole, remainder = np.divmod(offsets * offsets, denominator)
         else:
