@@ -31,6 +31,10 @@ def _tridiagonal(diagonal: np.ndarray, off: float) -> sp.csr_array:
     return sp.diags_array([np.full(n - 1, off), diagonal, np.full(n - 1, off)], offsets=[-1, 0, 1])
 
 
+#: Largest closed-form Prefix Gram built (entries, 2 GiB): n = 16,384 and below.
+PREFIX_GRAM_LIMIT = 2**28
+
+
 class ClosedFormGram(Dense):
     """A Gram matrix with a known sparse inverse and known eigenvalues (prefix, all-range)."""
 
@@ -176,7 +180,7 @@ class Prefix(Matrix):
     def gram(self) -> ClosedFormGram:
         # PᵀP has entries n − max(s, t); its inverse is D Dᵀ for the difference matrix D = P⁻¹.
         n = self.shape[0]
-        check_dense_size(n, n, f"the Gram of {self!r}")
+        check_dense_size(n, n, f"the Gram of {self!r}", limit=PREFIX_GRAM_LIMIT)
         index = np.arange(n)
         diagonal = np.full(n, 2.0)
         diagonal[0] = 1.0
