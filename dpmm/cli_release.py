@@ -41,9 +41,6 @@ __all__ = ["add_release_commands", "error_summary"]
 EXIT_AUDIT_FAILED = 1
 DEMO_FOLDER = "dpmm-demo"
 DEMO_ROWS = 2_000_000
-#: The demo dataset is synthetic and public; a fixed seed makes it the same everywhere.
-#: (Noise never uses it: measurements draw from the OS CSPRNG.)
-DEMO_DATA_SEED = 20261122
 #: The demo ledger holds this many releases' worth of budget.
 DEMO_RELEASES = 10
 
@@ -100,7 +97,9 @@ def _demo(args: argparse.Namespace, out: TextIO) -> int:
     data = folder / "data"
     if not data.exists():
         out.write(f"generating {args.rows:,} census-like records in {data}\n")
-        rng = np.random.default_rng(DEMO_DATA_SEED)
+        # Synthetic, public records from fresh entropy (no seed); noise never uses this
+        # generator: measurements draw from the OS CSPRNG.
+        rng = np.random.default_rng()
         write_census_dataset(data, rows=args.rows, rng=rng)
     config_path = folder / "census.yaml"
     if not config_path.exists():

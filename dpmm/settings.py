@@ -39,6 +39,7 @@ __all__ = [
     "ClusterSettings",
     "LedgerSettings",
     "ReleaseSettings",
+    "check_keys",
     "cluster_settings",
     "ledger_settings",
     "release_settings",
@@ -106,7 +107,8 @@ def _mapping(section: object, key: str) -> Mapping[str, Any]:
     return section
 
 
-def _known(section: Mapping[str, Any], key: str, allowed: tuple[str, ...]) -> None:
+def check_keys(section: Mapping[str, Any], key: str, allowed: tuple[str, ...]) -> None:
+    """Refuse a key of config section ``key`` that is not in ``allowed``, naming it."""
     for name in section:
         if name not in allowed:
             raise ConfigError(
@@ -149,7 +151,7 @@ def release_settings(section: object, *, base_dir: Path) -> ReleaseSettings:
         ReleaseSettings(root=PosixPath('/srv/out'), reconstruction='nnls', histogram='auto')
     """
     section = _mapping(section, "release")
-    _known(section, "release", ("root", "reconstruction", "histogram"))
+    check_keys(section, "release", ("root", "reconstruction", "histogram"))
     return ReleaseSettings(
         root=_path(section.get("root", DEFAULT_ROOT), "release.root", base_dir),
         reconstruction=_choice(section, "release", "reconstruction", RECONSTRUCTION_METHODS),
@@ -165,7 +167,7 @@ def ledger_settings(section: object, *, base_dir: Path, release_name: str) -> Le
         LedgerSettings(path=PosixPath('/srv/b.db'), dataset='adult')
     """
     section = _mapping(section, "ledger")
-    _known(section, "ledger", ("path", "dataset"))
+    check_keys(section, "ledger", ("path", "dataset"))
     path = section.get("path")
     dataset = section.get("dataset", release_name)
     if not isinstance(dataset, str) or not dataset.strip():
@@ -186,7 +188,7 @@ def cluster_settings(section: object) -> ClusterSettings:
         {'n_workers': 2, 'processes': False}
     """
     section = _mapping(section, "cluster")
-    _known(section, "cluster", ("address", "class", "options", "scale", *_LOCAL_KEYS))
+    check_keys(section, "cluster", ("address", "class", "options", "scale", *_LOCAL_KEYS))
     address, cluster_class = section.get("address"), section.get("class")
     local = {k: section[k] for k in _LOCAL_KEYS if k in section}
     chosen = [k for k, v in (("address", address), ("class", cluster_class)) if v is not None]

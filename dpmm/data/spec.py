@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dpmm.errors import ConfigError, describe_value
+from dpmm.settings import check_keys
 
 __all__ = ["BAD_ROWS", "FORMATS", "DataSpec", "data_spec_from_config", "infer_format"]
 
@@ -135,13 +136,7 @@ def data_spec_from_config(section: Mapping[str, Any], *, base_dir: Path) -> Data
     """
     if not isinstance(section, Mapping):
         raise ConfigError(f"data: must be a mapping with a path, got {describe_value(section)}")
-    for key in section:
-        if key not in SECTION_KEYS:
-            raise ConfigError(
-                f"data.{key}: unknown key (allowed: {', '.join(SECTION_KEYS)})"
-                if isinstance(key, str)
-                else f"data: unknown key {describe_value(key)}"
-            )
+    check_keys(section, "data", SECTION_KEYS)
     path = section.get("path")
     if not isinstance(path, str) or not path.strip():
         raise ConfigError(

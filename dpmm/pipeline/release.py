@@ -25,7 +25,7 @@ from dpmm.errors import ConfigError
 from dpmm.linalg.serialize import load_matrix
 from dpmm.measure import measure
 from dpmm.measure.quantize import QuantizedStrategy
-from dpmm.measure.record import MeasurementRecord, load_measurement
+from dpmm.measure.record import MeasurementRecord, load_measurement, record_path
 from dpmm.pipeline.ingest_stage import Counts, check_countable, count_input, counting_plan
 from dpmm.pipeline.reconstruct_stage import Reconstruction, check_reconstructable, reconstruct
 from dpmm.pipeline.run_state import ReleaseRun, open_run
@@ -99,6 +99,27 @@ def _measure_counts(
     )
 
 
+def _measurement(
+    config: ReleaseConfig,
+    strategy: ChosenStrategy,
+    run: ReleaseRun,
+    ledger: Ledger,
+    stage: Stage,
+    client: Any,
+    progress: Callable[[int, int], None] | None,
+    rng: np.random.Generator | None,
+) -> MeasurementRecord:
+    """The run's measurement: the persisted one of a resumed run (no data is read), or
+    the data counted and measured now."""
+    if record_path(run.measurements, MEASUREMENT_ID).exists():
+        return load_measurement(run.measurements, MEASUREMENT_ID)
+    counts = stage("ingest-histogram", count_input)(
+        config, strategy, client=client, progress=progress
+    )
+    _record_ingest(run, counts)
+    return stage("measure-strategy", _measure_counts)(config, strategy, counts, run, ledger, rng)
+
+
 def _record_ingest(run: ReleaseRun, counts: Counts) -> None:
     """Keep the ingest report in the run state: the operator's log, never released."""
     report = counts.report
@@ -146,27 +167,10 @@ def run_release(
             strategy = stage("select-strategy", choose_strategy)(config, run_folder=run.folder)
             plan = counting_plan(config, strategy)
             check_reconstructable(strategy, plan)
-            if not (run.measurements / f"{MEASUREMENT_ID}.measurement").exists():
-                counts = stage("ingest-histogram", count_input)(
-                    config, strategy, client=client, progress=progress
-                )
-                _record_ingest(run, counts)
-            else:  # resumed after measuring: the data is not read again
-                counts = None
+            record = _measurement(config, strategy, run, ledger, stage, client, progress, rng)
         except BaseException:
-            _abandon(run, ledger)
+            _abandon(run, ledger)  # cancels only if no noise was drawn
             raise
-        if counts is not None:
-            try:
-                record = stage("measure-strategy", _measure_counts)(
-                    config, strategy, counts, run, ledger, rng
-                )
-            except BaseException:
-                _abandon(run, ledger)  # cancels only if no noise was drawn
-                raise
-            del counts
-        else:
-            record = load_measurement(run.measurements, MEASUREMENT_ID)
         state = run.state()
         result = _post_process(
             config,

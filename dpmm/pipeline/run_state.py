@@ -91,10 +91,8 @@ class ReleaseRun:
     def discard(self) -> None:
         """Remove a run that never measured (after its reservation was cancelled)."""
         self.close()
+        # The runs folder and its lock stay: another process may be waiting on that lock.
         shutil.rmtree(self.folder, ignore_errors=True)
-        parent = self.folder.parent
-        if parent.is_dir() and not any(p for p in parent.iterdir() if p.name != ".lock"):
-            shutil.rmtree(parent, ignore_errors=True)
 
 
 def _write_state(folder: Path, state: dict[str, Any]) -> None:

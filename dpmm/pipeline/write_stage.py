@@ -24,6 +24,7 @@ from dpmm.pipeline.reconstruct_stage import Reconstruction
 from dpmm.pipeline.strategy_stage import ChosenStrategy
 from dpmm.release import AnswerColumns, write_answers, write_histogram, write_measurements
 from dpmm.release import write_release as write_version
+from dpmm.release.manifest import measurement_sections
 
 __all__ = ["HISTOGRAM_LIMIT", "ReleaseInput", "build_manifest", "write_release"]
 
@@ -83,22 +84,7 @@ def build_manifest(
             "shape": [int(n) for n in integer.shape],
             "quantization_scale": strategy.quantized.scale,
         },
-        "privacy": {
-            "budget": config.privacy.to_dict(),
-            "norm": record.norm,
-            "sensitivity": str(record.sensitivity),
-            "noise": record.noise,
-            "scale": None if record.scale is None else str(record.scale),
-            "sigma2": None if record.sigma2 is None else str(record.sigma2),
-            "guarantee": record.guarantee,
-        },
-        "measurement": {
-            "id": record.measurement_id,
-            "file": "measurements.parquet",
-            "count": int(record.values.size),
-            "values_sha256": record.header()["values_sha256"],
-            "created": record.created,
-        },
+        **measurement_sections(record),
         "ledger": {
             "location": str(Path(config.ledger.path).resolve()),
             "dataset": config.ledger.dataset,

@@ -16,6 +16,7 @@ from dpmm.measure import MeasurementRecord, analyze_strategy, measure
 from dpmm.privacy.ledger import Ledger
 from dpmm.privacy.params import ZCDP, PureDP
 from dpmm.release import AnswerColumns, write_answers, write_histogram, write_measurements
+from dpmm.release.manifest import measurement_sections
 from dpmm.release.writer import write_release
 
 DATASET = "survey"
@@ -130,22 +131,7 @@ def build_release(
             "shape": list(A.shape),
             "quantization_scale": 1,
         },
-        "privacy": {
-            "budget": privacy.to_dict(),
-            "norm": record.norm,
-            "sensitivity": str(record.sensitivity),
-            "noise": record.noise,
-            "scale": None if record.scale is None else str(record.scale),
-            "sigma2": None if record.sigma2 is None else str(record.sigma2),
-            "guarantee": record.guarantee,
-        },
-        "measurement": {
-            "id": record.measurement_id,
-            "file": "measurements.parquet",
-            "count": int(record.values.size),
-            "values_sha256": record.header()["values_sha256"],
-            "created": record.created,
-        },
+        **measurement_sections(record),
         "ledger": {
             "location": str(ledger_path),
             "dataset": DATASET,

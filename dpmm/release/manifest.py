@@ -1,0 +1,57 @@
+"""The manifest sections that describe a measurement: its privacy facts and its values.
+
+One definition, used by the release writer's callers and read back by the audit
+(``config/manifest.md`` documents every field).
+
+Example:
+    >>> import pathlib, tempfile, numpy as np
+    >>> from dpmm.linalg import Identity
+    >>> from dpmm.measure import measure
+    >>> from dpmm.privacy.ledger import Ledger
+    >>> from dpmm.privacy.params import PureDP
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> with Ledger.init(folder / "budget.db") as ledger:
+    ...     _ = ledger.grant("d", PureDP(1))
+    ...     reservation = ledger.reserve("d", PureDP(1), release_id="r")
+    ...     record = measure(Identity(2), np.array([1, 2]), PureDP(1), store=folder,
+    ...                      measurement_id="m", ledger=ledger, reservation=reservation)
+    >>> sections = measurement_sections(record)
+    >>> sections["privacy"]["scale"], sections["measurement"]["count"]
+    ('1', 2)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dpmm.measure.record import MeasurementRecord
+
+__all__ = ["MEASUREMENTS_FILE", "measurement_sections"]
+
+MEASUREMENTS_FILE = "measurements.parquet"
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def measurement_sections(record: MeasurementRecord) -> dict[str, dict[str, Any]]:
+    """The manifest's ``privacy`` and ``measurement`` sections for a measurement record."""
+    return {
+        "privacy": {
+            "budget": record.privacy.to_dict(),
+            "norm": record.norm,
+            "sensitivity": str(record.sensitivity),
+            "noise": record.noise,
+            "scale": _text(record.scale),
+            "sigma2": _text(record.sigma2),
+            "guarantee": record.guarantee,
+        },
+        "measurement": {
+            "id": record.measurement_id,
+            "file": MEASUREMENTS_FILE,
+            "count": int(record.values.size),
+            "values_sha256": record.header()["values_sha256"],
+            "created": record.created,
+        },
+    }
