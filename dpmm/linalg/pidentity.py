@@ -21,7 +21,7 @@ from dpmm.errors import ConfigError
 from dpmm.linalg.base import Matrix, _check_norm
 from dpmm.linalg.combinators import Dense, Product
 
-__all__ = ["PIdentity", "PIdentityGram", "PIdentityGramInverse", "column_scale"]
+__all__ = ["PIdentity", "PIdentityGram", "PIdentityGramInverse", "column_scale", "woodbury_factor"]
 
 
 def column_scale(theta: np.ndarray, norm: int) -> np.ndarray:
@@ -47,15 +47,26 @@ def _check_theta(theta: object) -> np.ndarray:
     return array
 
 
+def woodbury_factor(theta: np.ndarray) -> tuple[np.ndarray, bool]:
+    """A triangular factor of ``M = I_p + ΘΘᵀ`` for ``scipy.linalg.cho_solve``.
+
+    It is the R of the QR of ``[I_p; Θᵀ]``: ``M = RᵀR``, so R is M's Cholesky factor up to
+    row signs, which ``cho_solve`` does not need. Forming ΘΘᵀ and factoring it fails once Θ
+    has entries near 10¹⁰ and nearly dependent rows (M's unit floor drowns in rounding), as
+    a line search can try; the QR does not. O(n p²), like the product it replaces.
+    """
+    p = theta.shape[0]
+    stacked = np.concatenate([np.eye(p), theta.T], axis=0)
+    upper = scipy.linalg.qr(stacked, mode="r", check_finite=False)[0][:p]
+    return upper, False
+
+
 class _Woodbury:
-    """The Cholesky factor of ``M = I_p + Θ_s Θ_sᵀ`` for a (column-scaled) Θ_s."""
+    """The triangular factor of ``M = I_p + Θ_s Θ_sᵀ`` for a (column-scaled) Θ_s."""
 
     def __init__(self, theta: np.ndarray) -> None:
         self.theta = theta
-        p = theta.shape[0]
-        # O(n p²); M ≥ I, so the Cholesky factorization is always well conditioned.
-        small = np.eye(p) + theta @ theta.T
-        self.factor = scipy.linalg.cho_factor(small, lower=True, check_finite=False)
+        self.factor = woodbury_factor(theta)
 
     def solve(self, rhs: np.ndarray) -> np.ndarray:
         """``M⁻¹ rhs``."""

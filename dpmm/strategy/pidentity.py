@@ -22,7 +22,7 @@ import scipy.optimize
 
 from dpmm.errors import ConfigError, UnsupportedQueryError
 from dpmm.linalg import Matrix
-from dpmm.linalg.pidentity import PIdentity, column_scale
+from dpmm.linalg.pidentity import PIdentity, column_scale, woodbury_factor
 from dpmm.privacy import PrivacyParameter
 from dpmm.strategy.product import kron_terms
 from dpmm.strategy.template import check_restarts, optimize_template
@@ -79,8 +79,7 @@ class PIdentityTemplate:
         scale = column_scale(theta, self.norm)
         # P = Θ Ĝ = ((Θ diag d) G) diag d: the one O(n² p) product.
         projected = ((theta * scale) @ self.gram) * scale
-        small = np.eye(self.p) + theta @ theta.T  # M, O(n p²)
-        factor = scipy.linalg.cho_factor(small, lower=True, check_finite=False)
+        factor = woodbury_factor(theta)
         solved = scipy.linalg.cho_solve(factor, projected, check_finite=False)  # Q, O(n p²)
         per_column = self.gram_diagonal * scale**2 - np.einsum("ij,ij->j", theta, solved)
         loss = float(per_column.sum())

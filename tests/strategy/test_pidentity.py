@@ -2,11 +2,12 @@
 
 import numpy as np
 import pytest
+import scipy.linalg
 
 from dpmm.error import expected_error, identity_error
 from dpmm.errors import ConfigError, UnsupportedQueryError
 from dpmm.linalg import AllRange, Identity, Kron, Prefix
-from dpmm.linalg.pidentity import PIdentity
+from dpmm.linalg.pidentity import PIdentity, column_scale
 from dpmm.privacy import ZCDP, PureDP
 from dpmm.strategy.pidentity import PIdentityTemplate, optimize_pidentity, select_pidentity
 from dpmm.strategy.template import optimize_template
@@ -32,6 +33,24 @@ def test_gradient_matches_finite_differences(norm):
     np.testing.assert_allclose(grad, _finite_differences(template, x), rtol=1e-6, atol=1e-6)
     dense = PIdentity(x.reshape(3, 9), norm).dense()
     assert loss == pytest.approx(np.trace(G @ np.linalg.inv(dense.T @ dense)), rel=1e-12)
+
+
+@pytest.mark.parametrize("norm", [1, 2])
+def test_loss_survives_huge_nearly_dependent_rows(norm):
+    # A line search can try Θ with entries near 10¹⁰ and two nearly equal rows: forming
+    # I + ΘΘᵀ and factoring it then fails, while the loss itself is well defined.
+    G = Prefix(64).gram().dense()
+    theta = np.random.default_rng(3).uniform(size=(4, 64))
+    theta[1] = theta[0] * (1 + 1e-9)
+    theta *= 1e10
+    loss, grad = PIdentityTemplate(G, 4, norm).loss_and_grad(theta.reshape(-1))
+    assert np.all(np.isfinite(grad))
+    # Reference: trace(X⁻¹ Ĝ) with X = BᵀB, B = [I; Θ], through the n × n QR of B.
+    scale = column_scale(theta, norm)
+    upper = np.linalg.qr(np.concatenate([np.eye(64), theta]), mode="r")
+    inner = scipy.linalg.solve_triangular(upper, scale[:, None] * G * scale, trans="T")
+    reference = np.trace(scipy.linalg.solve_triangular(upper, inner.T, trans="T"))
+    assert loss == pytest.approx(reference, rel=1e-6)
 
 
 @pytest.mark.parametrize("norm", [1, 2])
