@@ -37,6 +37,7 @@ from dpmm.privacy.params import exact_fraction
 from dpmm.privacy.randomness import RandomSource, SecureRandom, as_random_source
 
 __all__ = [
+    "bernoulli_exp",
     "discrete_gaussian",
     "discrete_laplace",
     "fast_insecure_gaussian",
@@ -111,6 +112,28 @@ def discrete_gaussian(sigma2: object, size: Size, *, rng: Rng = None) -> np.ndar
         t = math.isqrt(p // q) + 1
         flat = np.array([_gaussian_one(p, q, t, source) for _ in range(count)], dtype=object)
     return _as_int64(flat, "sigma2").reshape(shape)
+
+
+def bernoulli_exp(gamma: object, *, rng: Rng = None) -> bool:
+    """One exact draw of Bernoulli(exp(−γ)) for a rational γ ≥ 0.
+
+    The building block of exact selection mechanisms (an exponential mechanism by
+    rejection accepts a uniformly drawn candidate with probability ``exp(−γ)``).
+
+    Args:
+        gamma: a non-negative rational (int, Fraction, "7/3"; a float is read as its decimal).
+        rng: tests only, as for :func:`discrete_laplace`.
+
+    Example:
+        >>> bernoulli_exp(0), bernoulli_exp(10**6)
+        (True, False)
+    """
+    if not isinstance(gamma, bool) and gamma in (0, "0"):
+        return True
+    exact = exact_fraction(gamma, "gamma")
+    if exact > 4 * 10**6:  # exp(−γ) below 10^(−10^6): never accepted in any real run.
+        return False
+    return _bernoulli_exp_one(exact, as_random_source(rng))
 
 
 # --- threads --------------------------------------------------------------------------------

@@ -296,3 +296,19 @@ def test_wide_bernoulli_has_the_exact_probability(denominator):
     for numerator in (1, denominator // 3, denominator - 2**31, denominator - 1):
         hits = samplers._bernoulli(np.full(100_000, numerator, dtype=np.int64), denominator, source)
         assert stats.binomtest(int(hits.sum()), hits.size, numerator / denominator).pvalue > ALPHA
+
+
+@pytest.mark.parametrize("gamma", [Fraction(1, 3), Fraction(7, 5), Fraction(5, 2)])
+def test_bernoulli_exp_has_probability_exp_minus_gamma(gamma):
+    source = GeneratorSource(np.random.default_rng(int(gamma * 100)))
+    hits = sum(samplers.bernoulli_exp(gamma, rng=source) for _ in range(20_000))
+    assert stats.binomtest(hits, 20_000, math.exp(-gamma)).pvalue > ALPHA
+    # The same count is implausible for a neighbouring γ: the test can tell them apart.
+    assert stats.binomtest(hits, 20_000, math.exp(-gamma * 1.2)).pvalue < ALPHA
+
+
+def test_bernoulli_exp_edges_and_bad_input():
+    assert samplers.bernoulli_exp(0) is True
+    assert samplers.bernoulli_exp(Fraction(10**7)) is False
+    with pytest.raises(PrivacyParameterError):
+        samplers.bernoulli_exp(-1)
