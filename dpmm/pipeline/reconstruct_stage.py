@@ -3,7 +3,8 @@
 Reads only the measurement record, the strategy and public facts (DESIGN §5 rule 5). The
 measured answers are ``B x + noise`` with ``B`` the integer strategy; divided by the
 quantization scale ``D`` they estimate ``A_q x`` with noise of standard deviation
-``sd / D``. With the full vector the estimate is least squares or NNLS; on marginal
+``sd / D``. With the full vector the estimate is least squares or NNLS (constrained to
+the least-squares total); on marginal
 tables it is least squares in the marginal algebra, table by table.
 """
 
@@ -132,7 +133,9 @@ def _from_vector(
     solve = nnls if method == "nnls" else least_squares
     steps = len(config.workload) + 1
     progress(0, steps, method)
-    estimate = solve(A, y, noise_std=std)
+    # NNLS keeps the least-squares total (post-processing): without it, clipping the
+    # empty cells of sparse data biases every long range upwards.
+    estimate = solve(A, y, noise_std=std, total="estimated")
     groups = []
     for done, group in enumerate(config.workload, start=1):
         progress(done, steps, group.name)

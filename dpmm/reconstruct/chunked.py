@@ -30,6 +30,7 @@ from dpmm.reconstruct.protocol import (
     ReconstructionError,
     check_noise_std,
     check_total,
+    resolve_total,
 )
 
 __all__ = ["ChunkedKron", "chunked_nnls"]
@@ -109,7 +110,7 @@ def chunked_nnls(
     y: Any,
     *,
     noise_std: float | np.ndarray | None = None,
-    total: float | None = None,
+    total: float | str | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
     max_iterations: int | None = None,
 ) -> Estimate:
@@ -152,7 +153,15 @@ def chunked_nnls(
         solve = Kron([Product([p, f.T]) for p, f in zip(pinvs, factors, strict=True)])
         start = ChunkedKron(solve).apply(y)
     else:
+        if isinstance(known_total, str):
+            raise ReconstructionError(
+                f"An estimated total needs a least-squares start, and {A!r} has a factor "
+                "without a structured pseudo-inverse; pass the total as a number."
+            )
         start = linear * 0.0
+    if isinstance(known_total, str):
+        (estimated,) = scalars(start.sum())
+        known_total = resolve_total(known_total, estimated)
     solution = minimize_nonnegative_quadratic(
         hessian.apply,
         linear,

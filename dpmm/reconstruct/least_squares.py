@@ -145,7 +145,7 @@ def least_squares(
     y: object,
     *,
     noise_std: float | np.ndarray | None = None,
-    total: float | None = None,
+    total: float | str | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
     max_iterations: int | None = None,
 ) -> Estimate:
@@ -156,6 +156,8 @@ def least_squares(
         y: The noisy answers, one per row of A.
         noise_std: Noise standard deviation: one number, or one per row (GLS).
         total: A known total ``Σ x``; the estimate is then constrained to it.
+            ``"estimated"`` changes nothing here: least squares already matches its
+            own estimate of the total.
         tolerance: LSMR's ``atol``/``btol`` when there is no closed form.
         max_iterations: LSMR's iteration limit (default: 4 · min(A.shape)).
 
@@ -176,6 +178,8 @@ def least_squares(
     """
     values, scales = check_measurements(A, y, noise_std)
     known_total = check_total(total)
+    if isinstance(known_total, str):
+        known_total = None
     whitened = whiten(A, scales)
     # A common scale cancels out of the estimate; per-row scales whiten the rows.
     rhs = values if np.ndim(scales) == 0 else values / np.asarray(scales)

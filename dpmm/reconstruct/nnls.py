@@ -39,6 +39,7 @@ from dpmm.reconstruct.protocol import (
     Estimate,
     check_measurements,
     check_total,
+    resolve_total,
 )
 
 __all__ = ["gram_operator", "largest_gram_eigenvalue", "nnls"]
@@ -92,7 +93,7 @@ def nnls(
     y: Any,
     *,
     noise_std: float | np.ndarray | None = None,
-    total: float | None = None,
+    total: float | str | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
     max_iterations: int | None = None,
 ) -> Estimate:
@@ -103,7 +104,9 @@ def nnls(
         y: The noisy answers (a numpy vector; or a Dask array shaped as the output
             tensor of a Kronecker A, for the chunked solver).
         noise_std: Noise standard deviation: one number, or one per row.
-        total: A known total ``Σ x`` the estimate must match exactly.
+        total: A known total ``Σ x`` the estimate must match exactly, or ``"estimated"``
+            for the least-squares estimate of the total (post-processing; on sparse data
+            it removes the upward bias of clipping, see :func:`resolve_total`).
         tolerance: Relative KKT residual ``‖G(x)‖ / ‖AᵀD⁻²y‖`` to stop at, ``G`` the
             gradient mapping (zero exactly at the optimum).
         max_iterations: Iteration limit.
@@ -134,6 +137,7 @@ def nnls(
     # A common scale cancels out of the estimate; per-row scales whiten the rows.
     rhs = values if np.ndim(scales) == 0 else values / np.asarray(scales)
     start = least_squares(A, values, noise_std=scales, tolerance=min(tolerance, 1e-8)).x
+    known_total = resolve_total(known_total, float(start.sum()))
     gram = gram_operator(whitened)
     solution = minimize_nonnegative_quadratic(
         lambda v: gram @ v,

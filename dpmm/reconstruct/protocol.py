@@ -24,11 +24,13 @@ from dpmm.linalg import Matrix
 
 __all__ = [
     "DEFAULT_TOLERANCE",
+    "ESTIMATED_TOTAL",
     "Estimate",
     "ReconstructionError",
     "Solver",
     "check_measurements",
     "check_total",
+    "resolve_total",
 ]
 
 #: Relative optimality residual at which the iterative solvers stop.
@@ -73,7 +75,7 @@ class Solver(Protocol):
         y: Any,
         *,
         noise_std: float | np.ndarray | None = None,
-        total: float | None = None,
+        total: float | str | None = None,
         tolerance: float = DEFAULT_TOLERANCE,
         max_iterations: int | None = None,
     ) -> Estimate: ...
@@ -135,13 +137,34 @@ def check_noise_std(noise_std: float | np.ndarray | None, rows: int) -> float | 
     return scales
 
 
-def check_total(total: float | None) -> float | None:
-    """A known total must be a non-negative finite number (or ``None``)."""
-    if total is None:
-        return None
+#: ``total=ESTIMATED_TOTAL``: constrain ``Σx`` to the least-squares estimate of the total.
+ESTIMATED_TOTAL = "estimated"
+
+
+def check_total(total: float | str | None) -> float | str | None:
+    """A known total must be a non-negative finite number, ``"estimated"`` or ``None``."""
+    if total is None or (isinstance(total, str) and total == ESTIMATED_TOTAL):
+        return total
+    if isinstance(total, str):
+        raise ReconstructionError(
+            f"The total must be a number or {ESTIMATED_TOTAL!r}, got {total!r}."
+        )
     value = float(total)
     if not np.isfinite(value) or value < 0:
         raise ReconstructionError(
             f"The known total must be a non-negative finite number, got {total!r}."
         )
     return value
+
+
+def resolve_total(total: float | str | None, least_squares_total: float) -> float | None:
+    """The total a constrained solver uses: the known one, or the least-squares estimate's.
+
+    The least-squares (GLS) total is the minimum-variance unbiased estimate of ``Σx`` from
+    the measurements, so constraining NNLS to it is post-processing: no extra budget. It
+    removes NNLS's upward bias on sparse data (every clipped cell adds mass), which
+    otherwise accumulates in long range queries.
+    """
+    if isinstance(total, str):
+        return max(float(least_squares_total), 0.0)
+    return total

@@ -27,6 +27,7 @@ from dpmm.reconstruct.protocol import (
     Estimate,
     ReconstructionError,
     check_total,
+    resolve_total,
 )
 
 __all__ = ["workload_nnls"]
@@ -38,7 +39,7 @@ def workload_nnls(
     y: Any,
     *,
     noise_std: float | np.ndarray | None = None,
-    total: float | None = None,
+    total: float | str | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
     max_iterations: int | None = None,
 ) -> Estimate:
@@ -49,7 +50,7 @@ def workload_nnls(
         A: The measured strategy.
         y: The noisy answers, one per row of A.
         noise_std: Noise standard deviation(s) of y (generalized least squares).
-        total: A known total ``Σ x``.
+        total: A known total ``Σ x``, or ``"estimated"`` for the least-squares one.
         tolerance: Relative KKT residual ``‖G(x)‖ / ‖WᵀW x̂‖`` to stop at.
         max_iterations: Iteration limit.
 
@@ -71,6 +72,7 @@ def workload_nnls(
         )
     known_total = check_total(total)
     unbiased = least_squares(A, y, noise_std=noise_std, tolerance=min(tolerance, 1e-8))
+    known_total = resolve_total(known_total, float(unbiased.x.sum()))
     gram = gram_operator(W)
     solution = minimize_nonnegative_quadratic(
         lambda v: gram @ v,

@@ -23,8 +23,8 @@ def test_chunked_kron_apply_matches_in_memory() -> None:
     np.testing.assert_allclose(op.apply_adjoint(rt).compute().reshape(-1), A.T @ r)
 
 
-@pytest.mark.parametrize("total", [None, 40.0])
-def test_chunked_nnls_matches_in_memory(total: float | None) -> None:
+@pytest.mark.parametrize("total", [None, 40.0, "estimated"])
+def test_chunked_nnls_matches_in_memory(total: float | str | None) -> None:
     rng = np.random.default_rng(51)
     A = Kron([Hierarchical(4, 2), Identity(3)])
     truth = rng.poisson(1, A.shape[1]) * (rng.random(A.shape[1]) < 0.4)
@@ -35,7 +35,8 @@ def test_chunked_nnls_matches_in_memory(total: float | None) -> None:
     assert chunked.converged and chunked.iterations == memory.iterations
     np.testing.assert_allclose(chunked.x.compute().reshape(-1), memory.x, atol=1e-9)
     if total is not None:
-        assert float(chunked.x.sum().compute()) == pytest.approx(total)
+        assert float(chunked.x.sum().compute()) == pytest.approx(memory.total)
+        assert chunked.total == pytest.approx(memory.total)
 
 
 def test_chunked_inputs_are_checked() -> None:

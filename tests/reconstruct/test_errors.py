@@ -27,6 +27,7 @@ SOLVERS = [least_squares, nnls]
         (np.zeros(7), {"noise_std": -1.0}, "positive finite"),
         (np.zeros(7), {"noise_std": np.ones(3)}, "3 entries but there are 7"),
         (np.zeros(7), {"total": -2.0}, "non-negative finite"),
+        (np.zeros(7), {"total": "least"}, "a number or 'estimated'"),
     ],
 )
 def test_bad_measurements(solve, y, kwargs, message) -> None:

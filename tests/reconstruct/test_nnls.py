@@ -63,6 +63,42 @@ def test_known_total_is_respected_and_optimal(total: float) -> None:
         assert gradient[~support].min(initial=np.inf) > mu - 1e-7 * scale
 
 
+def test_estimated_total_is_the_least_squares_total() -> None:
+    rng = np.random.default_rng(11)
+    A = Hierarchical(32, 2)
+    y = A @ _sparse_counts(rng, 32) + rng.laplace(0, 4, A.shape[0])
+    ls_total = least_squares(A, y).x.sum()
+    estimate = nnls(A, y, total="estimated", tolerance=1e-10)
+    assert estimate.total == pytest.approx(max(ls_total, 0.0))
+    assert estimate.x.sum() == pytest.approx(estimate.total, abs=1e-8)
+    # Constraining to the estimated total is the same as passing that number.
+    fixed = nnls(A, y, total=float(estimate.total), tolerance=1e-10)
+    np.testing.assert_allclose(estimate.x, fixed.x, atol=1e-8)
+    assert least_squares(A, y, total="estimated").total is None
+
+
+def test_estimated_total_lowers_range_error_on_sparse_data() -> None:
+    # Seed 000's point on sparse data: NNLS clips the many empty cells upwards, and the
+    # bias adds up over long ranges; the least-squares total removes it.
+    rng = np.random.default_rng(5)
+    n = 256
+    truth = np.zeros(n)
+    truth[rng.choice(n, 8, replace=False)] = rng.integers(50, 400, 8)
+    A, W = Hierarchical(n, 4), AllRange(n)
+    gram = W.gram().dense()
+    errors = {"ls": [], "nnls": [], "estimated": []}
+    for _ in range(10):
+        y = A @ truth + rng.laplace(0, 30, A.shape[0])
+        for name, x in (
+            ("ls", least_squares(A, y).x),
+            ("nnls", nnls(A, y).x),
+            ("estimated", nnls(A, y, total="estimated").x),
+        ):
+            errors[name].append((x - truth) @ gram @ (x - truth))
+    mean = {name: float(np.mean(values)) for name, values in errors.items()}
+    assert mean["estimated"] < 0.7 * min(mean["ls"], mean["nnls"])
+
+
 def test_nnls_is_never_farther_from_the_truth_than_least_squares_in_strategy_space() -> None:
     # A x_nnls is the projection of A x_ls onto the cone {A x : x ≥ 0}, which holds A x_true.
     rng = np.random.default_rng(8)
