@@ -40,7 +40,9 @@ from dpmm.errors import ConfigError, TooLargeError, UnsupportedQueryError
 from dpmm.linalg import Identity, Marginals, Matrix, Ones
 from dpmm.linalg.marginals import EIGEN_TOLERANCE
 from dpmm.privacy import PrivacyParameter
+from dpmm.strategy.marginal_designs import packing_starts
 from dpmm.strategy.product import kron_terms
+from dpmm.strategy.restarts import restart_generator
 from dpmm.strategy.template import check_restarts, optimize_template
 
 __all__ = [
@@ -211,7 +213,8 @@ def optimize_marginal_weights(
     """OPT_M: non-negative weights on marginal tables minimizing W's expected error, and the loss.
 
     The unit-weight tables of the workload itself are an extra start, so the
-    result is never worse than measuring them uniformly.
+    result is never worse than measuring them uniformly; greedy packings of the
+    workload's tables into larger tables are more (:mod:`~dpmm.strategy.marginal_designs`).
 
     Args:
         W: A workload of marginal tables (a union of Kron products of Identity and Ones).
@@ -242,9 +245,22 @@ def optimize_marginal_weights(
     shape, coefficients = workload_marginal_coefficients(W)
     template = MarginalWeightsTemplate(shape, coefficients, int(norm))
     uniform = np.full(1 << template.bits, WEIGHT_FLOOR)
-    uniform[[template.compress(mask) for mask in coefficients]] = 1.0
+    tables = [template.compress(mask) for mask in coefficients]
+    uniform[tables] = 1.0
+    rng = restart_generator(rng)
+    designs = packing_starts(
+        tables,
+        template.bits,
+        rng,
+        lambda start: template.loss_and_grad(start)[0],
+        floor=WEIGHT_FLOOR,
+    )
     result = optimize_template(
-        template, restarts=restarts, rng=rng, starts=[uniform], max_iterations=MAX_ITERATIONS
+        template,
+        restarts=restarts,
+        rng=rng,
+        starts=[uniform, *designs],
+        max_iterations=MAX_ITERATIONS,
     )
     weights = result.params
     kept = np.where(weights >= DROP_FRACTION * weights.max(), weights, 0.0)

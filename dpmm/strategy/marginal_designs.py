@@ -1,0 +1,140 @@
+"""Starting points for OPT_M from packings of the workload's tables into larger tables.
+
+OPT_M's loss is not convex in its weights, and random starts settle in local minima
+that measure most workload tables on their own. Much better strategies measure a few
+larger tables, each answering several workload tables at once: for all 3-way
+marginals of 8 attributes, the 14 four-way tables of the Steiner quadruple system
+S(3, 4, 8) contain every triple exactly once; with L1 sensitivity 14 instead of 56
+their expected error is 0.74 of HDMM's published OPT_M optimum. Random starts almost
+never find such designs, so this module builds them greedily and hands them to the
+optimizer as extra starts.
+
+:func:`packing` picks, for a block size ``s`` above the workload's largest table,
+blocks of ``s`` attributes one at a time, each containing the most workload tables
+not yet contained in a chosen block (ties broken at random, so several calls give
+different packings), until no block contains two uncovered tables. A start puts
+weight 1 on the chosen blocks and on the workload tables left uncovered;
+:func:`packing_starts` scores many packings and keeps the best few.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+__all__ = ["KEEP", "MAX_CANDIDATE_BLOCKS", "packing", "packing_starts"]
+
+#: Most candidate blocks (C(attributes, s)) a packing enumerates.
+MAX_CANDIDATE_BLOCKS = 200_000
+
+#: Candidate blocks examined per block size over all tries (tries = this / candidates,
+#: clamped to [MIN_TRIES, MAX_TRIES]), and how many of the best packings become starts.
+TRY_BUDGET = 50_000
+MIN_TRIES = 8
+MAX_TRIES = 256
+KEEP = 2
+
+
+def _bits(mask: int) -> list[int]:
+    return [i for i in range(mask.bit_length()) if mask >> i & 1]
+
+
+def packing(
+    tables: Sequence[int], attributes: int, block_size: int, rng: np.random.Generator
+) -> tuple[list[int], list[int]] | None:
+    """A greedy packing of workload tables (bit masks) into blocks of ``block_size``.
+
+    Returns:
+        The chosen blocks and the tables no block contains, or ``None`` when there are
+        more than :data:`MAX_CANDIDATE_BLOCKS` candidate blocks or the block size is
+        not above every table's size.
+
+    Example:
+        >>> triples = [sum(1 << i for i in t) for t in itertools.combinations(range(8), 3)]
+        >>> blocks, left = packing(triples, 8, 4, np.random.default_rng(0))
+        >>> covered = {t for t in triples if any(t & b == t for b in blocks)}
+        >>> len(covered) + len(left) == 56 and len(blocks) < 56
+        True
+    """
+    wanted = set(tables)
+    if not wanted or block_size <= max(m.bit_count() for m in wanted) or block_size > attributes:
+        return None
+    if math.comb(attributes, block_size) > MAX_CANDIDATE_BLOCKS:
+        return None
+    blocks = [sum(1 << i for i in c) for c in itertools.combinations(range(attributes), block_size)]
+    contained = [_subsets_in(block, wanted) for block in blocks]
+    holders: dict[int, list[int]] = {}
+    for index, inside in enumerate(contained):
+        for table in inside:
+            holders.setdefault(table, []).append(index)
+    gain = np.array([len(inside) for inside in contained], dtype=np.int64)
+    uncovered = set(wanted)
+    chosen: list[int] = []
+    while uncovered:
+        best = int(gain.max())
+        if best < 2:
+            break
+        candidates = np.flatnonzero(gain == best)
+        index = int(candidates[rng.integers(candidates.size)])
+        chosen.append(blocks[index])
+        for table in contained[index]:
+            if table in uncovered:
+                uncovered.discard(table)
+                for holder in holders[table]:
+                    gain[holder] -= 1
+    return chosen, sorted(uncovered)
+
+
+def _subsets_in(block: int, wanted: set[int]) -> list[int]:
+    """The wanted masks contained in ``block``: every subset of its bits, checked."""
+    bits = _bits(block)
+    found = []
+    for size in range(len(bits) + 1):
+        for combo in itertools.combinations(bits, size):
+            mask = sum(1 << i for i in combo)
+            if mask in wanted:
+                found.append(mask)
+    return found
+
+
+def packing_starts(
+    tables: Sequence[int],
+    attributes: int,
+    rng: np.random.Generator,
+    score: Callable[[np.ndarray], float],
+    *,
+    floor: float,
+    keep: int = KEEP,
+) -> list[np.ndarray]:
+    """OPT_M starts (one weight per mask of ``attributes`` bits) from greedy packings.
+
+    For block sizes one and two above the largest workload table, random packings
+    (more when there are fewer candidate blocks, see :data:`TRY_BUDGET`) are scored
+    with ``score`` (the template's loss at the start, cheap) and the ``keep`` best of
+    each size are returned: greedy packings differ widely (on the triples of 8
+    attributes about one in twenty reaches the 14 blocks of S(3, 4, 8)).
+    """
+    if not tables:
+        return []
+    largest = max(m.bit_count() for m in tables)
+    starts = []
+    for block_size in (largest + 1, largest + 2):
+        scored: dict[tuple[int, ...], tuple[float, np.ndarray]] = {}
+        candidates = math.comb(attributes, block_size) if block_size <= attributes else 1
+        tries = min(max(TRY_BUDGET // max(candidates, 1), MIN_TRIES), MAX_TRIES)
+        for _ in range(tries):
+            found = packing(tables, attributes, block_size, rng)
+            if found is None or not found[0]:
+                break
+            chosen = tuple(sorted(found[0] + found[1]))
+            if chosen in scored:
+                continue
+            start = np.full(1 << attributes, floor)
+            start[list(chosen)] = 1.0
+            scored[chosen] = (score(start), start)
+        ranked = sorted(scored.values(), key=lambda pair: pair[0])
+        starts += [start for _, start in ranked[:keep]]
+    return starts
