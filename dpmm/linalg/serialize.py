@@ -56,6 +56,7 @@ from dpmm.linalg.hierarchy import Haar, Hierarchical
 from dpmm.linalg.kron import Kron
 from dpmm.linalg.marginals import Marginal, Marginals, MarginalsGram
 from dpmm.linalg.pidentity import PIdentity
+from dpmm.linalg.residual_general import ResidualBlockStrategy
 from dpmm.linalg.residuals import ResidualStrategy
 
 __all__ = [
@@ -204,6 +205,15 @@ _ENCODERS: dict[type, _Encode] = {
     ResidualStrategy: lambda m, e: {
         "domain": list(m.domain_shape),
         "residuals": _weighted_sets(m.weights, len(m.domain_shape)),
+    },
+    ResidualBlockStrategy: lambda m, e: {
+        "domain": list(m.domain_shape),
+        "blocks": [
+            {"attributes": _positions(mask, len(m.domain_shape)), "array": e.array(block)}
+            if isinstance(block, np.ndarray)
+            else {"attributes": _positions(mask, len(m.domain_shape)), "scalar": float(block).hex()}
+            for mask, block in m.blocks.items()
+        ],
     },
 }
 
@@ -355,6 +365,27 @@ def _cache_key(node: Node) -> str | None:
         return None
 
 
+def _decode_residual_blocks(node: Node, d: _Decoder, where: str) -> ResidualBlockStrategy:
+    blocks: dict[int, float | np.ndarray] = {}
+    entries = d.field(node, "blocks", where)
+    if not isinstance(entries, list):
+        d.fail(f"{where}.blocks must be a list, got {entries!r}")
+    for k, entry in enumerate(entries):
+        at = f"{where}.blocks[{k}]"
+        if not isinstance(entry, dict) or "attributes" not in entry:
+            d.fail(f"{at} must be an object with 'attributes' and an 'array' or a 'scalar'")
+        if ("array" in entry) == ("scalar" in entry):
+            d.fail(f"{at} must have exactly one of 'array' and 'scalar'")
+        mask = sum(1 << i for i in d.integers(entry["attributes"], f"{at}.attributes"))
+        if "array" in entry:
+            blocks[mask] = d.array(entry["array"], at, "f")
+        else:
+            blocks[mask] = d.number(entry["scalar"], f"{at}.scalar")
+    return ResidualBlockStrategy(
+        d.integers(d.field(node, "domain", where), f"{where}.domain"), blocks
+    )
+
+
 def _decode_sparse(node: Node, d: _Decoder, where: str) -> Sparse:
     shape = d.integers(d.field(node, "shape", where), f"{where}.shape")
     matrix = sp.csr_array(
@@ -429,6 +460,7 @@ _DECODERS: dict[str, _Decode] = {
     "ResidualStrategy": lambda n, d, w: ResidualStrategy(
         d.integers(d.field(n, "domain", w), f"{w}.domain"), d.masks(n, "residuals", w)
     ),
+    "ResidualBlockStrategy": _decode_residual_blocks,
 }
 
 

@@ -20,6 +20,9 @@ Methods:
 * ``lrm`` — seed 002's Low-Rank Mechanism (:mod:`dpmm.strategy.lrm`).
 * ``marginal_optimal`` — the optimal Gaussian strategy for unions of marginals
   (:mod:`dpmm.strategy.marginal_optimal`).
+* ``residual`` — per residual subspace, the optimal measurement of the workload's
+  part there, then the optimal budget split (QuerySmasher's decomposition) for
+  unions of Kron products under Gaussian noise (:mod:`dpmm.strategy.residual`).
 * ``auto`` — every method above that applies, keeping the one with the least
   exact expected error; never worse than identity. :func:`select_strategy`
   returns the record of every candidate (error, time, or why it did not apply).
@@ -44,6 +47,7 @@ from dpmm.strategy.hdmm import TEMPLATES, select_hdmm
 from dpmm.strategy.lrm import select_lrm
 from dpmm.strategy.marginal_optimal import select_marginal_optimal
 from dpmm.strategy.product import best_kron_strategy, kron_terms
+from dpmm.strategy.residual import select_residual
 from dpmm.strategy.selection import Candidate, Progress, Selection, select
 
 __all__ = [
@@ -117,6 +121,7 @@ METHODS: dict[str, Callable[[Matrix, PrivacyParameter], Matrix]] = {
     **TEMPLATES,
     "lrm": select_lrm,
     "marginal_optimal": select_marginal_optimal,
+    "residual": select_residual,
 }
 
 #: Every name ``optimize`` accepts.
@@ -134,6 +139,7 @@ AUTO_CANDIDATES = (
     *TEMPLATES,
     "eigen",
     "marginal_optimal",
+    "residual",
 )
 
 

@@ -39,6 +39,7 @@ from dpmm.linalg import (
 )
 from dpmm.linalg.eigen_strategy import EigenGram, EigenStrategy
 from dpmm.linalg.pidentity import PIdentity
+from dpmm.linalg.residual_general import ResidualBlockStrategy
 from dpmm.linalg.residuals import ResidualStrategy
 from dpmm.linalg.serialize import (
     FORMAT,
@@ -112,6 +113,9 @@ CATALOGUE: dict[str, Callable[[], Matrix]] = {
     ),
     "eigen-gram": lambda: EigenGram([_orthonormal(4, 16)], [_rng(17).uniform(size=4)]),
     "residuals": lambda: ResidualStrategy((2, 3, 4), {0: 0.5, 0b011: 1 / 3, 0b110: 2.0}),
+    "residual blocks": lambda: ResidualBlockStrategy(
+        (2, 3, 4), {0: 0.5, 0b011: np.array([[1.0, 0.5], [0.0, 2.0]]), 0b100: np.eye(3) / 3}
+    ),
     "nested": lambda: Kron(
         [
             VStack([Weighted(0.3, Prefix(3)), Dense(np.eye(3) * 0.7), Haar(3)]),
@@ -386,6 +390,16 @@ def test_another_format_version_is_refused(tmp_path):
         ),
         ({"type": "Dense", "array": "a7", "full_column_rank": False}, {}, "'a7', which is missing"),
         ({"type": "Identity"}, {}, "no field 'n'"),
+        (
+            {"type": "ResidualBlockStrategy", "domain": [2, 3], "blocks": [{"attributes": [0]}]},
+            {},
+            "exactly one of 'array' and 'scalar'",
+        ),
+        (
+            {"type": "ResidualBlockStrategy", "domain": [2, 3], "blocks": [{"scalar": "0x1p0"}]},
+            {},
+            "an object with 'attributes'",
+        ),
         ({"type": "Identity", "n": "3"}, {}, "non-negative integer"),
         (
             {"type": "Identity", "n": 3, "shape": [4, 4]},

@@ -1,0 +1,509 @@
+"""Strategies that measure each residual subspace through its own small matrix.
+
+The residual ``R_S = ⊗_{i∈S} D_i ⊗_{i∉S} 1ᵀ`` (see :mod:`dpmm.linalg.residuals`)
+reads the part of the data vector in the subspace of attribute set S. A
+*residual block strategy* stacks ``L_S R_S`` over the sets S, where ``L_S`` is
+either a scalar times the identity (a plain weighted residual) or a small dense
+matrix with ``Π_{i∈S}(n_i − 1)`` columns. With ``M_S = L_SᵀL_S`` and
+``c_S = Π_{i∉S} n_i`` (so ``R_S R_Sᵀ = c_S I`` and ``R_S R_Tᵀ = 0`` for S ≠ T):
+
+* ``AᵀA = Σ_S R_Sᵀ M_S R_S`` and ``(AᵀA)⁺ = Σ_S R_Sᵀ M_S⁻¹ R_S / c_S²``;
+* the squared L2 norm of the column of cell x is ``Σ_S (D_SᵀM_S D_S)_{x_S x_S}``
+  (``D_S = ⊗_{i∈S} D_i``), so when every block has a constant such diagonal
+  ``p_S`` the sensitivity is ``√(Σ_S p_S)`` for every cell;
+* a workload term ``w ⊗_i W_i`` splits per attribute as
+  ``W_i = a_i 1ᵀ + B_i D_i`` (``a_i = W_i 1 / n_i``, ``B_i = W_i D_iᵀ``), so its
+  least-squares answers have covariance ``Σ_S V_S M_S⁻¹ V_Sᵀ`` with
+  ``V_S = w ⊗_{i∈S} B_i ⊗_{i∉S} a_i``: per-query variances and covariances cost
+  O(rows of the term · block size), never O(cells).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import reduce
+
+import numpy as np
+
+from dpmm.errors import DomainError, UnsupportedQueryError
+from dpmm.linalg.base import Matrix, _check_norm, check_dense_size
+from dpmm.linalg.combinators import Sum, VStack, Weighted
+from dpmm.linalg.elementary import Identity, Ones
+from dpmm.linalg.kron import Kron
+from dpmm.linalg.marginals import MarginalsGram, _shape_of, _submasks
+from dpmm.linalg.residuals import DomainSizes, ResidualStrategy, _bits, helmert
+
+__all__ = ["FactorSplit", "ResidualBlockGram", "ResidualBlockStrategy", "split_factor"]
+
+#: Largest attribute size whose factor is split densely (an n × n Gram per factor).
+MAX_FACTOR_SIZE = 4096
+
+#: Most cells over which the L2 sensitivity is found by visiting every cell.
+EXACT_CELLS = 10_000_000
+
+#: A block: a scalar s (meaning s · I) or a dense square matrix.
+Block = float | np.ndarray
+
+
+@dataclass(frozen=True)
+class FactorSplit:
+    """One workload factor ``W_i = a 1ᵀ + B D`` as the dense pieces the error needs.
+
+    Attributes:
+        a: ``W_i 1 / n`` (one entry per query row).
+        B: ``W_i Dᵀ`` (rows × n − 1).
+        scalar: c when ``BᵀB = c I`` exactly by construction (identity, total), else None.
+    """
+
+    a: np.ndarray
+    B: np.ndarray
+    scalar: float | None
+
+    @functools.cached_property
+    def total_squared(self) -> float:
+        """``‖a‖²``: the weight the factor puts on the attribute's total."""
+        return float(self.a @ self.a)
+
+    @functools.cached_property
+    def has_residual(self) -> bool:
+        """Whether ``B ≠ 0``: the factor reads more than the attribute's total."""
+        return bool(np.any(self.B))
+
+    @functools.cached_property
+    def is_total(self) -> bool:
+        """Whether the factor is the single total query (``a = [1]``, ``B = 0``)."""
+        return not self.has_residual and self.total_squared == 1.0 and len(self.a) == 1
+
+    @property
+    def residual_gram(self) -> np.ndarray:
+        """``BᵀB = D WᵀW Dᵀ``."""
+        return self.B.T @ self.B
+
+
+def split_factor(factor: Matrix) -> FactorSplit:
+    """Split one per-attribute query matrix into its total and residual parts.
+
+    Example:
+        >>> from dpmm.linalg import Prefix
+        >>> part = split_factor(Prefix(3))
+        >>> np.allclose(np.outer(part.a, np.ones(3)) + part.B @ helmert(3), Prefix(3).dense())
+        True
+    """
+    rows, n = factor.shape
+    if n > MAX_FACTOR_SIZE:
+        raise UnsupportedQueryError(
+            f"Attribute of size {n:,} exceeds the residual method's limit of {MAX_FACTOR_SIZE:,}"
+        )
+    if isinstance(factor, Identity):
+        return FactorSplit(np.full(n, 1.0 / n), helmert(n).T, 1.0)
+    if isinstance(factor, Ones):
+        return FactorSplit(np.ones(rows), np.zeros((rows, n - 1)), 0.0)
+    check_dense_size(rows, n, f"the residual split of {factor!r}")
+    dense = factor.dense()
+    return FactorSplit(dense.sum(axis=1) / n, dense @ helmert(n).T, None)
+
+
+def kron_union(W: Matrix) -> list[tuple[float, tuple[Matrix, ...]]]:
+    """W as ``[(weight, factors)]`` when it is a (weighted) stack of aligned Kron products."""
+    terms: list[tuple[float, tuple[Matrix, ...]]] = []
+
+    def visit(matrix: Matrix, weight: float) -> None:
+        if isinstance(matrix, Weighted):
+            visit(matrix.base, weight * matrix.weight)
+        elif isinstance(matrix, VStack):
+            for block in matrix.blocks:
+                visit(block, weight)
+        elif isinstance(matrix, Kron):
+            terms.append((weight, tuple(matrix.factors)))
+        else:
+            terms.append((weight, (matrix,)))
+
+    visit(W, 1.0)
+    if len({tuple(f.shape[1] for f in factors) for _, factors in terms}) != 1:
+        return [(1.0, (W,))]
+    return terms
+
+
+def _block_inverse(block: Block) -> Block:
+    if isinstance(block, np.ndarray):
+        return np.linalg.inv(block)
+    return 1.0 / block if block else 0.0
+
+
+def _kron_rows(parts: Sequence[np.ndarray]) -> np.ndarray:
+    return reduce(np.kron, parts, np.ones(1)) if parts else np.ones(1)
+
+
+class _Blocks:
+    """Shared bookkeeping: the domain, its residual stack R and the blocks per set."""
+
+    def _setup(self, shape: Sequence[int], blocks: Mapping[int, Block]) -> None:
+        self.domain_shape = _shape_of(shape)
+        self._sizes = DomainSizes(self.domain_shape)
+        self.blocks: dict[int, Block] = {}
+        for mask, block in blocks.items():
+            if not isinstance(mask, int | np.integer) or mask < 0 or mask & ~self._sizes.full:
+                raise DomainError(f"Residual set {mask!r} is not a bit mask of the domain")
+            rank = self._sizes.multiplicity(int(mask))
+            if isinstance(block, np.ndarray) and block.shape[1] != rank:
+                raise DomainError(f"Block of set {mask} needs {rank} columns, got {block.shape}")
+            self.blocks[int(mask)] = block
+        self._stack = ResidualStrategy(self.domain_shape, dict.fromkeys(self.blocks, 1.0))
+
+    def _dense_basis(self, mask: int) -> np.ndarray:
+        """``D_S`` as a dense matrix (rows in residual order, columns the cells of S)."""
+        return _kron_rows([helmert(self.domain_shape[i]) for i in _bits(mask)])
+
+
+class ResidualBlockGram(_Blocks, Matrix):
+    """``Σ_S R_Sᵀ M_S R_S``, each ``M_S`` a scalar (times I) or a dense matrix."""
+
+    def __init__(self, shape: Sequence[int], blocks: Mapping[int, Block]) -> None:
+        self._setup(shape, blocks)
+        cells = self._sizes.cells
+        super().__init__((cells, cells))
+
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
+        residuals = self._stack._matmat(X)
+        for (_, block), start, stop in zip(
+            self.blocks.items(), self._stack.offsets[:-1], self._stack.offsets[1:], strict=True
+        ):
+            piece = residuals[start:stop]
+            residuals[start:stop] = (
+                block @ piece if isinstance(block, np.ndarray) else block * piece
+            )
+        return self._stack._rmatmat(residuals)
+
+    def _adjoint(self) -> ResidualBlockGram:
+        return self
+
+    def pinv(self) -> ResidualBlockGram:
+        # R_S R_Sᵀ = c_S I and the sets' row spaces are orthogonal: invert block by block.
+        inverse: dict[int, Block] = {}
+        for mask, block in self.blocks.items():
+            scale = self._sizes.outside(mask) ** 2
+            inner = _block_inverse(block)
+            inverse[mask] = inner / scale
+        return ResidualBlockGram(self.domain_shape, inverse)
+
+    def _trace_dot(self, other: Matrix) -> float | object:
+        """``trace(other @ self)`` for Kron, marginal-algebra, weighted and summed Grams."""
+        if isinstance(other, Weighted):
+            inner = self._trace_dot(other.base)
+            return inner if inner is NotImplemented else other.weight * inner
+        if isinstance(other, Sum):
+            parts = [self._trace_dot(term) for term in other.terms]
+            return NotImplemented if NotImplemented in parts else float(sum(parts))
+        if isinstance(other, MarginalsGram) and other.domain_shape == self.domain_shape:
+            return self._trace_marginal(other)
+        if isinstance(other, Kron) and [f.shape for f in other.factors] == [
+            (n, n) for n in self.domain_shape
+        ]:
+            return self._trace_kron(other.factors)
+        return NotImplemented
+
+    def _block_trace(self, mask: int) -> float:
+        block = self.blocks[mask]
+        if isinstance(block, np.ndarray):
+            return float(np.trace(block))
+        return block * self._sizes.multiplicity(mask)
+
+    def _candidates(self, support: int) -> list[int]:
+        """The measured sets inside ``support``, by whichever enumeration is shorter."""
+        if support.bit_count() < 20 and 1 << support.bit_count() < len(self.blocks):
+            return [s for s in _submasks(support) if s in self.blocks]
+        return [s for s in self.blocks if not s & ~support]
+
+    def _trace_marginal(self, other: MarginalsGram) -> float:
+        # R_S C(a) R_Sᵀ = 0 unless S ⊆ a; then I on S times Π_{i∈a∖S} n_i Π_{i∉a} n_i².
+        total = 0.0
+        for a, u in other.coefficients.items():
+            outside = self._sizes.outside(a)
+            for mask in self._candidates(a):
+                ratio = self._sizes.inside(a) // self._sizes.inside(mask)
+                total += u * self._block_trace(mask) * ratio * outside**2
+        return total
+
+    def _trace_kron(self, factors: Sequence[Matrix]) -> float:
+        sums, projected, support = [], {}, 0
+        for i, factor in enumerate(factors):
+            check_dense_size(*factor.shape, f"a factor of {factor!r}")
+            dense = factor.dense()
+            sums.append(float(dense.sum()))
+            D = helmert(self.domain_shape[i])
+            inner = D @ dense @ D.T
+            if np.any(inner):  # D J Dᵀ = 0: a total's attribute has no residual part
+                projected[i] = inner
+                support |= 1 << i
+        total = 0.0
+        for mask in self._candidates(support):
+            block = self.blocks[mask]
+            outside = math.prod(s for i, s in enumerate(sums) if not mask >> i & 1)
+            pieces = [projected[i] for i in _bits(mask)]
+            if isinstance(block, np.ndarray):
+                inner = float(np.sum(_kron_rows(pieces) * block))
+            else:
+                inner = block * math.prod(float(np.trace(p)) for p in pieces)
+            total += outside * inner
+        return total
+
+    def __repr__(self) -> str:
+        return f"ResidualBlockGram({len(self.blocks)} blocks over {self.domain_shape})"
+
+
+class ResidualBlockStrategy(_Blocks, Matrix):
+    """The stack ``[L_S R_S]`` over residual sets S, in the order of ``blocks``.
+
+    Args:
+        shape: the domain's attribute sizes.
+        blocks: ``{attribute mask: L_S}``, a scalar (``L_S = s I``) or a dense matrix
+            with ``Π_{i∈S}(n_i − 1)`` columns (square and invertible here).
+
+    Example:
+        >>> A = ResidualBlockStrategy((2, 3), {0: 1.0, 0b01: 1.0, 0b10: np.eye(2), 0b11: 1.0})
+        >>> A.shape, round(A.sensitivity(2) ** 2, 12)   # 1 + 1/2 + 2/3 + 1/3
+        ((6, 6), 2.5)
+    """
+
+    def __init__(self, shape: Sequence[int], blocks: Mapping[int, Block]) -> None:
+        self._setup(shape, blocks)
+        self.block_rows = [
+            b.shape[0] if isinstance(b, np.ndarray) else self._sizes.multiplicity(m)
+            for m, b in self.blocks.items()
+        ]
+        self.offsets = np.cumsum([0, *self.block_rows])
+        super().__init__((int(self.offsets[-1]), self._sizes.cells))
+
+    def _spans(self) -> Iterator[tuple]:
+        """Each block with its rows in the residual stack and in this stack."""
+        return zip(
+            self.blocks.items(),
+            self._stack.offsets[:-1],
+            self._stack.offsets[1:],
+            self.offsets[:-1],
+            self.offsets[1:],
+            strict=True,
+        )
+
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
+        residuals = self._stack._matmat(X)
+        out = np.empty((self.shape[0], X.shape[1]))
+        for (_, block), start, stop, low, high in self._spans():
+            piece = residuals[start:stop]
+            out[low:high] = block @ piece if isinstance(block, np.ndarray) else block * piece
+        return out
+
+    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
+        residuals = np.empty((self._stack.shape[0], Y.shape[1]))
+        for (_, block), start, stop, low, high in self._spans():
+            piece = Y[low:high]
+            residuals[start:stop] = (
+                block.T @ piece if isinstance(block, np.ndarray) else block * piece
+            )
+        return self._stack._rmatmat(residuals)
+
+    def _inner(self, block: Block) -> Block:
+        return block.T @ block if isinstance(block, np.ndarray) else block * block
+
+    def gram(self) -> ResidualBlockGram:
+        return ResidualBlockGram(
+            self.domain_shape, {m: self._inner(b) for m, b in self.blocks.items()}
+        )
+
+    def pinv(self) -> Matrix:
+        # A⁺ = (AᵀA)⁺Aᵀ: block S becomes R_Sᵀ L_S⁺ / c_S (rows of distinct sets orthogonal).
+        inverse: dict[int, Block] = {}
+        for mask, block in self.blocks.items():
+            scale = self._sizes.outside(mask)
+            if isinstance(block, np.ndarray):
+                inverse[mask] = np.linalg.pinv(block).T / scale
+            else:
+                inverse[mask] = 1.0 / (block * scale) if block else 0.0
+        return ResidualBlockStrategy(self.domain_shape, inverse).T
+
+    def row_space_projector(self) -> ResidualBlockGram:
+        """``(AᵀA)⁺AᵀA = Σ_S R_SᵀR_S / c_S`` over the sets with an invertible block."""
+        support = {
+            m: 1.0 / self._sizes.outside(m)
+            for m, b in self.blocks.items()
+            if (np.linalg.matrix_rank(b) == b.shape[1] if isinstance(b, np.ndarray) else b)
+        }
+        return ResidualBlockGram(self.domain_shape, support)
+
+    def block_diagonals(self) -> dict[int, np.ndarray]:
+        """``{S: diag(D_Sᵀ M_S D_S)}`` over the cells of S: each set's squared column norms."""
+        result = {}
+        for mask, block in self.blocks.items():
+            if isinstance(block, np.ndarray):
+                basis = self._dense_basis(mask)
+                result[mask] = np.einsum("kn,kl,ln->n", basis, block.T @ block, basis)
+            else:
+                cells = self._sizes.inside(mask)
+                result[mask] = np.full(cells, block * block * self._sizes.column_norm_squared(mask))
+        return result
+
+    def _squared_sensitivity_bound(self) -> float:
+        # Σ_S max_x (D_SᵀM_S D_S)_xx: the largest column norm when each block's diagonal
+        # is constant, otherwise an upper bound on it.
+        return math.fsum(float(d.max()) for d in self.block_diagonals().values())
+
+    def squared_sensitivity(self) -> float:
+        """The squared L2 sensitivity: exact up to ``EXACT_CELLS`` cells, else an upper bound.
+
+        Blocks with a constant diagonal (scaled residuals) make ``Σ_S max diag`` exact on
+        any domain; a solved block's diagonal may vary (cells whose constraint is slack at
+        the optimum), and then only a visit of every cell finds the true maximum.
+        """
+        store = self.__dict__.setdefault("_computed", {})
+        if "squared_sensitivity" not in store and self._all_scalar():
+            store["squared_sensitivity"] = self._scalar_squared_norm()
+        if "squared_sensitivity" not in store:
+            diagonals = self.block_diagonals()
+            if all(np.ptp(d) == 0 for d in diagonals.values()) or (self._sizes.cells > EXACT_CELLS):
+                value = self._squared_sensitivity_bound()
+            else:
+                value = float(self._squared_column_norms(diagonals).max())
+            store["squared_sensitivity"] = value
+        return store["squared_sensitivity"]
+
+    def _all_scalar(self) -> bool:
+        return not any(isinstance(b, np.ndarray) for b in self.blocks.values())
+
+    def _scalar_squared_norm(self) -> float:
+        # Scaled residuals: every column has Σ_S s_S² Π_{i∈S}(1 − 1/n_i), no array needed.
+        return math.fsum(b * b * self._sizes.column_norm_squared(m) for m, b in self.blocks.items())
+
+    def uniform_column_norm(self, p: float = 1) -> float | None:
+        if _check_norm(p) != 2:
+            return None
+        if self._all_scalar():
+            return math.sqrt(self._scalar_squared_norm())
+        diagonals = self.block_diagonals().values()
+        if all(np.ptp(d) == 0 for d in diagonals):
+            return math.sqrt(self._squared_sensitivity_bound())
+        return None
+
+    def sensitivity(self, p: float = 1) -> float:
+        """L2: the largest column norm (see :meth:`squared_sensitivity`).
+
+        Above ``EXACT_CELLS`` cells with a solved block it is ``√(Σ_S max diag)``, an
+        upper bound that exceeds the largest column norm only by the spread of the
+        solved blocks' diagonals, so noise scaled to it never spends more than the
+        requested privacy budget.
+        """
+        if _check_norm(p) == 2:
+            return math.sqrt(self.squared_sensitivity())
+        return float(self.column_norms(p).max())
+
+    def _squared_column_norms(self, diagonals: Mapping[int, np.ndarray]) -> np.ndarray:
+        dims = len(self.domain_shape)
+        total = np.zeros(self.domain_shape)
+        for mask, diagonal in diagonals.items():
+            shaped = [self.domain_shape[i] if mask >> i & 1 else 1 for i in range(dims)]
+            total = total + diagonal.reshape(shaped)
+        return total.reshape(-1)
+
+    def column_norms(self, p: float = 1) -> np.ndarray:
+        p = _check_norm(p)
+        check_dense_size(1, self.shape[1], f"the column norms of {self!r}")
+        if p != 2:
+            return Matrix.column_norms(self, p)
+        return np.sqrt(self._squared_column_norms(self.block_diagonals()))
+
+    def __repr__(self) -> str:
+        dense = sum(isinstance(b, np.ndarray) for b in self.blocks.values())
+        return (
+            f"ResidualBlockStrategy({len(self.blocks)} residual sets, {dense} dense, "
+            f"over {self.domain_shape})"
+        )
+
+    # -- error of a workload, per query, without the domain ------------------------------
+    def _term_parts(self, W: Matrix) -> list[tuple[float, list[FactorSplit]]]:
+        terms = kron_union(W)
+        if len(terms[0][1]) != len(self.domain_shape) or any(
+            f.shape[1] != n for f, n in zip(terms[0][1], self.domain_shape, strict=True)
+        ):
+            raise UnsupportedQueryError(
+                f"Workload {W!r} is not a union of Kron products over {self.domain_shape}"
+            )
+        cache: dict[int, FactorSplit] = {}
+        parts = []
+        for weight, factors in terms:
+            splits = []
+            for factor in factors:
+                if id(factor) not in cache:
+                    cache[id(factor)] = split_factor(factor)
+                splits.append(cache[id(factor)])
+            parts.append((weight, splits))
+        return parts
+
+    def _sub_workload(self, splits: Sequence[FactorSplit], mask: int) -> list[np.ndarray]:
+        return [s.B if mask >> i & 1 else s.a[:, None] for i, s in enumerate(splits)]
+
+    def _needed(self, splits: Sequence[FactorSplit]) -> list[int]:
+        # Sets S whose sub-workload is not identically zero: B ≠ 0 on S, a ≠ 0 off S.
+        masks = [0]
+        for i, s in enumerate(splits):
+            has_b, has_a = s.has_residual, s.total_squared > 0
+            masks = [m | (1 << i) for m in masks if has_b] + ([m for m in masks] if has_a else [])
+        return masks
+
+    def query_variances(self, W: Matrix) -> np.ndarray:
+        """``diag(W (AᵀA)⁺ Wᵀ)``: each query's variance at unit noise, by the residual split.
+
+        Raises:
+            UnsupportedQueryError: W is not a union of Kron products over this domain, or it
+                reads a residual set this strategy does not measure.
+        """
+        check_dense_size(1, W.shape[0], f"the per-query variances of {W!r}")
+        inverse = {m: _block_inverse(self._inner(b)) for m, b in self.blocks.items()}
+        out = []
+        for weight, splits in self._term_parts(W):
+            rows = math.prod(len(s.a) for s in splits)
+            variances = np.zeros(rows)
+            for mask in self._needed(splits):
+                if mask not in inverse or (
+                    not isinstance(inverse[mask], np.ndarray) and not inverse[mask]
+                ):
+                    raise UnsupportedQueryError(
+                        f"Strategy {self!r} does not measure residual set {mask}, which "
+                        f"workload {W!r} reads"
+                    )
+                block = inverse[mask]
+                pieces = self._sub_workload(splits, mask)
+                if isinstance(block, np.ndarray):
+                    V = _kron_rows(pieces)
+                    variances += np.einsum("qk,kl,ql->q", V, block, V)
+                else:
+                    variances += block * _kron_rows([np.sum(p * p, axis=1) for p in pieces])
+            out.append(weight * weight * variances)
+        return np.concatenate(out)
+
+    def query_covariance(self, W: Matrix, first: int, second: int) -> float:
+        """Covariance (unit noise) of the answers to rows ``first`` and ``second`` of W."""
+        parts = self._term_parts(W)
+        offsets = np.cumsum([0] + [math.prod(len(s.a) for s in sp) for _, sp in parts])
+        if not (0 <= first < offsets[-1] and 0 <= second < offsets[-1]):
+            raise UnsupportedQueryError(f"Query rows {first}, {second} are outside {W!r}")
+        located = []
+        for row in (first, second):
+            term = int(np.searchsorted(offsets, row, side="right") - 1)
+            index = np.unravel_index(row - offsets[term], [len(s.a) for s in parts[term][1]])
+            located.append((parts[term], index))
+        (w1, s1), i1 = located[0]
+        (w2, s2), i2 = located[1]
+        total = 0.0
+        for mask in set(self._needed(s1)) & set(self._needed(s2)):
+            if mask not in self.blocks:
+                raise UnsupportedQueryError(
+                    f"Strategy {self!r} does not measure residual set {mask}, which "
+                    f"workload {W!r} reads"
+                )
+            block = _block_inverse(self._inner(self.blocks[mask]))
+            u = _kron_rows([p[j] for p, j in zip(self._sub_workload(s1, mask), i1, strict=True)])
+            v = _kron_rows([p[j] for p, j in zip(self._sub_workload(s2, mask), i2, strict=True)])
+            total += float(u @ block @ v) if isinstance(block, np.ndarray) else block * float(u @ v)
+        return w1 * w2 * total

@@ -1,0 +1,337 @@
+"""The residual method: optimal measurements per residual subspace, then a budget split.
+
+For a workload that is a union of Kron products of per-attribute query matrices
+(identity, total, prefix, ranges, small dense predicates), every query splits
+into pieces on the mutually orthogonal residual subspaces of the attribute sets
+S (:mod:`dpmm.strategy.residual_subspace`). Measuring ``L_S R_S`` on each
+subspace with ``M_S = L_SᵀL_S`` gives, at unit noise, the total variance
+``Σ_S tr(Ĝ_S M_S⁻¹)`` and the squared sensitivity ``Σ_S max diag(D_SᵀM_S D_S)``.
+Each subspace is solved once at unit sensitivity (error f_S), then scaled by
+``x_S`` with ``Σ x_S = 1``:
+
+* **sum of variances** ``Σ_S f_S / x_S``: Cauchy–Schwarz gives the optimum
+  ``(Σ_S √f_S)²`` at ``x_S ∝ √f_S``. On plain marginals every ``Ĝ_S`` is a
+  multiple of the identity, the subspace optimum is the plain residual, and this
+  is ResidualPlanner's closed form exactly.
+* **weighted sum**: the same with each Kron term's squared weight multiplied by
+  its importance.
+* **max variance** over queries ``var_q = Σ_S k_qS / x_S`` (the per-subspace designs
+  fixed): convex in x; its dual ``max_μ (Σ_S √(Kᵀμ)_S)²`` is ascended by the
+  multiplicative update ``μ_q ← μ_q var_q / h²``, as in
+  :func:`dpmm.strategy.marginal_optimal.max_variance_optimum`.
+
+Sensitivity is exact (the same for every cell) on blocks whose Gram is a
+multiple of the identity; a solved block's diagonal is constant up to the
+solver's gap (``GAP``), and the strategy reports the upper bound
+``√Σ_S max diag`` (see :meth:`ResidualBlockStrategy.sensitivity`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpmm.errors import ConfigError, DpmmError, UnsupportedQueryError
+from dpmm.linalg import Identity, Marginal, Marginals, Matrix, Ones
+from dpmm.linalg.residual_general import (
+    Block,
+    FactorSplit,
+    ResidualBlockStrategy,
+    split_factor,
+)
+from dpmm.linalg.residuals import DomainSizes, _bits
+from dpmm.privacy import PrivacyParameter
+from dpmm.strategy.product import kron_terms
+from dpmm.strategy.residual_subspace import (
+    SubspaceWorkload,
+    solve_subspace,
+    subspace_basis,
+    subspace_workloads,
+)
+
+__all__ = ["LOSSES", "ResidualOptimum", "residual_optimum", "residual_strategy", "select_residual"]
+
+#: Losses the residual method minimizes.
+LOSSES = ("sum_variance", "weighted_sum", "max_variance")
+
+#: Relative duality gap at which the max-variance budget split stops.
+MAX_VARIANCE_GAP = 1e-7
+
+#: Most dual ascent steps of the max-variance budget split.
+MAX_VARIANCE_STEPS = 20_000
+
+
+@dataclass(frozen=True)
+class ResidualOptimum:
+    """Per-set strategy blocks at sensitivity 1 and the objective they reach (unit noise).
+
+    Attributes:
+        shape: attribute sizes.
+        blocks: ``{S: L_S}`` (a scalar s meaning ``s I``, or a dense square matrix).
+        objective: the loss at unit noise variance.
+        lower_bound: no strategy of this per-subspace form reaches less (sum losses).
+        solved: how many distinct dense sub-problems were solved.
+    """
+
+    shape: tuple[int, ...]
+    blocks: dict[int, Block]
+    objective: float
+    lower_bound: float
+    solved: int
+
+    def strategy(self) -> ResidualBlockStrategy:
+        """The stacked strategy ``[L_S R_S]``."""
+        return ResidualBlockStrategy(self.shape, self.blocks)
+
+
+def _check_privacy(privacy: PrivacyParameter) -> None:
+    if privacy.norm != 2:
+        raise UnsupportedQueryError(
+            f"The residual method needs Gaussian noise (rho-zCDP); it does not apply to "
+            f"{privacy.noise} noise"
+        )
+
+
+def workload_terms(W: Matrix) -> tuple[tuple[int, ...], list[tuple[float, list[FactorSplit]]]]:
+    """W as ``(attribute sizes, [(squared weight, factor splits)])``.
+
+    Raises:
+        ConfigError: W is not a dpmm matrix or has a non-finite weight.
+    """
+    if not isinstance(W, Matrix):
+        raise ConfigError(f"The residual method needs a dpmm Matrix workload, got {type(W)!r}")
+    if isinstance(W, Marginals | Marginal):
+        weights = W.weights if isinstance(W, Marginals) else {W.mask: 1.0}
+        shape = W.domain_shape
+        keep = [split_factor(Identity(n)) for n in shape]
+        drop = [split_factor(Ones(1, n)) for n in shape]
+        return shape, [
+            (w * w, [keep[i] if m >> i & 1 else drop[i] for i in range(len(shape))])
+            for m, w in weights.items()
+        ]
+    terms = kron_terms(W)
+    shape = tuple(factor.shape[1] for factor in terms[0].factors)
+    shared: dict[tuple, FactorSplit] = {}
+    by_object: dict[int, FactorSplit] = {}  # factor objects repeat across thousands of terms
+    result = []
+    for term in terms:
+        if not math.isfinite(term.weight):
+            raise ConfigError(f"Workload {W!r} has a non-finite weight {term.weight!r}")
+        splits = []
+        for factor in term.factors:
+            split = by_object.get(id(factor))
+            if split is None:
+                if isinstance(factor, Identity | Ones):
+                    key: tuple = (type(factor).__name__, factor.shape)
+                    split = shared.setdefault(key, split_factor(factor))
+                else:
+                    split = split_factor(factor)
+                by_object[id(factor)] = split
+            splits.append(split)
+        result.append((term.weight**2, splits))
+    return shape, result
+
+
+def _importance(terms: list, weights: Sequence[float] | None, loss: str) -> list:
+    if weights is None:
+        if loss == "weighted_sum":
+            raise ConfigError("The weighted_sum loss needs weights, one per Kron term of W")
+        return terms
+    if len(weights) != len(terms):
+        raise ConfigError(f"weights has {len(weights)} entries but W has {len(terms)} Kron terms")
+    scaled = []
+    for (squared, splits), weight in zip(terms, weights, strict=True):
+        if not math.isfinite(weight) or weight < 0:
+            raise ConfigError(f"Each weight must be a non-negative number, got {weight!r}")
+        scaled.append((squared * float(weight), splits))
+    return scaled
+
+
+def _solve_all(
+    shape: tuple[int, ...], problems: dict[int, SubspaceWorkload]
+) -> tuple[dict[int, Block], dict[int, float], dict[int, float], int]:
+    """Unit-sensitivity block Grams ``M_S``, their errors and lower bounds per set."""
+    sizes = DomainSizes(shape)
+    grams: dict[int, Block] = {}
+    errors: dict[int, float] = {}
+    bounds: dict[int, float] = {}
+    solved: dict[tuple, tuple[np.ndarray, float, float, float]] = {}
+    for mask, problem in problems.items():
+        rank = sizes.multiplicity(mask)
+        if not rank:
+            continue
+        if problem.is_scalar:
+            # Ĝ = c I: the symmetric optimum M = I / p_S (p_S = Π(1 − 1/n_i)).
+            p = sizes.column_norm_squared(mask)
+            grams[mask] = 1.0 / p
+            errors[mask] = bounds[mask] = problem.scalar * rank * p
+            continue
+        gram = problem.dense(rank)
+        trace = float(np.trace(gram))
+        members = tuple(shape[i] for i in _bits(mask))
+        key = (members, np.round(gram / trace, 12).tobytes())
+        if key not in solved:
+            optimum = solve_subspace(gram / trace, subspace_basis(shape, mask))
+            solved[key] = (optimum.gram, optimum.error, optimum.lower_bound, optimum.spread)
+        matrix, error, bound, _ = solved[key]
+        grams[mask], errors[mask], bounds[mask] = matrix, error * trace, bound * trace
+    return grams, errors, bounds, len(solved)
+
+
+def _blocks(grams: dict[int, Block], shares: dict[int, float]) -> dict[int, Block]:
+    """``L_S`` with ``L_SᵀL_S = x_S M_S``."""
+    blocks: dict[int, Block] = {}
+    for mask, gram in grams.items():
+        if isinstance(gram, np.ndarray):
+            values, vectors = np.linalg.eigh(gram)
+            root = (vectors * np.sqrt(np.clip(values, 0.0, None))) @ vectors.T
+            blocks[mask] = math.sqrt(shares[mask]) * root
+        else:
+            blocks[mask] = math.sqrt(shares[mask] * gram)
+    return blocks
+
+
+def _variance_rows(
+    shape: tuple[int, ...], terms: list, grams: dict[int, Block], order: list[int]
+) -> np.ndarray:
+    """Distinct rows ``k_q`` (per set, unit noise, x = 1) over every query of the workload."""
+    column = {m: j for j, m in enumerate(order)}
+    inverse = {
+        m: (np.linalg.inv(g) if isinstance(g, np.ndarray) else 1.0 / g) for m, g in grams.items()
+    }
+    probe = ResidualBlockStrategy(shape, {m: 1.0 for m in grams})
+    rows = []
+    for squared, splits in terms:
+        count = math.prod(len(s.a) for s in splits)
+        table = np.zeros((count, len(order)))
+        for mask in probe._needed(splits):
+            pieces = probe._sub_workload(splits, mask)
+            block = inverse[mask]
+            if isinstance(block, np.ndarray):
+                V = _kron(pieces)
+                table[:, column[mask]] = np.einsum("qk,kl,ql->q", V, block, V)
+            else:
+                table[:, column[mask]] = block * _kron([np.sum(p * p, axis=1) for p in pieces])
+        rows.append(np.unique(squared * table, axis=0))
+    return np.unique(np.concatenate(rows), axis=0)
+
+
+def _kron(parts: list[np.ndarray]) -> np.ndarray:
+    result = np.ones(1) if parts[0].ndim == 1 else np.ones((1, 1))
+    for part in parts:
+        result = np.kron(result, part)
+    return result
+
+
+def _max_variance_split(K: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """Shares x (Σ x = 1) minimizing ``max_q Σ_S K_qS / x_S``; with the primal and dual values."""
+    mu = np.full(K.shape[0], 1.0 / K.shape[0])
+    best_x, best_primal, best_dual = None, math.inf, 0.0
+    for _ in range(MAX_VARIANCE_STEPS):
+        g = K.T @ mu
+        root = np.sqrt(g)
+        h = float(root.sum())
+        best_dual = max(best_dual, h * h)
+        x = root / h
+        variances = K @ (1.0 / x)
+        primal = float(variances.max())
+        if primal < best_primal:
+            best_x, best_primal = x, primal
+        if best_primal - best_dual <= MAX_VARIANCE_GAP * best_primal:
+            break
+        mu = mu * variances / (h * h)
+        mu /= mu.sum()
+    if best_primal - best_dual > 1e-4 * best_primal:
+        raise DpmmError(
+            f"The max-variance budget split did not converge (gap "
+            f"{(best_primal - best_dual) / best_primal:.3g})"
+        )
+    return best_x, best_primal, best_dual
+
+
+def residual_optimum(
+    W: Matrix,
+    *,
+    loss: str = "sum_variance",
+    weights: Sequence[float] | None = None,
+) -> ResidualOptimum:
+    """The residual strategy's blocks at sensitivity 1 for ``W`` and ``loss``.
+
+    Args:
+        W: a union of Kron products of per-attribute query matrices, or Marginals.
+        loss: ``"sum_variance"``, ``"weighted_sum"`` (needs ``weights``) or ``"max_variance"``.
+        weights: importance of each Kron term of W (in :func:`kron_terms` order),
+            multiplying its queries' variances in the loss.
+
+    Raises:
+        ConfigError: unknown loss, bad weights, or W not a matrix.
+        UnsupportedQueryError: the workload has no non-zero query.
+        TooLargeError: a sub-workload's subspace is too large to solve densely.
+    """
+    if loss not in LOSSES:
+        raise ConfigError(f"Unknown residual loss {loss!r} (expected one of: {', '.join(LOSSES)})")
+    shape, terms = workload_terms(W)
+    terms = _importance(terms, weights, loss)
+    problems = subspace_workloads(terms)
+    grams, errors, bounds, solved = _solve_all(shape, problems)
+    support = [m for m in grams if errors[m] > 0]
+    if not support:
+        raise UnsupportedQueryError(f"Workload {W!r} has no non-zero query to answer")
+    grams = {m: grams[m] for m in support}
+    if loss == "max_variance":
+        K = _variance_rows(shape, terms, grams, support)
+        x, objective, bound = _max_variance_split(K)
+        shares = dict(zip(support, x.tolist(), strict=True))
+    else:
+        root = np.sqrt(np.array([errors[m] for m in support]))
+        total = math.fsum(root)
+        shares = {m: r / total for m, r in zip(support, root.tolist(), strict=True)}
+        objective = math.fsum(errors[m] / shares[m] for m in support)
+        bound = math.fsum(math.sqrt(bounds[m]) for m in support) ** 2
+    # Rounding: the shares must sum to 1 to the last bit we can get (sensitivity exactly 1).
+    norm = math.fsum(shares.values())
+    shares = {m: s / norm for m, s in shares.items()}
+    blocks = _blocks(grams, shares)
+    # A solved block may leave some cells' norms below 1 (slack constraints); where the
+    # true sensitivity is known to be below 1, scale up to use the whole budget.
+    squared = ResidualBlockStrategy(shape, blocks).squared_sensitivity()
+    if squared < 1.0:
+        scale = 1.0 / math.sqrt(squared)
+        blocks = {m: b * scale for m, b in blocks.items()}
+        objective *= squared
+    return ResidualOptimum(shape, blocks, objective, bound, solved)
+
+
+def residual_strategy(
+    W: Matrix,
+    privacy: PrivacyParameter,
+    *,
+    loss: str = "sum_variance",
+    weights: Sequence[float] | None = None,
+) -> ResidualBlockStrategy:
+    """The residual strategy for ``W`` under Gaussian noise, at L2 sensitivity 1.
+
+    Example:
+        >>> from itertools import combinations
+        >>> from dpmm.error import expected_error
+        >>> from dpmm.linalg import Kron, Prefix, VStack
+        >>> from dpmm.privacy import ZCDP
+        >>> W = VStack([Kron([Prefix(4), Prefix(4), Ones(1, 4)]),
+        ...             Kron([Ones(1, 4), Prefix(4), Prefix(4)])])
+        >>> A = residual_strategy(W, ZCDP(1))
+        >>> round(A.sensitivity(2), 6), expected_error(W, A, ZCDP(1)) < 0.5 * W.gram().trace()
+        (1.0, True)
+
+    Raises:
+        UnsupportedQueryError: pure ε-DP (Laplace noise), or a workload without queries.
+    """
+    _check_privacy(privacy)
+    return residual_optimum(W, loss=loss, weights=weights).strategy()
+
+
+def select_residual(W: Matrix, privacy: PrivacyParameter) -> ResidualBlockStrategy:
+    """The strategy-method form: the sum-of-variances residual strategy for ``W``."""
+    return residual_strategy(W, privacy)
