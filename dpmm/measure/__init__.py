@@ -41,6 +41,13 @@ from dpmm.measure.quantize import (
     quantize,
 )
 from dpmm.measure.record import FORMAT, MeasurementRecord, load_measurement, record_path
+from dpmm.measure.residual_tables import (
+    ResidualMeasurement,
+    count_marginals,
+    measure_residuals,
+    residual_answers,
+    residual_sigma2,
+)
 from dpmm.measure.tables import MarginalCounts, marginal_answers, strategy_tables
 
 __all__ = [
@@ -53,13 +60,18 @@ __all__ = [
     "MeasurementRecord",
     "QuantizationError",
     "QuantizedStrategy",
+    "ResidualMeasurement",
     "analyze_strategy",
+    "count_marginals",
     "exact_answers",
     "load_measurement",
     "marginal_answers",
     "measure",
+    "measure_residuals",
     "quantization_error_change",
     "quantize",
     "record_path",
+    "residual_answers",
+    "residual_sigma2",
     "strategy_tables",
 ]

@@ -11,7 +11,7 @@ Interchangeable solvers share one keyword-only signature (:class:`Solver`):
 Then :func:`workload_answers` gives ``W x̂`` with per-query standard errors,
 :func:`isotonic` makes monotone families (prefix sums) monotone, and
 :func:`marginal_tables` reconstructs marginal tables on huge domains without
-the full vector.
+the full vector, as :func:`residual_marginals` does from residual measurements.
 
 Example:
     >>> import numpy as np
@@ -30,20 +30,30 @@ from dpmm.reconstruct.least_squares import gram_pinv, least_squares, whiten
 from dpmm.reconstruct.marginal_tables import MarginalMeasurement, marginal_tables
 from dpmm.reconstruct.nnls import nnls
 from dpmm.reconstruct.protocol import Estimate, ReconstructionError, Solver
+from dpmm.reconstruct.residual_marginals import (
+    ResidualMarginal,
+    iter_residual_marginals,
+    marginal_variance,
+    residual_marginals,
+)
 from dpmm.reconstruct.workload_nnls import workload_nnls
 
 __all__ = [
     "Estimate",
     "MarginalMeasurement",
     "ReconstructionError",
+    "ResidualMarginal",
     "Solver",
     "WorkloadAnswers",
     "covariance_factor",
     "gram_pinv",
     "isotonic",
+    "iter_residual_marginals",
     "least_squares",
     "marginal_tables",
+    "marginal_variance",
     "nnls",
+    "residual_marginals",
     "whiten",
     "workload_answers",
     "workload_nnls",
