@@ -5,7 +5,7 @@ The section is a non-empty list of query groups; each becomes a
 
     workload:
       - name: str          # optional; default "<kind>-<index>"; names are unique
-        kind: identity | total | prefix | all_range | ranges
+        kind: identity | total | prefix | all_range | ranges | prefix_sum
               | marginal | marginals | kron | census_sf1
         weight: 2.0        # optional positive number, default 1 (scales every query)
 
@@ -20,6 +20,10 @@ Keys by kind (any other key is an error):
   attribute is totalled, except those in the optional ``by: [names]``, which
   are kept whole (``prefix`` on age ``by: [sex]`` is one age CDF per sex).
   ``by`` needs ``attribute`` and must not contain it.
+* ``prefix_sum``: ``attribute`` (numeric bins from 0 up), optional ``by`` and
+  ``truncation: {threshold: θ}``: running sums of the attribute's values, each
+  record counted at its bucket's upper bound (capped at θ); see
+  :mod:`~dpmm.workload.prefix_sum`.
 * ``marginal``: ``attributes: [a, b]``: one contingency table.
 * ``marginals``: ``k: int`` (all exactly k-way tables) or
   ``sets: [[a, b], [c]]``, and optionally ``attributes: [...]`` to restrict
@@ -58,11 +62,12 @@ from dpmm.errors import ConfigError, describe_value
 from dpmm.linalg import Matrix
 from dpmm.workload import builders
 from dpmm.workload.census import census_domain, census_sf1
+from dpmm.workload.prefix_sum import prefix_sum_group
 
 __all__ = ["WorkloadGroup", "from_config", "stack"]
 
 ONE_D_KINDS = ("identity", "total", "prefix", "all_range", "ranges")
-KINDS = (*ONE_D_KINDS, "marginal", "marginals", "kron", "census_sf1")
+KINDS = (*ONE_D_KINDS, "prefix_sum", "marginal", "marginals", "kron", "census_sf1")
 COMMON_KEYS = ("name", "kind", "weight")
 KIND_KEYS: dict[str, tuple[str, ...]] = {
     "identity": ("attribute", "by"),
@@ -70,6 +75,7 @@ KIND_KEYS: dict[str, tuple[str, ...]] = {
     "prefix": ("attribute", "by"),
     "all_range": ("attribute", "by"),
     "ranges": ("attribute", "intervals", "by"),
+    "prefix_sum": ("attribute", "by", "truncation"),
     "marginal": ("attributes",),
     "marginals": ("k", "sets", "attributes"),
     "kron": ("factors",),
@@ -320,6 +326,7 @@ def _group(entry: object, index: int, domain: Domain) -> tuple[str | None, str, 
         matrix, details = _one_d(entry, kind, domain, path)
     else:
         build = {
+            "prefix_sum": prefix_sum_group,
             "marginal": _marginal,
             "marginals": _marginals,
             "kron": _kron,

@@ -8,7 +8,8 @@ the right, as :mod:`dpmm.data.encode` reads them), else its integer code:
 
 * one value: ``age=30``;
 * a range of values: ``age=20..29`` (or the merged bin ``income=[0, 50000)``);
-* a prefix: ``age<=30`` (or ``income<50000`` below a bin edge).
+* a prefix: ``age<=30`` (or ``income<50000`` below a bin edge);
+  a prefix sum: ``sum(income<50000)``.
 
 Labels come from the group's spec and the domain alone: nothing is densified,
 and building them costs a few string operations per row.
@@ -102,6 +103,8 @@ def _factor_parts(attribute: Attribute, factor: object) -> Parts:
         return _identity_parts(attribute)
     if factor == "prefix":
         return _prefix_parts(attribute)
+    if factor == "prefix_sum":
+        return [f"sum({part})" for part in _prefix_parts(attribute)]
     if factor == "all_range":
         lows, highs = np.triu_indices(n)  # AllRange's row order: by low end, then high end
         return _range_parts(attribute, lows, highs)
@@ -230,7 +233,7 @@ def query_labels(group: WorkloadGroup, domain: Domain) -> list[str]:
         [['age=[0, 65)', 'age=[65, 120]'], ['total']]
     """
     kind, spec = group.kind, group.spec
-    if kind in ("identity", "total", "prefix", "all_range", "ranges"):
+    if kind in ("identity", "total", "prefix", "all_range", "ranges", "prefix_sum"):
         labels = _one_d(kind, spec, domain)
     elif kind == "marginal":
         labels = _marginals([spec["attributes"]], domain)

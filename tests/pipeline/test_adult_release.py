@@ -264,3 +264,34 @@ def test_no_raw_count_reaches_the_manifest_but_the_run_state_has_it(
     assert state["state"] == "released" and state["release_id"] == result.release_id
     assert state["ingest"]["rows_read"] == len(adult_frame)
     assert state["ingest"]["rows_dropped"] == 0
+
+
+SUM_BODY = """name: adult-hours-sums
+domain: {attributes: [{name: sex, size: 2}, {name: hours-per-week, size: 99, bins: [HOURS]}]}
+privacy: {epsilon: 1}
+workload:
+  - {name: hours-sum, kind: prefix_sum, attribute: hours-per-week, by: [sex],
+     truncation: {threshold: 60}}
+""".replace("HOURS", ", ".join(str(edge) for edge in range(100)))
+
+
+def test_prefix_sum_release_is_audited_and_close_to_the_truncated_sums(
+    tmp_path, adult_parquet, adult_frame
+) -> None:
+    config = write_config(tmp_path, SUM_BODY, data=adult_parquet)
+    result = run_release(config, rng=_rng(4))
+    assert audit_release(result.path).ok
+    answers = _answers(result.path)
+    assert answers["label"].iloc[0] == "sex=0,sum(hours-per-week<1)"
+    assert answers["label"].iloc[98] == "sex=0,sum(hours-per-week<=99)"
+    # Each record counts at its bucket's upper bound (code + 1), capped at 60.
+    truth = []
+    for sex in (0, 1):
+        hours = adult_frame.loc[adult_frame["sex"] == sex, "hours-per-week"].to_numpy()
+        values = np.bincount(hours, weights=np.minimum(hours + 1, 60), minlength=99)
+        truth.append(np.cumsum(values))
+    _close_to(
+        answers["estimate"].to_numpy(),
+        np.concatenate(truth),
+        answers["standard_error"].to_numpy(),
+    )

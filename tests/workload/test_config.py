@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from functools import reduce
 
 import numpy as np
@@ -216,7 +217,9 @@ def test_stack():
         stack([groups[0], other])
 
 
-KINDS = "identity, total, prefix, all_range, ranges, marginal, marginals, kron, census_sf1"
+KINDS = (
+    "identity, total, prefix, all_range, ranges, prefix_sum, marginal, marginals, kron, census_sf1"
+)
 
 
 @pytest.mark.parametrize(
@@ -424,3 +427,60 @@ def test_census_sf1_needs_the_census_sizes_not_only_names():
 def test_from_config_needs_a_domain():
     with pytest.raises(ConfigError, match="workload: needs a Domain to build on, got dict"):
         from_config([{"kind": "total"}], {"age": 5})
+
+
+INCOME = Domain.from_dict(
+    {
+        "sex": 2,
+        "income": {"size": 4, "bins": [0, 10, 20, 40, 80]},
+        "age": {"size": 2, "bins": [-1, 0, 1]},
+    }
+)
+
+
+def test_prefix_sum_weights_buckets_by_their_truncated_upper_bounds():
+    group = build(
+        {
+            "kind": "prefix_sum",
+            "attribute": "income",
+            "by": ["sex"],
+            "truncation": {"threshold": 30},
+        },
+        INCOME,
+    )
+    weights = np.array([10.0, 20.0, 30.0, 30.0])
+    factor = np.tril(np.ones((4, 4))) * weights
+    np.testing.assert_allclose(group.matrix.dense(), dense(I2, factor, np.ones((1, 2))))
+    assert group.spec["weights"] == weights.tolist()
+    assert group.spec["truncation"] == {"threshold": 30.0}
+    x = np.arange(16.0)
+    np.testing.assert_allclose(group.matrix @ x, group.matrix.dense() @ x)
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"kind": "prefix_sum"}, "workload[0].attribute: is required for kind 'prefix_sum'"),
+        ({"kind": "prefix_sum", "attribute": "sex"}, "attribute 'sex' has no numeric bins"),
+        ({"kind": "prefix_sum", "attribute": "age"}, "prefix_sum sums non-negative values"),
+        (
+            {"kind": "prefix_sum", "attribute": "income", "truncation": {"threshold": 0}},
+            "workload[0].truncation.threshold: must be a positive number, got 0",
+        ),
+        (
+            {"kind": "prefix_sum", "attribute": "income", "truncation": {"method": "svt"}},
+            "a release takes a public threshold",
+        ),
+        (
+            {"kind": "prefix_sum", "attribute": "income", "truncation": {"theta": 5}},
+            "workload[0].truncation.theta: unknown key (allowed: threshold)",
+        ),
+        (
+            {"kind": "prefix_sum", "attribute": "income", "by": ["income"]},
+            "workload[0].by: contains 'income', the group's own attribute",
+        ),
+    ],
+)
+def test_prefix_sum_bad_entries(entry, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        build(entry, INCOME)
