@@ -33,8 +33,8 @@ from dpmm.linalg.base import Matrix, _check_norm, check_dense_size
 from dpmm.linalg.combinators import Sum, VStack, Weighted
 from dpmm.linalg.elementary import Identity, Ones
 from dpmm.linalg.kron import Kron
-from dpmm.linalg.marginals import MarginalsGram, _shape_of, _submasks
-from dpmm.linalg.residuals import DomainSizes, ResidualStrategy, _bits, helmert
+from dpmm.linalg.marginals import MarginalsGram, _shape_of, _submasks, mask_members
+from dpmm.linalg.residuals import DomainSizes, ResidualStrategy, helmert
 
 __all__ = ["FactorSplit", "ResidualBlockGram", "ResidualBlockStrategy", "split_factor"]
 
@@ -155,7 +155,7 @@ class _Blocks:
 
     def _dense_basis(self, mask: int) -> np.ndarray:
         """``D_S`` as a dense matrix (rows in residual order, columns the cells of S)."""
-        return _kron_rows([helmert(self.domain_shape[i]) for i in _bits(mask)])
+        return _kron_rows([helmert(self.domain_shape[i]) for i in mask_members(mask)])
 
 
 class ResidualBlockGram(_Blocks, Matrix):
@@ -242,7 +242,7 @@ class ResidualBlockGram(_Blocks, Matrix):
         for mask in self._candidates(support):
             block = self.blocks[mask]
             outside = math.prod(s for i, s in enumerate(sums) if not mask >> i & 1)
-            pieces = [projected[i] for i in _bits(mask)]
+            pieces = [projected[i] for i in mask_members(mask)]
             if isinstance(block, np.ndarray):
                 inner = float(np.sum(_kron_rows(pieces) * block))
             else:

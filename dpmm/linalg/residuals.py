@@ -22,14 +22,20 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from dpmm.domain import Domain
 from dpmm.errors import ConfigError, DomainError, TooLargeError
 from dpmm.linalg.base import Matrix, _check_norm, check_dense_size
-from dpmm.linalg.marginals import EIGEN_TOLERANCE, MarginalsGram, _shape_of, _submasks
+from dpmm.linalg.marginals import (
+    EIGEN_TOLERANCE,
+    MarginalsGram,
+    _shape_of,
+    _submasks,
+    mask_members,
+)
 
 __all__ = ["ResidualStrategy", "helmert"]
 
@@ -65,14 +71,6 @@ def _helmert_adjoint(tensor: np.ndarray, axis: int) -> np.ndarray:
     after = np.cumsum(scaled[..., ::-1], axis=-1)[..., ::-1] - scaled
     result = after - np.arange(n, dtype=np.float64) * scaled
     return np.moveaxis(result, -1, axis)
-
-
-def _bits(mask: int) -> Iterator[int]:
-    """The attribute positions in a mask, ascending, in O(|mask|) (not O(d))."""
-    while mask:
-        low = mask & -mask
-        yield low.bit_length() - 1
-        mask ^= low
 
 
 class DomainSizes:
@@ -199,9 +197,6 @@ class ResidualStrategy(Matrix):
         self.offsets = list(itertools.accumulate(self.block_rows, initial=0))
         super().__init__((sum(self.block_rows), self._sizes.cells))
 
-    def _members(self, mask: int) -> list[int]:
-        return list(_bits(mask))
-
     # O(|weights| · cells · k): sum out the other attributes, then one Helmert per member.
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         columns = X.shape[1]
@@ -209,7 +204,7 @@ class ResidualStrategy(Matrix):
         dims = len(self.domain_shape)
         blocks = []
         for mask, weight in self.weights.items():
-            members = self._members(mask)
+            members = mask_members(mask)
             others = tuple(i for i in range(dims) if i not in members)
             table = tensor.sum(axis=others)
             for position in range(len(members)):
@@ -227,7 +222,7 @@ class ResidualStrategy(Matrix):
         for (mask, weight), start, stop in zip(
             self.weights.items(), self.offsets[:-1], self.offsets[1:], strict=True
         ):
-            members = self._members(mask)
+            members = mask_members(mask)
             table = Y[start:stop].reshape([self.domain_shape[i] - 1 for i in members] + [columns])
             for position in range(len(members)):
                 table = _helmert_adjoint(table, position)
@@ -298,7 +293,7 @@ class ResidualStrategy(Matrix):
             if not self._sizes.multiplicity(mask):
                 continue
             norms = np.ones([1] * dims)
-            for i in _bits(mask):
+            for i in mask_members(mask):
                 factor = helmert(self.domain_shape[i])
                 per_column = np.abs(factor).sum(0) if p == 1 else np.abs(factor).max(0)
                 norms = norms * per_column.reshape([-1 if j == i else 1 for j in range(dims)])

@@ -54,7 +54,7 @@ from dpmm.linalg.eigen_strategy import EigenGram, EigenStrategy, is_dask
 from dpmm.linalg.elementary import AllRange, Identity, Ones, Prefix, RangeQueries
 from dpmm.linalg.hierarchy import Haar, Hierarchical
 from dpmm.linalg.kron import Kron
-from dpmm.linalg.marginals import Marginal, Marginals, MarginalsGram
+from dpmm.linalg.marginals import Marginal, Marginals, MarginalsGram, mask_members
 from dpmm.linalg.pidentity import PIdentity
 from dpmm.linalg.residual_general import ResidualBlockStrategy
 from dpmm.linalg.residuals import ResidualStrategy
@@ -85,13 +85,9 @@ class SerializationError(DpmmError, ValueError):
 # -- writing -------------------------------------------------------------------------------
 
 
-def _positions(mask: int, dims: int) -> list[int]:
-    return [i for i in range(dims) if mask >> i & 1]
-
-
 def _weighted_sets(weights: Mapping[int, float], dims: int) -> list[list[Any]]:
     """``{mask: value}`` as ``[[attribute positions], float.hex(value)]`` in order."""
-    return [[_positions(mask, dims), float(value).hex()] for mask, value in weights.items()]
+    return [[mask_members(mask), float(value).hex()] for mask, value in weights.items()]
 
 
 class _Encoder:
@@ -189,7 +185,7 @@ _ENCODERS: dict[type, _Encode] = {
     Kron: lambda m, e: {"factors": e.nodes(m.factors)},
     Marginal: lambda m, e: {
         "domain": list(m.domain_shape),
-        "attributes": _positions(m.mask, len(m.domain_shape)),
+        "attributes": mask_members(m.mask),
     },
     Marginals: lambda m, e: {
         "domain": list(m.domain_shape),
@@ -209,9 +205,9 @@ _ENCODERS: dict[type, _Encode] = {
     ResidualBlockStrategy: lambda m, e: {
         "domain": list(m.domain_shape),
         "blocks": [
-            {"attributes": _positions(mask, len(m.domain_shape)), "array": e.array(block)}
+            {"attributes": mask_members(mask), "array": e.array(block)}
             if isinstance(block, np.ndarray)
-            else {"attributes": _positions(mask, len(m.domain_shape)), "scalar": float(block).hex()}
+            else {"attributes": mask_members(mask), "scalar": float(block).hex()}
             for mask, block in m.blocks.items()
         ],
     },

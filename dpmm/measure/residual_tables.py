@@ -32,6 +32,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from dpmm.linalg.marginals import mask_members
 from dpmm.linalg.residuals import ResidualStrategy
 from dpmm.measure.exact import MeasurementError
 from dpmm.measure.tables import MarginalCounts
@@ -88,17 +89,8 @@ class ResidualMeasurement:
     def block(self, index: int) -> np.ndarray:
         """The noisy integer answers of ``sets[index]``, shaped by its Helmert indices."""
         mask = self.sets[index]
-        shape = [self.domain_shape[i] - 1 for i in _members(mask)]
+        shape = [self.domain_shape[i] - 1 for i in mask_members(mask)]
         return self.values[self.offsets[index] : self.offsets[index + 1]].reshape(shape)
-
-
-def _members(mask: int) -> list[int]:
-    members = []
-    while mask:
-        low = mask & -mask
-        members.append(low.bit_length() - 1)
-        mask ^= low
-    return members
 
 
 def helmert_norms(n: int) -> np.ndarray:
@@ -158,7 +150,7 @@ def residual_sigma2(A: ResidualStrategy, privacy: ZCDP) -> tuple[dict[int, Fract
     counts: dict[tuple[Fraction, Fraction], int] = {}
     exact: dict[tuple[float, tuple[int, ...]], tuple[Fraction, Fraction]] = {}
     for mask, weight in A.weights.items():
-        sizes = tuple(shape[i] for i in _members(mask))
+        sizes = tuple(shape[i] for i in mask_members(mask))
         key = exact.get((weight, sizes))
         if key is None:
             rows = math.prod(n - 1 for n in sizes)
@@ -268,7 +260,7 @@ def _tables(
     cube = x.reshape(shape)
     tables = {}
     for mask in sets:
-        members = _members(mask)
+        members = mask_members(mask)
         others = tuple(i for i in range(len(shape)) if i not in members)
         tables[tuple(members)] = cube.sum(axis=others)
     return MarginalCounts(shape, tables)
@@ -278,7 +270,7 @@ def _classes(shape: tuple[int, ...], sets: Sequence[int]) -> dict[tuple[int, ...
     """Positions in ``sets`` grouped by the attribute sizes of the set (equal table shapes)."""
     classes: dict[tuple[int, ...], list[int]] = {}
     for index, mask in enumerate(sets):
-        classes.setdefault(tuple(shape[i] for i in _members(mask)), []).append(index)
+        classes.setdefault(tuple(shape[i] for i in mask_members(mask)), []).append(index)
     return classes
 
 
@@ -321,16 +313,16 @@ def _layout(A: ResidualStrategy) -> tuple[list[int], np.ndarray]:
     sets = [
         mask
         for mask, weight in A.weights.items()
-        if weight and math.prod(shape[i] - 1 for i in _members(mask))
+        if weight and math.prod(shape[i] - 1 for i in mask_members(mask))
     ]
     if len(set(sets)) != len(sets):  # pragma: no cover - weights is a dict
         raise MeasurementError("a residual set is measured twice")
-    rows = [math.prod(shape[i] - 1 for i in _members(mask)) for mask in sets]
+    rows = [math.prod(shape[i] - 1 for i in mask_members(mask)) for mask in sets]
     return sets, np.array(list(itertools.accumulate(rows, initial=0)), dtype=np.int64)
 
 
 def _checked(counts: MarginalCounts, mask: int, sizes: tuple[int, ...]) -> np.ndarray:
-    attrs = tuple(_members(mask))
+    attrs = tuple(mask_members(mask))
     table = counts.tables.get(attrs)
     if table is None:
         raise MeasurementError(f"the marginal table on attributes {list(attrs)} was not counted")

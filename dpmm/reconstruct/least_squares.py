@@ -33,7 +33,7 @@ from dpmm.linalg import (
     VStack,
     Weighted,
 )
-from dpmm.linalg.marginals import _members
+from dpmm.linalg.marginals import mask_members
 from dpmm.reconstruct.protocol import (
     DEFAULT_TOLERANCE,
     Estimate,
@@ -61,9 +61,8 @@ def whiten(A: Matrix, noise_std: float | np.ndarray | None) -> Matrix:
     scales = np.asarray(noise_std, dtype=np.float64)
     per_block = _block_constant(A, scales)
     if per_block is not None and isinstance(A, Marginals):
-        dims = len(A.domain_shape)
         weights = {
-            tuple(_members(mask, dims)): weight / scale
+            tuple(mask_members(mask)): weight / scale
             for (mask, weight), scale in zip(A.weights.items(), per_block, strict=True)
         }
         return Marginals(A.domain_shape, weights)

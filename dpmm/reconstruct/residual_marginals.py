@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpmm.errors import UnsupportedQueryError
+from dpmm.linalg.marginals import mask_members
 from dpmm.measure.residual_tables import ResidualMeasurement, helmert_norms
 
 __all__ = [
@@ -104,7 +105,7 @@ class _Projections:
         shape = self.m.domain_shape
         groups: dict[tuple[int, ...], list[int]] = {}
         for mask in masks:
-            groups.setdefault(tuple(shape[i] for i in _bits(mask)), []).append(mask)
+            groups.setdefault(tuple(shape[i] for i in mask_members(mask)), []).append(mask)
         for sizes, group in groups.items():
             step = max(1, BATCH_CELLS // max(1, math.prod(sizes)))
             for start in range(0, len(group), step):
@@ -116,15 +117,6 @@ class _Projections:
         if all(mask in self.cache for mask in masks):
             return np.stack([self.cache[mask] for mask in masks])
         return self.compute(masks, sizes)
-
-
-def _bits(mask: int) -> list[int]:
-    members = []
-    while mask:
-        low = mask & -mask
-        members.append(low.bit_length() - 1)
-        mask ^= low
-    return members
 
 
 def _subset_positions(sizes: Sequence[int]) -> list[tuple[int, ...]]:
@@ -157,7 +149,7 @@ def _unit_variances(measurement: ResidualMeasurement) -> dict[int, float]:
     shape = measurement.domain_shape
     unit = {}
     for mask, s2 in measurement.sigma2.items():
-        members = _bits(mask)
+        members = mask_members(mask)
         p = math.prod(shape[i] - 1 for i in members) / math.prod(shape[i] for i in members)
         unit[mask] = float(s2) * p
     return unit

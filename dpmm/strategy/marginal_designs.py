@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from dpmm.linalg.marginals import mask_members
+
 __all__ = ["KEEP", "MAX_CANDIDATE_BLOCKS", "packing", "packing_starts"]
 
 #: Most candidate blocks (C(attributes, s)) a packing enumerates.
@@ -36,10 +38,6 @@ TRY_BUDGET = 50_000
 MIN_TRIES = 8
 MAX_TRIES = 256
 KEEP = 2
-
-
-def _bits(mask: int) -> list[int]:
-    return [i for i in range(mask.bit_length()) if mask >> i & 1]
 
 
 def packing(
@@ -90,7 +88,7 @@ def packing(
 
 def _subsets_in(block: int, wanted: set[int]) -> list[int]:
     """The wanted masks contained in ``block``: every subset of its bits, checked."""
-    bits = _bits(block)
+    bits = mask_members(block)
     found = []
     for size in range(len(bits) + 1):
         for combo in itertools.combinations(bits, size):

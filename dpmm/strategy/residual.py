@@ -36,13 +36,14 @@ import numpy as np
 
 from dpmm.errors import ConfigError, DpmmError, UnsupportedQueryError
 from dpmm.linalg import Identity, Marginal, Marginals, Matrix, Ones
+from dpmm.linalg.marginals import mask_members
 from dpmm.linalg.residual_general import (
     Block,
     FactorSplit,
     ResidualBlockStrategy,
     split_factor,
 )
-from dpmm.linalg.residuals import DomainSizes, _bits
+from dpmm.linalg.residuals import DomainSizes
 from dpmm.privacy import PrivacyParameter
 from dpmm.strategy.product import kron_terms
 from dpmm.strategy.residual_subspace import (
@@ -171,7 +172,7 @@ def _solve_all(
             continue
         gram = problem.dense(rank)
         trace = float(np.trace(gram))
-        members = tuple(shape[i] for i in _bits(mask))
+        members = tuple(shape[i] for i in mask_members(mask))
         key = (members, np.round(gram / trace, 12).tobytes())
         if key not in solved:
             optimum = solve_subspace(gram / trace, subspace_basis(shape, mask))

@@ -34,9 +34,9 @@ from functools import reduce
 import numpy as np
 
 from dpmm.errors import DpmmError, TooLargeError
-from dpmm.linalg.marginals import _submasks
+from dpmm.linalg.marginals import _submasks, mask_members
 from dpmm.linalg.residual_general import FactorSplit
-from dpmm.linalg.residuals import _bits, helmert
+from dpmm.linalg.residuals import helmert
 
 __all__ = ["SubspaceOptimum", "SubspaceWorkload", "solve_subspace", "subspace_workloads"]
 
@@ -122,7 +122,7 @@ def subspace_workloads(
         active = [(i, split) for i, split in enumerate(splits) if not split.is_total]
         totals = {i: split.total_squared for i, split in active}
         for mask in _support(active):
-            members = list(_bits(mask))
+            members = mask_members(mask)
             outside = squared * math.prod(t for i, t in totals.items() if not mask >> i & 1)
             entry = result.setdefault(mask, SubspaceWorkload(mask))
             if all(splits[i].scalar is not None for i in members):
@@ -229,7 +229,7 @@ def solve_subspace(
 
 def subspace_basis(shape: Sequence[int], mask: int) -> np.ndarray:
     """``D_S = ⊗_{i∈S} D_i`` densely (``Π(n_i − 1) × Π n_i``)."""
-    return reduce(np.kron, [helmert(shape[i]) for i in _bits(mask)], np.ones((1, 1)))
+    return reduce(np.kron, [helmert(shape[i]) for i in mask_members(mask)], np.ones((1, 1)))
 
 
 def down_closure(masks: Sequence[int]) -> set[int]:
