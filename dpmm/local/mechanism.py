@@ -1,0 +1,194 @@
+"""Strategy matrices of ε-LDP mechanisms and their exact error (seed 004, §2.2–§3, §5.2).
+
+A mechanism with finitely many outputs is a column-stochastic strategy matrix ``Q``
+(m outputs × n user types): a user of type u reports output o with probability
+``Q[o, u]``. It is ε-LDP exactly when every output row satisfies
+``max_u Q[o, u] ≤ e^ε · min_u Q[o, u]``.
+
+The server counts the reports (``y[o]`` = users who reported o) and answers the workload
+``W`` (p × n) by ``V y``. The reconstruction that minimizes total variance among all
+unbiased ones (``V Q = W``) is ``V = W (QᵀD⁻¹Q)⁺ QᵀD⁻¹`` with ``D = diag(Q 1)``. A user of
+type u then contributes ``z_u = Σ_j [Σ_o V[j,o]² Q[o,u] − W[j,u]²]`` to the total
+variance, so ``Var = Σ_u x_u z_u``:
+
+* worst case (every user of the worst type): ``N · max_u z_u``;
+* average case (``x_u = N/n``): ``N/n · Σ_u z_u = N/n · (tr[(QᵀD⁻¹Q)⁺ WᵀW] − ‖W‖_F²)``.
+
+Variances here are per user (N = 1): multiply by N for N users. The normalized variance
+(one average query, data vector divided by N) is ``max_u z_u / (p N)``, so the number of
+users needed to reach normalized variance α is ``max_u z_u / (p α)``.
+
+Example:
+    >>> import numpy as np
+    >>> Q = randomized_response(3, 1.0)
+    >>> check_ldp(Q, 1.0)
+    >>> z = per_user_variance(np.eye(3), Q)
+    >>> bool(np.allclose(z, z[0])), round(float(z[0]), 3)
+    (True, 4.36)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dpmm.errors import DpmmError, UnsupportedQueryError
+
+__all__ = [
+    "LdpViolationError",
+    "as_dense_workload",
+    "average_case_variance",
+    "check_ldp",
+    "check_strategy",
+    "per_user_variance",
+    "randomized_response",
+    "reconstruction",
+    "sample_complexity",
+    "strategy_gram",
+    "worst_case_variance",
+]
+
+#: Relative slack allowed when checking a floating-point strategy (rounding only).
+FLOAT_TOLERANCE = 1e-9
+
+
+class LdpViolationError(DpmmError, ValueError):
+    """A strategy matrix is not a valid ε-LDP mechanism."""
+
+
+def as_dense_workload(W: object) -> np.ndarray:
+    """The workload as a dense float64 array (dpmm ``Matrix`` objects are densified)."""
+    dense = getattr(W, "dense", None)
+    array = np.asarray(dense() if callable(dense) else W, dtype=np.float64)
+    if array.ndim != 2:
+        raise UnsupportedQueryError(f"The workload must be a 2-d matrix, got shape {array.shape}.")
+    return array
+
+
+def randomized_response(n: int, epsilon: float) -> np.ndarray:
+    """Warner's randomized response: report the truth with probability ∝ e^ε, others ∝ 1."""
+    scale = math.exp(epsilon)
+    return (np.eye(n) * (scale - 1.0) + 1.0) / (scale + n - 1.0)
+
+
+def check_strategy(Q: np.ndarray, *, tolerance: float = FLOAT_TOLERANCE) -> np.ndarray:
+    """``Q`` as a float array after checking it is non-negative and column-stochastic.
+
+    Raises:
+        LdpViolationError: ``Q`` is not 2-d, has a negative entry, or a column not summing to 1.
+    """
+    Q = np.asarray(Q, dtype=np.float64)
+    if Q.ndim != 2 or Q.size == 0:
+        raise LdpViolationError(f"A strategy matrix must be a non-empty 2-d array, got {Q.shape}.")
+    if not np.all(np.isfinite(Q)) or Q.min() < 0:
+        raise LdpViolationError("A strategy matrix must have finite, non-negative entries.")
+    sums = Q.sum(axis=0)
+    worst = int(np.argmax(np.abs(sums - 1.0)))
+    if abs(sums[worst] - 1.0) > tolerance:
+        raise LdpViolationError(
+            f"Column {worst} of the strategy sums to {sums[worst]!r}, not 1 (it is not a "
+            "probability distribution over outputs)."
+        )
+    return Q
+
+
+def check_ldp(Q: np.ndarray, epsilon: float, *, tolerance: float = FLOAT_TOLERANCE) -> None:
+    """Raise unless ``Q`` is column-stochastic and ``max_u Q[o,u] ≤ e^ε min_u Q[o,u]`` per row.
+
+    ``tolerance`` only absorbs float rounding; :mod:`dpmm.local.protocol` certifies the
+    quantized matrix users actually sample from with exact integer arithmetic.
+
+    Raises:
+        LdpViolationError: naming the first output row whose ratio exceeds e^ε.
+
+    Example:
+        >>> import numpy as np
+        >>> try:
+        ...     check_ldp(np.array([[0.9, 0.1], [0.1, 0.9]]), 1.0)
+        ... except LdpViolationError as error:
+        ...     print(str(error)[:48])
+        Output row 0 of the strategy has probability rat
+    """
+    Q = check_strategy(Q, tolerance=tolerance)
+    if not epsilon > 0 or not math.isfinite(epsilon):
+        raise LdpViolationError(f"ε must be a positive finite number, got {epsilon!r}.")
+    bound = math.exp(epsilon)
+    high, low = Q.max(axis=1), Q.min(axis=1)
+    bad = np.flatnonzero(high > bound * low * (1.0 + tolerance))
+    if bad.size:
+        row = int(bad[0])
+        ratio = math.inf if low[row] == 0 else high[row] / low[row]
+        raise LdpViolationError(
+            f"Output row {row} of the strategy has probability ratio {ratio:.4g} > "
+            f"e^ε = {bound:.4g} (ε = {epsilon:g}), so it is not ε-LDP."
+        )
+
+
+def strategy_gram(Q: np.ndarray) -> np.ndarray:
+    """``QᵀD⁻¹Q`` with ``D = diag(Q 1)``; outputs that never occur (zero rows) are dropped."""
+    totals = Q.sum(axis=1)
+    used = totals > 0
+    scaled = Q[used] / totals[used, None]
+    return Q[used].T @ scaled  # O(m n²)
+
+
+def _pinv_psd(X: np.ndarray) -> np.ndarray:
+    values, vectors = np.linalg.eigh(X)
+    cutoff = values.max() * X.shape[0] * np.finfo(np.float64).eps * 10
+    inverse = np.where(values > cutoff, 1.0 / np.where(values > cutoff, values, 1.0), 0.0)
+    return (vectors * inverse) @ vectors.T
+
+
+def reconstruction(W: object, Q: np.ndarray) -> np.ndarray:
+    """The variance-optimal unbiased reconstruction ``V = W (QᵀD⁻¹Q)⁺ QᵀD⁻¹`` (p × m).
+
+    Raises:
+        UnsupportedQueryError: some workload query lies outside the row space of ``Q``
+            (no unbiased estimate of it exists from this mechanism's reports).
+    """
+    W = as_dense_workload(W)
+    Q = check_strategy(Q)
+    totals = Q.sum(axis=1)
+    inv_totals = np.divide(1.0, totals, out=np.zeros_like(totals), where=totals > 0)
+    X_pinv = _pinv_psd(strategy_gram(Q))
+    V = (W @ X_pinv) @ (Q.T * inv_totals)
+    # Unbiasedness V Q = W fails exactly when W leaves the row space of Q.
+    residual = np.abs(V @ Q - W).max()
+    if residual > 1e-6 * max(1.0, np.abs(W).max()):
+        raise UnsupportedQueryError(
+            "The workload is not in the row space of the strategy matrix, so the mechanism "
+            f"cannot estimate it without bias (max |VQ − W| = {residual:.3g})."
+        )
+    return V
+
+
+def per_user_variance(W: object, Q: np.ndarray, V: np.ndarray | None = None) -> np.ndarray:
+    """``z_u = Σ_j [Σ_o V[j,o]² Q[o,u] − W[j,u]²]``: the variance one user of type u adds."""
+    W = as_dense_workload(W)
+    Q = check_strategy(Q)
+    V = reconstruction(W, Q) if V is None else np.asarray(V, dtype=np.float64)
+    return (V**2).sum(axis=0) @ Q - (W**2).sum(axis=0)
+
+
+def worst_case_variance(W: object, Q: np.ndarray, users: int = 1) -> float:
+    """Total variance when all ``users`` have the worst type: ``users · max_u z_u``."""
+    return float(users * per_user_variance(W, Q).max())
+
+
+def average_case_variance(W: object, Q: np.ndarray, users: int = 1) -> float:
+    """Total variance when the users are spread evenly over types: ``users · mean_u z_u``."""
+    return float(users * per_user_variance(W, Q).mean())
+
+
+def sample_complexity(worst_variance: float, queries: int, alpha: float = 0.01) -> float:
+    """Users needed for normalized worst-case variance ``alpha``: ``max_u z_u / (p α)``.
+
+    Args:
+        worst_variance: The per-user worst-case variance ``max_u z_u``.
+        queries: Number of workload queries p.
+        alpha: Target variance of one average query on the normalized data vector x / N.
+    """
+    if not alpha > 0:
+        raise DpmmError(f"The target normalized variance must be positive, got {alpha!r}.")
+    return float(worst_variance / (queries * alpha))

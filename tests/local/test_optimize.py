@@ -1,0 +1,107 @@
+"""The optimizer: its gradient, its projection and its descent."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from dpmm.errors import ConfigError
+from dpmm.local import build_workload, loss_and_gradient, optimize_strategy, project_columns
+from dpmm.local.mechanism import strategy_gram
+
+
+def random_strategy(rng: np.random.Generator, m: int, n: int, eps: float) -> np.ndarray:
+    z = np.full(m, (1 + math.exp(-eps)) / (2 * m))
+    return project_columns(rng.uniform(size=(m, n)), z, eps)[0]
+
+
+@pytest.mark.parametrize("name", ["Histogram", "Prefix", "Parity"])
+def test_gradient_matches_finite_differences(name: str) -> None:
+    rng = np.random.default_rng(5)
+    W = build_workload(name, 8)
+    gram = W.T @ W
+    Q = random_strategy(rng, 24, 8, 1.0)
+    loss, G = loss_and_gradient(gram, Q)
+    assert loss == pytest.approx(np.trace(np.linalg.inv(strategy_gram(Q)) @ gram))
+    for _ in range(4):
+        direction = rng.normal(size=Q.shape)
+        h = 1e-6 * np.abs(Q).max()
+        plus = loss_and_gradient(gram, Q + h * direction)[0]
+        minus = loss_and_gradient(gram, Q - h * direction)[0]
+        assert (plus - minus) / (2 * h) == pytest.approx(np.sum(G * direction), rel=1e-5)
+
+
+def test_singular_strategy_has_infinite_loss() -> None:
+    Q = np.full((4, 3), 0.25)  # every type reports the same distribution
+    assert loss_and_gradient(np.eye(3), Q)[0] == math.inf
+
+
+def bisection_projection(r: np.ndarray, z: np.ndarray, eps: float) -> np.ndarray:
+    low, high = -1e3, 1e3
+    for _ in range(300):
+        mid = 0.5 * (low + high)
+        if np.clip(r + mid, z, math.exp(eps) * z).sum() > 1:
+            high = mid
+        else:
+            low = mid
+    return np.clip(r + mid, z, math.exp(eps) * z)
+
+
+@pytest.mark.parametrize("eps", [0.3, 1.0, 5.0])
+def test_projection_matches_bisection_and_is_nearest(eps: float) -> None:
+    rng = np.random.default_rng(6)
+    m, n = 30, 6
+    z = rng.uniform(size=m)
+    z *= (1 + math.exp(-eps)) / 2 / z.sum()
+    R = rng.normal(size=(m, n)) * rng.choice([0.01, 1.0, 100.0])
+    Q, lower, upper = project_columns(R, z, eps)
+    for u in range(n):
+        assert np.allclose(Q[:, u], bisection_projection(R[:, u], z, eps), atol=1e-12)
+    assert np.allclose(Q.sum(axis=0), 1, atol=1e-14)
+    assert (Q - z[:, None] >= -1e-15).all()
+    assert (Q - math.exp(eps) * z[:, None] <= 1e-15).all()
+    # Nearest point: no feasible perturbation of Q gets closer to R.
+    for _ in range(20):
+        u = rng.integers(n)
+        other = project_columns(Q[:, [u]] + rng.normal(size=(m, 1)) * 0.01, z, eps)[0][:, 0]
+        assert np.linalg.norm(other - R[:, u]) >= np.linalg.norm(Q[:, u] - R[:, u]) - 1e-12
+    assert lower.dtype == bool and upper.dtype == bool
+
+
+def test_projection_rejects_infeasible_bounds() -> None:
+    with pytest.raises(ConfigError):
+        project_columns(np.zeros((3, 2)), np.full(3, 0.5), 1.0)
+
+
+def test_descent_is_monotone_and_improves() -> None:
+    W = build_workload("AllRange", 8)
+    result = optimize_strategy(
+        W, 1.0, iterations=40, rng=np.random.default_rng(7), search_iterations=2
+    )
+    history = np.array(result.history)
+    assert (np.diff(history) <= 1e-9 * history[:-1]).all()
+    assert history[-1] < history[0]
+    assert result.loss == pytest.approx(
+        np.trace(np.linalg.inv(strategy_gram(result.Q)) @ (W.T @ W)), rel=1e-9
+    )
+
+
+def test_outputs_default_to_four_n_and_can_be_set() -> None:
+    W = np.eye(5)
+    assert optimize_strategy(
+        W, 1.0, iterations=2, rng=np.random.default_rng(0), search_iterations=3
+    ).Q.shape == (20, 5)
+    assert optimize_strategy(W, 1.0, outputs=7, iterations=2, search_iterations=0).Q.shape == (7, 5)
+    with pytest.raises(ConfigError):
+        optimize_strategy(W, 1.0, outputs=3)
+    with pytest.raises(ConfigError):
+        optimize_strategy(W, -1.0)
+
+
+def test_without_rng_each_run_differs() -> None:
+    """No default seed: two runs without a generator start from different points."""
+    a = optimize_strategy(np.eye(4), 1.0, iterations=0, search_iterations=0)
+    b = optimize_strategy(np.eye(4), 1.0, iterations=0, search_iterations=0)
+    assert not np.allclose(a.Q, b.Q)
