@@ -33,6 +33,7 @@ from dpmm.linalg.base import DENSE_LIMIT, Matrix, _check_norm, check_dense_size
 from dpmm.linalg.combinators import Dense, Sum, Weighted
 from dpmm.linalg.elementary import Identity
 from dpmm.linalg.kron import Kron
+from dpmm.linalg.marginals import MarginalsGram
 
 __all__ = ["EigenGram", "EigenStrategy", "is_dask", "kron_apply"]
 
@@ -351,6 +352,20 @@ class EigenGram(_EigenForm):
                 return self.inner_product(other.factor_values)
             return float(
                 np.asarray((self.full_values_or_tensor() * other.full_values_or_tensor()).sum())
+            )
+        if isinstance(other, MarginalsGram) and tuple(other.domain_shape) == tuple(self.dims):
+            # Σ_a u_a C(a), C(a) = ⊗ (I on a, J elsewhere): per set, diag(QᵀIQ) = 1 and
+            # diag(QᵀJQ) = (1ᵀq)², so O(sets · size) instead of a dense Gram.
+            column_sums = [np.square(q.sum(axis=0)) for q in self.bases]
+            ones = [np.ones(q.shape[1]) for q in self.bases]
+            return float(
+                sum(
+                    u
+                    * self.inner_product(
+                        [ones[i] if mask >> i & 1 else column_sums[i] for i in range(len(ones))]
+                    )
+                    for mask, u in other.coefficients.items()
+                )
             )
         factors = other.factors if isinstance(other, Kron) else [other]
         if [f.shape for f in factors] != [(n, n) for n in self.dims]:

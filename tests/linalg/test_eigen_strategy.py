@@ -10,7 +10,16 @@ import numpy as np
 import pytest
 
 from dpmm.errors import DpmmError
-from dpmm.linalg import AllRange, Dense, Identity, Kron, Prefix, VStack, trace_of_product
+from dpmm.linalg import (
+    AllRange,
+    Dense,
+    Identity,
+    Kron,
+    Marginals,
+    Prefix,
+    VStack,
+    trace_of_product,
+)
 from dpmm.linalg.eigen_strategy import EigenGram, EigenStrategy, kron_apply
 
 
@@ -69,6 +78,18 @@ def test_trace_hook_is_exact_for_any_aligned_gram(kron: bool) -> None:
         np.trace(inverse.dense() @ other.dense()), rel=1e-10
     )
     assert inverse._trace_dot(Dense(np.ones((5, 5)))) is NotImplemented
+
+
+@pytest.mark.parametrize("kron", [True, False])
+def test_trace_hook_reads_a_marginal_algebra_gram_without_densifying(kron: bool) -> None:
+    rng = np.random.default_rng(5)
+    bases, weights, u, q = _case(rng, kron, zeros=False)
+    inverse = EigenStrategy(bases, weights).gram().pinv()
+    W = Marginals((3, 4), {(): 1.5, (0,): 1.0, (0, 1): 2.0})
+    expected = np.trace(W.gram().dense() @ np.linalg.inv((q * u) @ q.T))
+    assert inverse._trace_dot(W.gram()) == pytest.approx(expected, rel=1e-10)
+    assert trace_of_product(W.gram(), inverse) == pytest.approx(expected, rel=1e-10)
+    assert inverse._trace_dot(Marginals((4, 3), {(0,): 1.0}).gram()) is NotImplemented
 
 
 def test_dask_weights_match_numpy() -> None:
