@@ -36,6 +36,7 @@ import numpy as np
 
 from dpmm.errors import ConfigError
 from dpmm.local.mechanism import as_dense_workload
+from dpmm.strategy.restarts import restart_generator
 
 __all__ = [
     "OptimizedStrategy",
@@ -304,7 +305,7 @@ def optimize_strategy(
         raise ConfigError(
             f"Need at least n = {n} outputs and iterations ≥ 0, got {m}, {iterations}."
         )
-    generator = np.random.default_rng() if rng is None else rng
+    generator = restart_generator(rng)
     started = time.perf_counter()
     gram_W = W.T @ W
     # Start strictly inside the feasible z range: Σz = (1 + e^{-ε}) / 2.
