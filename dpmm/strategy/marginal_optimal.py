@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -43,6 +44,7 @@ __all__ = [
     "cell_variances",
     "marginal_optimal",
     "max_variance_optimum",
+    "max_variance_split",
     "select_marginal_optimal",
     "sum_variance_optimum",
     "workload_marginals",
@@ -185,6 +187,42 @@ def _variance_matrix(
     return sp.csr_array((values, (rows, cols)), shape=(len(workload), len(closure)))
 
 
+def max_variance_split(
+    K: Any, costs: np.ndarray, *, tolerance: float, max_iterations: int
+) -> tuple[np.ndarray, float, float, int]:
+    """Shares x minimizing ``max_q Σ_S K_qS / x_S`` under ``Σ_S costs_S x_S = 1``, by dual ascent.
+
+    The dual is ``max_{μ ∈ simplex} (Σ_S √(costs_S g_S))²`` with ``g = Kᵀμ``; for each μ
+    the best x is ``x_S ∝ √(g_S / costs_S)``, and ``μ_q ← μ_q · var_q / h²`` keeps μ on the
+    simplex with the KKT conditions as fixed points. K may be dense or sparse.
+
+    Returns:
+        The best x found, its max variance (primal), the best dual bound, and the steps
+        taken; the caller decides whether the gap is small enough.
+    """
+    Kt = K.T.tocsr() if hasattr(K, "tocsr") else K.T
+    mu = np.full(K.shape[0], 1.0 / K.shape[0])
+    best_x, best_primal, best_dual = np.full(K.shape[1], np.nan), math.inf, 0.0
+    iterations = 0
+    while iterations < max_iterations:
+        iterations += 1
+        g = Kt @ mu  # O(nnz(K)) per step
+        root = np.sqrt(costs * g)
+        h = float(root.sum())
+        best_dual = max(best_dual, h * h)
+        x = np.sqrt(g / costs) / h
+        variances = K @ (1.0 / x)
+        primal = float(variances.max())
+        if primal < best_primal:
+            best_x, best_primal = x, primal
+        if best_primal - best_dual <= tolerance * best_primal:
+            break
+        # Σ_q μ_q var_q = h²: the update keeps μ on the simplex; its fixed points are KKT.
+        mu = mu * (variances / (h * h))
+        mu /= mu.sum()
+    return best_x, best_primal, best_dual, iterations
+
+
 def max_variance_optimum(
     shape: Sequence[int],
     workload: Mapping[int, float],
@@ -209,27 +247,10 @@ def max_variance_optimum(
     if not closure:
         raise UnsupportedQueryError("marginal_optimal needs a workload with a non-zero query")
     K = _variance_matrix(shape, workload, closure)
-    Kt = K.T.tocsr()
     p = np.array([sizes.column_norm_squared(s) for s in closure])
-    mu = np.full(K.shape[0], 1.0 / K.shape[0])
-    best_x, best_primal, best_dual = None, math.inf, 0.0
-    iterations = 0
-    while iterations < max_iterations:
-        iterations += 1
-        g = Kt @ mu  # O(nnz(K)) per step
-        root = np.sqrt(p * g)
-        h = float(root.sum())
-        best_dual = max(best_dual, h * h)
-        x = np.sqrt(g / p) / h
-        variances = K @ (1.0 / x)
-        primal = float(variances.max())
-        if primal < best_primal:
-            best_x, best_primal = x, primal
-        if best_primal - best_dual <= tolerance * best_primal:
-            break
-        # Σ_a μ_a var_a = h²: the update keeps μ on the simplex; its fixed points are KKT.
-        mu = mu * (variances / (h * h))
-        mu /= mu.sum()
+    best_x, best_primal, best_dual, iterations = max_variance_split(
+        K, p, tolerance=tolerance, max_iterations=max_iterations
+    )
     if best_primal - best_dual > tolerance * best_primal:
         raise DpmmError(
             f"The max-variance strategy did not reach a relative gap of {tolerance:g} in "

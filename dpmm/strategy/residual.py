@@ -45,6 +45,7 @@ from dpmm.linalg.residual_general import (
 )
 from dpmm.linalg.residuals import DomainSizes
 from dpmm.privacy import PrivacyParameter
+from dpmm.strategy.marginal_optimal import max_variance_split
 from dpmm.strategy.product import kron_terms
 from dpmm.strategy.residual_subspace import (
     SubspaceWorkload,
@@ -229,22 +230,9 @@ def _kron(parts: list[np.ndarray]) -> np.ndarray:
 
 def _max_variance_split(K: np.ndarray) -> tuple[np.ndarray, float, float]:
     """Shares x (Σ x = 1) minimizing ``max_q Σ_S K_qS / x_S``; with the primal and dual values."""
-    mu = np.full(K.shape[0], 1.0 / K.shape[0])
-    best_x, best_primal, best_dual = None, math.inf, 0.0
-    for _ in range(MAX_VARIANCE_STEPS):
-        g = K.T @ mu
-        root = np.sqrt(g)
-        h = float(root.sum())
-        best_dual = max(best_dual, h * h)
-        x = root / h
-        variances = K @ (1.0 / x)
-        primal = float(variances.max())
-        if primal < best_primal:
-            best_x, best_primal = x, primal
-        if best_primal - best_dual <= MAX_VARIANCE_GAP * best_primal:
-            break
-        mu = mu * variances / (h * h)
-        mu /= mu.sum()
+    best_x, best_primal, best_dual, _ = max_variance_split(
+        K, np.ones(K.shape[1]), tolerance=MAX_VARIANCE_GAP, max_iterations=MAX_VARIANCE_STEPS
+    )
     if best_primal - best_dual > 1e-4 * best_primal:
         raise DpmmError(
             f"The max-variance budget split did not converge (gap "
