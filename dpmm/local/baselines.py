@@ -106,11 +106,18 @@ def fourier(n: int, epsilon: float, k: int) -> np.ndarray:
     return np.vstack(rows) / len(subsets)
 
 
+#: Relative cut-off below which singular values (eigenvalues of WᵀW) count as zero.
+PINV_RCOND = 1e-10
+
+
 def _per_user_strategy(W: np.ndarray, norm: int) -> np.ndarray:
     """A strategy for one user's data: (WᵀW)^{1/4} for L2 (the SVD-bound shape), else best of
     identity, W and (WᵀW)^{1/4} by the Laplace error."""
     values, vectors = np.linalg.eigh(W.T @ W)
-    root = (vectors * np.sqrt(np.sqrt(np.clip(values, 0, None)))) @ vectors.T
+    # Eigenvalues at rounding level are zeros of a rank-deficient WᵀW (e.g. parities):
+    # kept, their fourth roots (~1e-4) would enter A⁺ as huge spurious directions.
+    values = np.where(values > PINV_RCOND * values.max(), values, 0.0)
+    root = (vectors * np.sqrt(np.sqrt(values))) @ vectors.T
     if norm == 2:
         return root
     candidates = [np.eye(W.shape[1]), W, root]
@@ -140,7 +147,7 @@ def _noise_variance(W: np.ndarray, A: np.ndarray, epsilon: float, norm: int, del
     else:
         per_entry = (sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon) ** 2
     # ‖W A⁺‖_F² = tr(A⁺ᵀ WᵀW A⁺): never forms the p × rows(A) reconstruction.
-    A_pinv = np.linalg.pinv(A)
+    A_pinv = np.linalg.pinv(A, rcond=PINV_RCOND)
     return float(per_entry * np.sum((W.T @ W @ A_pinv) * A_pinv))
 
 
