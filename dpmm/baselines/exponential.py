@@ -21,10 +21,9 @@ scores of two neighbouring datasets differ by at most ``Δ + 1/grid``:
 :func:`rounded_sensitivity` is the Δ to pass for rounded scores.
 
 Example:
-    >>> import numpy as np
     >>> from fractions import Fraction
     >>> scores = [Fraction(0), Fraction(0), Fraction(10**6)]
-    >>> exponential_mechanism(scores, epsilon=1, sensitivity=1, rng=np.random.default_rng(7))
+    >>> exponential_mechanism(scores, epsilon=1, sensitivity=1)
     2
 """
 

@@ -165,7 +165,7 @@ def noisy_total(x: object, privacy: PureDP | ZCDP, *, rng: Rng = None) -> int:
     of the release.
 
     Example:
-        >>> noisy_total(np.array([3, 4]), PureDP(10**6), rng=np.random.default_rng(0))
+        >>> noisy_total(np.array([3, 4]), PureDP(10**6))
         7
     """
     counts = np.asarray(x)

@@ -30,10 +30,11 @@ import numpy as np
 
 from dpmm.errors import DpmmError, TooLargeError
 from dpmm.linalg.base import DENSE_LIMIT, Matrix, _check_norm, check_dense_size
-from dpmm.linalg.combinators import Dense, Sum, Weighted
+from dpmm.linalg.combinators import Dense
 from dpmm.linalg.elementary import Identity
 from dpmm.linalg.kron import Kron
 from dpmm.linalg.marginals import MarginalsGram
+from dpmm.linalg.trace import linear_trace
 
 __all__ = ["EigenGram", "EigenStrategy", "is_dask", "kron_apply"]
 
@@ -341,12 +342,9 @@ class EigenGram(_EigenForm):
 
     def _trace_dot(self, other: Matrix) -> float | object:
         """``trace(self @ other)`` for ``other`` a (weighted sum of) Kron aligned with the basis."""
-        if isinstance(other, Weighted):
-            inner = self._trace_dot(other.base)
-            return inner if inner is NotImplemented else other.weight * inner
-        if isinstance(other, Sum):
-            parts = [self._trace_dot(term) for term in other.terms]
-            return NotImplemented if NotImplemented in parts else float(sum(parts))
+        by_terms = linear_trace(self._trace_dot, other)
+        if by_terms is not None:
+            return by_terms
         if isinstance(other, EigenGram) and self._same_basis(other):
             if self.is_kron and other.is_kron:
                 return self.inner_product(other.factor_values)

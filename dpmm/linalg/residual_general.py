@@ -30,11 +30,12 @@ import numpy as np
 
 from dpmm.errors import DomainError, UnsupportedQueryError
 from dpmm.linalg.base import Matrix, _check_norm, check_dense_size
-from dpmm.linalg.combinators import Sum, VStack, Weighted
+from dpmm.linalg.combinators import VStack, Weighted
 from dpmm.linalg.elementary import Identity, Ones
 from dpmm.linalg.kron import Kron
 from dpmm.linalg.marginals import MarginalsGram, _shape_of, _submasks, mask_members
 from dpmm.linalg.residuals import DomainSizes, ResidualStrategy, helmert
+from dpmm.linalg.trace import linear_trace
 
 __all__ = ["FactorSplit", "ResidualBlockGram", "ResidualBlockStrategy", "split_factor"]
 
@@ -191,12 +192,9 @@ class ResidualBlockGram(_Blocks, Matrix):
 
     def _trace_dot(self, other: Matrix) -> float | object:
         """``trace(other @ self)`` for Kron, marginal-algebra, weighted and summed Grams."""
-        if isinstance(other, Weighted):
-            inner = self._trace_dot(other.base)
-            return inner if inner is NotImplemented else other.weight * inner
-        if isinstance(other, Sum):
-            parts = [self._trace_dot(term) for term in other.terms]
-            return NotImplemented if NotImplemented in parts else float(sum(parts))
+        by_terms = linear_trace(self._trace_dot, other)
+        if by_terms is not None:
+            return by_terms
         if isinstance(other, MarginalsGram) and other.domain_shape == self.domain_shape:
             return self._trace_marginal(other)
         if isinstance(other, Kron) and [f.shape for f in other.factors] == [

@@ -9,6 +9,7 @@ per-attribute traces.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -17,7 +18,7 @@ from dpmm.linalg.combinators import Dense, Sparse, Sum, Weighted
 from dpmm.linalg.elementary import Identity, Ones
 from dpmm.linalg.kron import Kron
 
-__all__ = ["trace_of_product"]
+__all__ = ["linear_trace", "trace_of_product"]
 
 
 def trace_of_product(X: Matrix, Y: Matrix) -> float:
@@ -57,6 +58,21 @@ def _structured(X: Matrix, Y: Matrix) -> float | None:
             return float(result)
     if isinstance(X, Dense | Sparse) and isinstance(Y, Dense | Sparse):
         return _generic(X, Y)
+    return None
+
+
+def linear_trace(hook: Callable[[Matrix], object], other: Matrix) -> object | None:
+    """``trace(M @ other)`` by linearity when ``other`` is Weighted or a Sum, else None.
+
+    ``hook`` is M's own ``_trace_dot``; a term it cannot take makes the whole
+    result ``NotImplemented``.
+    """
+    if isinstance(other, Weighted):
+        inner = hook(other.base)
+        return inner if inner is NotImplemented else other.weight * inner
+    if isinstance(other, Sum):
+        parts = [hook(term) for term in other.terms]
+        return NotImplemented if NotImplemented in parts else float(sum(parts))
     return None
 
 

@@ -244,7 +244,7 @@ def residual_marginals(
         >>> from dpmm.privacy import ZCDP
         >>> A = ResidualStrategy((2, 3), {0: 1.0, 0b01: 1.0, 0b10: 1.0, 0b11: 1.0})
         >>> x = np.array([4, 0, 1, 2, 2, 3])
-        >>> y = measure_residuals(A, x, ZCDP(10**6), rng=np.random.default_rng(0))
+        >>> y = measure_residuals(A, x, ZCDP(10**6))
         >>> np.round(residual_marginals(y, [(0,)])[(0,)].values).tolist()
         [5.0, 7.0]
     """

@@ -12,11 +12,9 @@ post-processes with isotonic regression (prefix sums never decrease).
 
 Example:
     >>> from dpmm.sums.buckets import prefix_sum_workload
-    >>> from dpmm.sums.noise import ExactNoise
     >>> workload = prefix_sum_workload(width=10, buckets=8, queries=4)
     >>> x = np.array([5, 9, 4, 2, 0, 1, 0, 0])
-    >>> result = answer_prefix_sums(workload, x, "1", "identity", Truncation("fixed", threshold=40),
-    ...                             noise=ExactNoise(np.random.default_rng(1)))
+    >>> result = answer_prefix_sums(workload, x, "1", "identity", Truncation("fixed", threshold=40))
     >>> result.thresholds, result.sensitivities, result.scales
     ((40,), (Fraction(1, 1),), (Fraction(1, 1),))
 """

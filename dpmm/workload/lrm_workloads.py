@@ -32,7 +32,7 @@ def wdiscrete(m: int, n: int, rng: np.random.Generator) -> Dense:
     """``m`` queries over ``n`` cells with weights 1 (probability 0.02) or −1.
 
     Example:
-        >>> W = wdiscrete(3, 5, np.random.default_rng(0))
+        >>> W = wdiscrete(3, 5, np.random.default_rng())
         >>> W.shape, sorted(set(W.array.ravel().tolist()) - {1.0, -1.0})
         ((3, 5), [])
     """
