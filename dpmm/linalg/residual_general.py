@@ -130,7 +130,9 @@ def kron_union(W: Matrix) -> list[tuple[float, tuple[Matrix, ...]]]:
 
 def _block_inverse(block: Block) -> Block:
     if isinstance(block, np.ndarray):
-        return np.linalg.inv(block)
+        # A solved block can be singular (a direction no workload query reads): the
+        # pseudo-inverse then gives the least-squares variances, as a dense pinv does.
+        return np.linalg.pinv(block, hermitian=True)
     return 1.0 / block if block else 0.0
 
 
@@ -156,6 +158,8 @@ class _Blocks:
 
     def _dense_basis(self, mask: int) -> np.ndarray:
         """``D_S`` as a dense matrix (rows in residual order, columns the cells of S)."""
+        if not mask:  # the empty set: the one total row over the one "cell"
+            return np.ones((1, 1))
         return _kron_rows([helmert(self.domain_shape[i]) for i in mask_members(mask)])
 
 

@@ -30,6 +30,13 @@ from dpmm.reconstruct.least_squares import gram_pinv, least_squares, whiten
 from dpmm.reconstruct.marginal_tables import MarginalMeasurement, marginal_tables
 from dpmm.reconstruct.nnls import nnls
 from dpmm.reconstruct.protocol import Estimate, ReconstructionError, Solver
+from dpmm.reconstruct.residual_blocks import (
+    BlockAnswers,
+    BlockEstimate,
+    BlockMarginal,
+    block_marginals,
+    block_workload_answers,
+)
 from dpmm.reconstruct.residual_marginals import (
     ResidualMarginal,
     iter_residual_marginals,
@@ -39,12 +46,17 @@ from dpmm.reconstruct.residual_marginals import (
 from dpmm.reconstruct.workload_nnls import workload_nnls
 
 __all__ = [
+    "BlockAnswers",
+    "BlockEstimate",
+    "BlockMarginal",
     "Estimate",
     "MarginalMeasurement",
     "ReconstructionError",
     "ResidualMarginal",
     "Solver",
     "WorkloadAnswers",
+    "block_marginals",
+    "block_workload_answers",
     "covariance_factor",
     "gram_pinv",
     "isotonic",

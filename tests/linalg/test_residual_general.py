@@ -6,7 +6,17 @@ import numpy as np
 import pytest
 
 from dpmm.errors import DomainError, UnsupportedQueryError
-from dpmm.linalg import AllRange, Identity, Kron, Marginals, Ones, Prefix, VStack, trace_of_product
+from dpmm.linalg import (
+    AllRange,
+    Dense,
+    Identity,
+    Kron,
+    Marginals,
+    Ones,
+    Prefix,
+    VStack,
+    trace_of_product,
+)
 from dpmm.linalg.residual_general import ResidualBlockStrategy, split_factor
 from dpmm.linalg.residuals import ResidualStrategy, helmert
 
@@ -129,3 +139,27 @@ def test_bad_blocks_raise() -> None:
         ResidualBlockStrategy(SHAPE, {0b100: 1.0})
     with pytest.raises(DomainError, match="needs 6 columns"):
         ResidualBlockStrategy(SHAPE, {0b11: np.eye(5)})
+
+
+def test_dense_block_on_the_empty_set_has_the_dense_sensitivity() -> None:
+    blocks = {0: np.array([[1.5]]), 0b01: 1.0}
+    A = ResidualBlockStrategy(SHAPE, blocks)
+    dense = _dense_strategy(blocks)
+    assert A.sensitivity(2) == pytest.approx(np.sqrt((dense**2).sum(axis=0)).max(), rel=1e-12)
+
+
+def test_a_singular_block_gives_the_least_squares_variances() -> None:
+    # Set {1}'s block reads only two of its three residual directions (M = LᵀL is
+    # singular); the workload reads only those two, so it is supported, and its variances
+    # are those of the dense pinv.
+    rng = np.random.default_rng(3)
+    kept = rng.normal(size=(2, 3))
+    blocks = {0: 1.0, 0b10: kept}
+    A = ResidualBlockStrategy(SHAPE, blocks)
+    dense = _dense_strategy(blocks)
+    factor = 0.5 * np.ones((2, 4)) + rng.normal(size=(2, 2)) @ kept @ helmert(4)
+    W = Kron([Ones(1, 3), Dense(factor)])
+    P = np.linalg.pinv(dense.T @ dense)
+    Wd = W.dense()
+    np.testing.assert_allclose(A.query_variances(W), np.diag(Wd @ P @ Wd.T), rtol=1e-8)
+    assert A.query_covariance(W, 0, 1) == pytest.approx((Wd @ P @ Wd.T)[0, 1], rel=1e-8)

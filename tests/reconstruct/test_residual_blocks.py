@@ -1,0 +1,192 @@
+"""Block reconstruction against dense least squares on the quantized strategy."""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import reduce
+
+import numpy as np
+import pytest
+
+from dpmm.errors import UnsupportedQueryError
+from dpmm.linalg import AllRange, Dense, Identity, Kron, Marginals, Ones, Prefix, VStack, Weighted
+from dpmm.measure.residual_blocks import block_answers as exact_answers
+from dpmm.measure.residual_blocks import measure_blocks, quantize_blocks
+from dpmm.privacy import ZCDP
+from dpmm.reconstruct.residual_blocks import (
+    BlockEstimate,
+    block_marginals,
+    block_workload_answers,
+)
+from dpmm.strategy import optimize
+
+SHAPE = (4, 5, 3)
+
+
+def _predicate() -> Dense:
+    rng = np.random.default_rng(7)
+    return Dense(rng.integers(0, 2, size=(4, 5)).astype(float))
+
+
+WORKLOADS = {
+    "prefix_identity": VStack([Kron([Prefix(4), Identity(5), Ones(1, 3)])]),
+    "range_range": VStack([Kron([AllRange(4), Ones(1, 5), AllRange(3)])]),
+    "mixed": VStack(
+        [
+            Kron([Prefix(4), Identity(5), Ones(1, 3)]),
+            Weighted(-2.0, Kron([Ones(1, 4), _predicate(), AllRange(3)])),
+            Kron([Identity(4), Ones(1, 5), Ones(1, 3)]),
+            Kron([Ones(1, 4), Ones(1, 5), Ones(1, 3)]),
+        ]
+    ),
+}
+#: Marginals each workload's strategy can answer (subsets of the sets it reads).
+MARGINALS = {
+    "prefix_identity": [(), (0,), (1,), (0, 1)],
+    "range_range": [(), (0,), (2,), (0, 2)],
+    "mixed": [(), (0,), (1,), (2,), (0, 1), (1, 2)],
+}
+
+
+def helmert_integer(n: int) -> np.ndarray:
+    H = np.zeros((n - 1, n), dtype=np.int64)
+    for k in range(1, n):
+        H[k - 1, :k] = 1
+        H[k - 1, k] = -k
+    return H
+
+
+def marginal_map(shape, attrs) -> np.ndarray:
+    factors = [np.eye(n) if i in attrs else np.ones((1, n)) for i, n in enumerate(shape)]
+    return reduce(np.kron, factors, np.ones((1, 1)))
+
+
+def dense_integer_strategy(quantized) -> np.ndarray:
+    shape = quantized.domain_shape
+    rows = []
+    for mask in quantized.sets:
+        members = [i for i in range(len(shape)) if mask >> i & 1]
+        H = reduce(np.kron, [helmert_integer(shape[i]) for i in members], np.ones((1, 1), int))
+        Q = quantized.integers[mask]
+        Q = np.diag(Q) if Q.ndim == 1 else Q
+        rows.append(Q @ H @ marginal_map(shape, members))
+    return np.vstack(rows).astype(np.float64)
+
+
+def data(records=300, seed=0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.multinomial(records, rng.dirichlet(np.ones(int(np.prod(SHAPE)))))
+
+
+@pytest.fixture(scope="module", params=sorted(WORKLOADS))
+def case(request):
+    W = WORKLOADS[request.param]
+    A = optimize(W, "residual", ZCDP(1))
+    x = data()
+    m = measure_blocks(A, x, ZCDP(1), rng=np.random.default_rng(3))
+    return request.param, W, A, x, m
+
+
+def test_answers_equal_dense_least_squares(case):
+    _, W, _, _, m = case
+    B = dense_integer_strategy(m.quantized)
+    x_hat = np.linalg.pinv(B) @ m.values
+    result = block_workload_answers(m, W)
+    np.testing.assert_allclose(result.values, W.dense() @ x_hat, rtol=1e-9, atol=1e-8)
+
+
+def test_variances_equal_dense_covariance(case):
+    _, W, _, _, m = case
+    B = dense_integer_strategy(m.quantized)
+    Wd = W.dense()
+    spread = Wd @ np.linalg.pinv(B)  # (BᵀB)⁺ = B⁺B⁺ᵀ, without squaring the condition
+    covariance = float(m.sigma2) * spread @ spread.T
+    result = block_workload_answers(m, W)
+    np.testing.assert_allclose(result.variances, np.diag(covariance), rtol=1e-7)
+
+
+def test_sum_of_variances_is_near_the_unquantized_strategy(case):
+    _, W, A, _, m = case
+    quantized_sum = block_workload_answers(m, W).variances.sum() / float(m.sigma2)
+    quantized_sum *= m.squared_sensitivity  # at unit sensitivity (integer units cancel)
+    Wd = W.dense()
+    ideal = np.trace(Wd @ np.linalg.pinv(A.gram().dense()) @ Wd.T) * A.sensitivity(2) ** 2
+    assert abs(quantized_sum / ideal - 1) < 1e-4
+
+
+def test_marginals_equal_dense_least_squares(case):
+    name, _, _, _, m = case
+    B = dense_integer_strategy(m.quantized)
+    pinv = np.linalg.pinv(B)
+    x_hat = pinv @ m.values
+    tables = block_marginals(m, MARGINALS[name])
+    for attrs in MARGINALS[name]:
+        P = marginal_map(SHAPE, attrs)
+        table = tables[attrs]
+        assert table.values.shape == tuple(SHAPE[i] for i in attrs)
+        np.testing.assert_allclose(table.values.reshape(-1), P @ x_hat, rtol=1e-9, atol=1e-8)
+        covariance = float(m.sigma2) * P @ pinv @ pinv.T @ P.T
+        np.testing.assert_allclose(table.variances.reshape(-1), np.diag(covariance), rtol=1e-7)
+
+
+def test_marginals_workload_matches_tables(case):
+    name, _, _, _, m = case
+    sets = [a for a in MARGINALS[name] if a]
+    W = Marginals(SHAPE, {a: 1.0 for a in sets})
+    tables = block_marginals(m, sets)
+    result = block_workload_answers(m, W)
+    np.testing.assert_allclose(
+        result.values, np.concatenate([tables[a].values.reshape(-1) for a in sets])
+    )
+
+
+def test_monte_carlo_variance_and_unbiasedness():
+    W = WORKLOADS["mixed"]
+    A = optimize(W, "residual", ZCDP(1))
+    x = data()
+    quantized = quantize_blocks(A)
+    m = measure_blocks(quantized, x, ZCDP(1), rng=np.random.default_rng(0))
+    exact = exact_answers(quantized, x).astype(np.float64)
+    sigma = np.sqrt(float(m.sigma2))
+    rng = np.random.default_rng(11)
+    trials = 600
+    answers = np.stack(
+        [
+            block_workload_answers(
+                dataclasses.replace(m, values=exact + rng.normal(0, sigma, exact.size)), W
+            ).values
+            for _ in range(trials)
+        ]
+    )
+    predicted = block_workload_answers(m, W).variances
+    empirical = answers.var(axis=0)
+    # Per query: relative sd of a sample variance is √(2/n); the sum is steadier.
+    assert np.all(np.abs(empirical / predicted - 1) < 6 * np.sqrt(2 / trials))
+    assert abs(empirical.sum() / predicted.sum() - 1) < 0.12
+    truth = W.dense() @ x
+    assert np.all(np.abs(answers.mean(axis=0) - truth) < 5 * np.sqrt(predicted / trials))
+
+
+def test_estimate_is_shared_and_only_needed_sets_are_touched(case):
+    _, W, _, _, m = case
+    estimate = BlockEstimate(m)
+    block_workload_answers(estimate, Kron([Ones(1, 4), Ones(1, 5), Ones(1, 3)]))
+    assert list(estimate._cache) == [0]
+    first = block_workload_answers(estimate, W)
+    np.testing.assert_array_equal(first.values, block_workload_answers(m, W).values)
+
+
+def test_errors(case):
+    m = case[-1]
+    with pytest.raises(UnsupportedQueryError, match="not measured"):
+        block_workload_answers(m, Kron([Identity(4), Identity(5), Identity(3)]))
+    with pytest.raises(UnsupportedQueryError, match="not a union"):
+        block_workload_answers(m, Kron([Identity(4), Identity(5)]))
+    with pytest.raises(UnsupportedQueryError, match="not a union"):
+        block_workload_answers(m, VStack([Kron([Identity(20), Identity(3)])]))
+    with pytest.raises(UnsupportedQueryError, match="outside"):
+        block_marginals(m, [(0, 5)])
+    with pytest.raises(UnsupportedQueryError, match="not measured"):
+        block_marginals(m, [(0, 1, 2)])
+    with pytest.raises(UnsupportedQueryError, match="Matrix"):
+        block_workload_answers(m, np.eye(60))
