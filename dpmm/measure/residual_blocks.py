@@ -42,6 +42,7 @@ Example:
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -56,6 +57,7 @@ from dpmm.measure.exact import MeasurementError
 from dpmm.measure.quantize import QuantizationError
 from dpmm.measure.residual_tables import helmert_norms, integer_helmert
 from dpmm.measure.tables import MarginalCounts
+from dpmm.privacy.ledger import Ledger, Reservation
 from dpmm.privacy.params import ZCDP
 from dpmm.privacy.randomness import RandomSource
 from dpmm.privacy.samplers import discrete_gaussian, sampler_sigma2
@@ -426,39 +428,79 @@ def measure_blocks(
     privacy: ZCDP,
     *,
     bits: int = BLOCK_BITS,
+    store: str | os.PathLike[str] | None = None,
+    measurement_id: str | None = None,
+    ledger: Ledger | None = None,
+    reservation: Reservation | None = None,
     rng: RandomSource | np.random.Generator | None = None,
 ) -> BlockMeasurement:
     """``Q_S H_S m_S`` for every block plus exact discrete Gaussian noise, at most ρ.
+
+    With ``store``, ``measurement_id``, ``ledger`` and ``reservation`` (all four, as for
+    :func:`~dpmm.measure.mechanism.measure`), the measurement is drawn once and persisted
+    before it is returned (:func:`~dpmm.measure.residual_record.measure_once`): the
+    reservation is spent before the noise is drawn, the record (with the integer blocks
+    ``Q_S``) is written atomically, and what is returned is read back from the store. A
+    second call with the same id returns the stored measurement without drawing or
+    spending. Without them, nothing is persisted or charged.
 
     Args:
         A: the strategy (quantized with ``bits``), or an already quantized one.
         counts: the marginal tables of every measured set (from :func:`count_marginals`
             of :mod:`dpmm.measure.residual_tables`), or a small integer data vector.
-        privacy: the zCDP budget; the cost is recorded as ``rho`` (at most this).
+        privacy: the zCDP budget; the cost is recorded as ``rho`` (at most this). With a
+            reservation, exactly its budget.
         bits: significant bits per block when A is not yet quantized.
+        store: an existing folder holding the measurement records.
+        measurement_id: the record's name in the store: letters, digits, '.', '_', '-'.
+        ledger: the open ledger holding ``reservation``.
+        reservation: the budget reserved for this measurement; marked spent before drawing.
         rng: tests only: a ``numpy.random.Generator``. The default is the OS CSPRNG.
 
     Raises:
-        MeasurementError: privacy is not zCDP, or see :func:`block_answers`.
+        MeasurementError: privacy is not zCDP, or see :func:`block_answers`; with a store,
+            also a reservation that is not *reserved* while no record exists, or only some
+            of the four persistence arguments.
+        MeasurementMismatch: a record with this id was taken with another strategy or budget.
         QuantizationError: see :func:`quantize_blocks`.
         TooLargeError: see :func:`block_sensitivity`.
     """
+    # Imported here: the record module imports this one for BlockMeasurement.
+    from dpmm.measure import residual_record
+
+    persisted = residual_record.persistence_requested(
+        store=store, measurement_id=measurement_id, ledger=ledger, reservation=reservation
+    )
     if not isinstance(privacy, ZCDP):
         raise MeasurementError(f"block measurements need zCDP (Gaussian noise), got {privacy}")
     quantized = A if isinstance(A, QuantizedBlocks) else quantize_blocks(A, bits=bits)
-    values = block_answers(quantized, counts)
     squared, exact = block_sensitivity(quantized)
     sigma2 = _noise_variance(squared, privacy.rho)
-    for start in range(0, values.size, NOISE_BATCH):
-        stop = min(values.size, start + NOISE_BATCH)
-        values[start:stop] += discrete_gaussian(sigma2, stop - start, rng=rng)
-    return BlockMeasurement(
-        quantized=quantized,
-        offsets=_offsets(quantized),
-        values=values,
-        sigma2=sigma2,
-        squared_sensitivity=squared,
-        sensitivity_exact=exact,
-        rho=Fraction(squared) / (2 * sigma2),
-        requested_rho=privacy.rho,
+
+    def draw(values: np.ndarray) -> BlockMeasurement:
+        for start in range(0, values.size, NOISE_BATCH):
+            stop = min(values.size, start + NOISE_BATCH)
+            values[start:stop] += discrete_gaussian(sigma2, stop - start, rng=rng)
+        return BlockMeasurement(
+            quantized=quantized,
+            offsets=_offsets(quantized),
+            values=values,
+            sigma2=sigma2,
+            squared_sensitivity=squared,
+            sensitivity_exact=exact,
+            rho=Fraction(squared) / (2 * sigma2),
+            requested_rho=privacy.rho,
+        )
+
+    if not persisted:
+        return draw(block_answers(quantized, counts))
+    described = repr(A) if isinstance(A, ResidualBlockStrategy) else repr(quantized.strategy())
+    return residual_record.measure_once(
+        residual_record.blocks_plan(described, quantized, privacy, sigma2, squared, exact),
+        store=store,
+        measurement_id=measurement_id,
+        ledger=ledger,
+        reservation=reservation,
+        answers=lambda: block_answers(quantized, counts),
+        draw=draw,
     )

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -36,6 +37,7 @@ from dpmm.linalg.marginals import mask_members
 from dpmm.linalg.residuals import ResidualStrategy
 from dpmm.measure.exact import MeasurementError
 from dpmm.measure.tables import MarginalCounts
+from dpmm.privacy.ledger import Ledger, Reservation
 from dpmm.privacy.params import ZCDP
 from dpmm.privacy.randomness import RandomSource
 from dpmm.privacy.samplers import discrete_gaussian, sampler_sigma2
@@ -341,6 +343,10 @@ def measure_residuals(
     counts: MarginalCounts | np.ndarray,
     privacy: ZCDP,
     *,
+    store: str | os.PathLike[str] | None = None,
+    measurement_id: str | None = None,
+    ledger: Ledger | None = None,
+    reservation: Reservation | None = None,
     rng: RandomSource | np.random.Generator | None = None,
 ) -> ResidualMeasurement:
     """``H_S m_S`` plus exact discrete Gaussian noise of variance ``σ_S² c_r`` per row.
@@ -348,19 +354,74 @@ def measure_residuals(
     Noise is drawn once per distinct row variance (rows grouped across all sets), so a
     symmetric domain of 10⁸ rows needs a few hundred sampler calls.
 
+    With ``store``, ``measurement_id``, ``ledger`` and ``reservation`` (all four, as for
+    :func:`~dpmm.measure.mechanism.measure`), the measurement is drawn once and persisted
+    before it is returned (:func:`~dpmm.measure.residual_record.measure_once`): the
+    reservation is spent before the noise is drawn, the record is written atomically, and
+    what is returned is read back from the store. A second call with the same id returns
+    the stored measurement without drawing or spending. Without them, nothing is persisted
+    or charged: the caller accounts for the budget.
+
     Args:
         A: the residual strategy (its weights fix the σ_S², see :func:`residual_sigma2`).
         counts: the marginal tables of every measured set, or a small data vector.
         privacy: the zCDP budget; the exact cost is returned as ``rho`` (at most this).
+            With a reservation, exactly its budget.
+        store: an existing folder holding the measurement records.
+        measurement_id: the record's name in the store: letters, digits, '.', '_', '-'.
+        ledger: the open ledger holding ``reservation``.
+        reservation: the budget reserved for this measurement; marked spent before drawing.
         rng: tests only: a ``numpy.random.Generator``. The default is the OS CSPRNG.
 
     Raises:
-        MeasurementError: see :func:`residual_answers` and :func:`residual_sigma2`.
+        MeasurementError: see :func:`residual_answers` and :func:`residual_sigma2`; with a
+            store, also a reservation that is not *reserved* while no record exists, or
+            only some of the four persistence arguments.
+        MeasurementMismatch: a record with this id was taken with another strategy or budget.
     """
+    # Imported here: the record module imports this one for ResidualMeasurement.
+    from dpmm.measure import residual_record
+
+    persisted = residual_record.persistence_requested(
+        store=store, measurement_id=measurement_id, ledger=ledger, reservation=reservation
+    )
     sigma2, rho = residual_sigma2(A, privacy)
-    values = residual_answers(A, counts)
     sets, offsets = _layout(A)
-    shape = A.domain_shape
+
+    def draw(values: np.ndarray) -> ResidualMeasurement:
+        rounded = _add_noise(A.domain_shape, sets, offsets, sigma2, values, rng)
+        return ResidualMeasurement(
+            domain_shape=A.domain_shape,
+            sets=tuple(sets),
+            offsets=offsets,
+            values=values,
+            sigma2={mask: sigma2[mask] for mask in sets},
+            rho=rho,
+            rounded_rows=rounded,
+        )
+
+    if not persisted:
+        return draw(residual_answers(A, counts))
+    return residual_record.measure_once(
+        residual_record.residual_plan(A, privacy, sets, sigma2, rho),
+        store=store,
+        measurement_id=measurement_id,
+        ledger=ledger,
+        reservation=reservation,
+        answers=lambda: residual_answers(A, counts),
+        draw=draw,
+    )
+
+
+def _add_noise(
+    shape: tuple[int, ...],
+    sets: Sequence[int],
+    offsets: np.ndarray,
+    sigma2: dict[int, Fraction],
+    values: np.ndarray,
+    rng: RandomSource | np.random.Generator | None,
+) -> int:
+    """Add the noise to ``values`` in place; the number of rows rounded for the sampler."""
     # {row variance: [(first rows of the sets, positions inside a block)]}, in a fixed order
     # so that tables and a data vector draw identical noise from one seeded generator.
     plan: dict[Fraction, list[tuple[np.ndarray, np.ndarray]]] = {}
@@ -384,12 +445,4 @@ def measure_residuals(
         for start in range(0, rows.size, NOISE_BATCH):
             chunk = rows[start : start + NOISE_BATCH]
             values[chunk] += discrete_gaussian(variance, chunk.size, rng=rng)
-    return ResidualMeasurement(
-        domain_shape=shape,
-        sets=tuple(sets),
-        offsets=offsets,
-        values=values,
-        sigma2={mask: sigma2[mask] for mask in sets},
-        rho=rho,
-        rounded_rows=rounded,
-    )
+    return rounded
