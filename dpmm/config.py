@@ -42,6 +42,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -67,6 +68,7 @@ from dpmm.settings import (
 )
 from dpmm.strategy import STRATEGY_METHODS
 from dpmm.workload import WorkloadGroup, from_config
+from dpmm.workload.prefix_sum import PrivateTruncation, private_truncation
 
 __all__ = ["DEFAULT_METHOD", "NAME_PATTERN", "TOP_LEVEL_KEYS", "ReleaseConfig", "load_config"]
 
@@ -125,6 +127,29 @@ class ReleaseConfig:
     release: ReleaseSettings | None = None
     ledger: LedgerSettings | None = None
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
+
+    @property
+    def private_thresholds(self) -> tuple[tuple[int, PrivateTruncation], ...]:
+        """``(group index, method)`` of each group whose truncation θ is chosen from the data."""
+        found = ((i, private_truncation(group.spec)) for i, group in enumerate(self.workload))
+        return tuple((i, choice) for i, choice in found if choice is not None)
+
+    @property
+    def threshold_share(self) -> Fraction:
+        """The fraction of the budget spent on private thresholds (0 without any)."""
+        return sum((choice.share for _, choice in self.private_thresholds), Fraction(0))
+
+    @property
+    def measurement_privacy(self) -> PureDP | ZCDP:
+        """The budget left for the strategy's measurement once the thresholds took theirs."""
+        share = self.threshold_share
+        if not share:
+            return self.privacy
+        return PureDP(self.privacy.epsilon * (1 - share))
+
+    def threshold_privacy(self, share: Fraction) -> PureDP:
+        """The budget of one private threshold: ``share · ε`` (thresholds need pure ε)."""
+        return PureDP(self.privacy.epsilon * share)
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -302,6 +327,28 @@ class _Reader:
         except DpmmError as error:
             self.wrap(error)
 
+    def thresholds(self, workload: tuple[WorkloadGroup, ...], privacy: PureDP | ZCDP) -> None:
+        """Private truncation thresholds spend pure ε, and leave budget for the measurement."""
+        total = Fraction(0)
+        for index, group in enumerate(workload):
+            choice = private_truncation(group.spec)
+            if choice is None:
+                continue
+            key = f"workload[{index}].truncation"
+            if not isinstance(privacy, PureDP):
+                self.fail(
+                    f"{key}.method",
+                    f"a threshold chosen from the data ({choice.method}) spends pure ε "
+                    "(discrete Laplace); give privacy: {epsilon: ...} instead of rho",
+                )
+            total += choice.share
+            if total >= 1:
+                self.fail(
+                    f"{key}.share",
+                    f"the private thresholds' shares add up to {total}, leaving nothing of ε "
+                    "for the measurement; they must add up to less than 1",
+                )
+
     def strategy(self, value: object) -> str:
         if value is None:
             return DEFAULT_METHOD
@@ -318,6 +365,18 @@ class _Reader:
                 f"(expected one of: {', '.join(STRATEGY_METHODS)})",
             )
         return method
+
+    def person(self, data: DataSpec | None, domain: Domain) -> None:
+        """The person column identifies people: it cannot also be an attribute's column."""
+        if data is None or data.person is None:
+            return
+        for attribute in domain.attributes:
+            if data.column(attribute) == data.person:
+                self.fail(
+                    "data.person",
+                    f"column '{data.person}' holds attribute '{attribute}'; the person column "
+                    "names whose rows are combined and is not itself counted",
+                )
 
     def sections(self, document: Mapping[str, Any], name: str) -> dict[str, Any]:
         """The run sections (data, release, ledger, cluster), validated."""
@@ -384,8 +443,10 @@ def load_config(path: str | Path) -> ReleaseConfig:
     domain = reader.domain(document["domain"])
     privacy = reader.privacy(document["privacy"])
     workload = reader.workload(document["workload"], domain)
+    reader.thresholds(workload, privacy)
     strategy_method = reader.strategy(document.get("strategy"))
     sections = reader.sections(document, name)
+    reader.person(sections["data"], domain)
     return ReleaseConfig(
         name=name,
         description=description,

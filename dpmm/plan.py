@@ -306,11 +306,24 @@ def plan(config: ReleaseConfig) -> PlanReport:
     """
     try:
         report = plan_workload(
-            config.workload, config.privacy, config.strategy_method, config.domain, config.name
+            config.workload,
+            config.measurement_privacy,
+            config.strategy_method,
+            config.domain,
+            config.name,
         )
     except TooLargeError as error:
         raise ConfigError(
             f"{config.path}: strategy.method: '{config.strategy_method}' cannot build a "
             f"strategy for this workload ({error})"
         ) from error
+    notes = [
+        f"group '{config.workload[index].name}': θ is chosen from the data by "
+        f"{choice.method} with {choice.share} of ε when released; this plan bounds a record "
+        "by the top bucket weight and uses the remaining ε"
+        for index, choice in config.private_thresholds
+    ]
+    if notes:
+        total = replace(report.total, notes=(*report.total.notes, *notes))
+        report = replace(report, total=total)
     return replace(report, config_path=str(config.path), config_sha256=config.sha256)

@@ -1,7 +1,9 @@
 """The ``dpmm-release`` flow: one release, each pipeline stage a named task.
 
-The stages are :mod:`dpmm.pipeline`'s functions. Ingest (``ingest-histogram``) runs on
-the flow's Dask task runner and counts partitions on that cluster; the other stages run
+The stages are :mod:`dpmm.pipeline`'s functions. Ingest (``ingest-histogram``) and, for a
+config with private truncation thresholds, the bucket count they are drawn from
+(``count-threshold-buckets``) run on the flow's Dask task runner and count partitions on
+that cluster; the threshold draw (``choose-threshold``) and the other stages run
 in the flow's process, one after the other, so the ledger and the measurement store are
 only touched there. Retries are safe: a re-run of the flow resumes the open run and reuses
 its persisted measurement (DESIGN §5 rule 4); Prefect's cache is never used for it.
@@ -31,6 +33,7 @@ from dpmm.pipeline import (
     rerun_post_processing,
     run_release,
 )
+from dpmm.pipeline.threshold_stage import COUNT_STAGE, bucket_counts
 from dpmm.privacy.ledger_schema import decimal_text
 from dpmm.release.catalog import budget_text
 from flows.cluster import task_runner
@@ -43,6 +46,17 @@ def _ingest_on_cluster(*args: Any, **kwargs: Any) -> Any:
     with get_dask_client() as client:
         kwargs["client"] = client
         return count_input(*args, **kwargs)
+
+
+def _count_buckets_on_cluster(*args: Any, **kwargs: Any) -> Any:
+    """Count the people per bucket of the private thresholds' attributes on the cluster."""
+    with get_dask_client() as client:
+        kwargs["client"] = client
+        return bucket_counts(*args, **kwargs)
+
+
+#: Stages whose data-parallel counting is submitted to the task runner's cluster.
+_ON_CLUSTER = {"ingest-histogram": _ingest_on_cluster, COUNT_STAGE: _count_buckets_on_cluster}
 
 
 def _bar(stage: str, unit: str) -> Callable[..., None]:
@@ -60,11 +74,16 @@ def _bar(stage: str, unit: str) -> Callable[..., None]:
 
 
 #: Stages that report steps, and what a step is.
-_STEPS = {"ingest-histogram": "files", "select-strategy": "candidates", "reconstruct": "steps"}
+_STEPS = {
+    "ingest-histogram": "files",
+    COUNT_STAGE: "files",
+    "select-strategy": "candidates",
+    "reconstruct": "steps",
+}
 
 
 def _stage(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
-    """Each stage is a task run named for operators; ingest runs on the Dask cluster."""
+    """Each stage is a task run named for operators; counting runs on the Dask cluster."""
     logger = get_run_logger()
 
     def run(*args: Any, **kwargs: Any) -> Any:
@@ -76,9 +95,9 @@ def _stage(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
         elif terminal:
             sys.stderr.write(f"  {name} ...")
             sys.stderr.flush()
-        if name == "ingest-histogram":
+        if name in _ON_CLUSTER:
             kwargs.pop("client", None)
-            submitted = task(_ingest_on_cluster, name=name, cache_policy=NO_CACHE)
+            submitted = task(_ON_CLUSTER[name], name=name, cache_policy=NO_CACHE)
             result = submitted.submit(*args, **kwargs).result()
         else:
             result = task(function, name=name, cache_policy=NO_CACHE)(*args, **kwargs)

@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import json
 import re
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -392,3 +393,158 @@ def test_epsilon_message_reads_as_documented(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_config(path)
     assert str(caught.value) == f"{path}: privacy.epsilon must be a positive finite number, got -1"
+
+
+# -- private truncation thresholds and person-level bounding ---------------------------------
+
+INCOME_DOMAIN = {
+    "attributes": [
+        {"name": "site", "size": 2},
+        {"name": "income", "size": 4, "bins": [0, 100, 200, 400, 800]},
+    ]
+}
+
+
+def _sums(truncation: object, privacy: object = None, **more: object) -> dict:
+    group = {"name": "sums", "kind": "prefix_sum", "attribute": "income", "truncation": truncation}
+    return with_changes(
+        domain=INCOME_DOMAIN,
+        privacy=privacy or {"epsilon": 1},
+        workload=[group],
+        strategy={"method": "auto"},
+        **more,
+    )
+
+
+def test_a_private_threshold_splits_the_budget_exactly(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, _sums({"method": "svt", "share": "1/10", "start": 100})))
+    ((index, choice),) = config.private_thresholds
+    assert index == 0 and choice.method == "svt" and choice.share == Fraction(1, 10)
+    assert config.measurement_privacy == PureDP("9/10")
+    assert config.threshold_privacy(choice.share) == PureDP("1/10")
+    # Until θ is drawn the group is untruncated: the top bucket weight bounds a record.
+    assert config.workload[0].spec["weights"] == [100.0, 200.0, 400.0, 800.0]
+
+
+def test_the_defaults_are_seed_003s(tmp_path: Path) -> None:
+    from dpmm.sums import thresholds
+
+    domain = {"attributes": [{"name": "income", "size": 2, "bins": [0, 50_000, 100_000]}]}
+    document = with_changes(
+        domain=domain,
+        workload=[{"kind": "prefix_sum", "attribute": "income", "truncation": {"method": "svt"}}],
+    )
+    ((_, svt),) = load_config(write(tmp_path, document)).private_thresholds
+    assert (svt.share, svt.ratio, svt.growth, svt.start) == (
+        Fraction(1, 10),
+        thresholds.SVT_RATIO,
+        thresholds.SVT_GROWTH,
+        thresholds.SVT_START,
+    )
+    document["workload"][0]["truncation"] = {"method": "recursive"}
+    ((_, recursive),) = load_config(write(tmp_path, document)).private_thresholds
+    assert (recursive.floor, recursive.shift) == (
+        thresholds.RECURSIVE_FLOOR,
+        thresholds.RECURSIVE_SHIFT,
+    )
+
+
+def test_a_public_threshold_spends_the_whole_budget_on_the_measurement(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, _sums({"threshold": 300})))
+    assert config.private_thresholds == () and config.measurement_privacy == PureDP(1)
+
+
+SUMS = "workload[0].truncation"
+BAD_THRESHOLDS = {
+    "unknown method": ({"method": "median"}, f"{SUMS}.method: unknown method 'median'"),
+    "share of one": ({"method": "svt", "share": 1, "start": 100}, f"{SUMS}.share: must be below 1"),
+    "negative share": ({"method": "svt", "share": -0.1, "start": 100}, f"{SUMS}.share"),
+    "share not a number": ({"method": "svt", "share": "some", "start": 100}, f"{SUMS}.share"),
+    "ratio of one": ({"method": "svt", "ratio": 1, "start": 100}, f"{SUMS}.ratio"),
+    "growth of one": ({"method": "svt", "growth": 1, "start": 100}, f"{SUMS}.growth"),
+    "start at the top": ({"method": "svt", "start": 800}, f"{SUMS}.start: must be an integer"),
+    "start below every bucket": ({"method": "svt", "start": 50}, f"{SUMS}.start"),
+    "start not an integer": ({"method": "svt", "start": 150.5}, f"{SUMS}.start"),
+    "floor at the top": ({"method": "recursive", "floor": 900}, f"{SUMS}.floor"),
+    "shift not finite": (
+        {"method": "recursive", "floor": 100, "shift": float("nan")},
+        f"{SUMS}.shift",
+    ),
+    "svt key on recursive": (
+        {"method": "recursive", "floor": 100, "start": 100},
+        f"{SUMS}.start: unknown key for method recursive",
+    ),
+    "threshold beside a method": (
+        {"method": "svt", "start": 100, "threshold": 300},
+        f"{SUMS}.threshold: unknown key for method svt",
+    ),
+}
+
+
+@pytest.mark.parametrize(("truncation", "message"), BAD_THRESHOLDS.values(), ids=BAD_THRESHOLDS)
+def test_a_bad_private_threshold_names_its_key(tmp_path: Path, truncation, message) -> None:
+    path = write(tmp_path, _sums(truncation))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value).startswith(f"{path}: ")
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_private_thresholds_need_pure_epsilon(tmp_path: Path) -> None:
+    path = write(tmp_path, _sums({"method": "svt", "start": 100}, privacy={"rho": 1}))
+    with pytest.raises(ConfigError, match=re.escape(f"{SUMS}.method: a threshold chosen")):
+        load_config(path)
+
+
+def test_the_shares_must_leave_budget_for_the_measurement(tmp_path: Path) -> None:
+    document = _sums({"method": "svt", "share": "1/2", "start": 100})
+    second = {
+        **document["workload"][0],
+        "name": "again",
+        "truncation": {"method": "recursive", "share": "1/2", "floor": 100},
+    }
+    document["workload"].append(second)
+    with pytest.raises(ConfigError, match=re.escape("workload[1].truncation.share: the private")):
+        load_config(write(tmp_path, document))
+
+
+def test_the_schema_takes_private_thresholds_and_person(tmp_path: Path) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    good = _sums({"method": "svt", "share": "1/10", "ratio": 0.998, "start": 100})
+    good["data"] = {"path": "x.parquet", "person": "zper"}
+    validator.validate(good)
+    validator.validate(_sums({"method": "recursive", "share": 0.25, "floor": 100}))
+    for bad in (
+        {"method": "svt", "floor": 100},
+        {"method": "median"},
+        {"threshold": 1, "share": 1},
+    ):
+        assert not validator.is_valid(_sums(bad)), bad
+
+
+def test_data_person_is_read(tmp_path: Path) -> None:
+    document = _sums({"threshold": 300}, data={"path": "x.parquet", "person": " zper "})
+    assert load_config(write(tmp_path, document)).data.person == "zper"
+    assert (
+        load_config(
+            write(tmp_path, _sums({"threshold": 300}, data={"path": "x.parquet"}))
+        ).data.person
+        is None
+    )
+
+
+@pytest.mark.parametrize(
+    ("person", "message"),
+    [
+        ("", "data.person: must be the name of the column"),
+        (["zper"], "data.person: must be the name of the column"),
+        ("income", "data.person: column 'income' holds attribute 'income'"),
+    ],
+)
+def test_a_bad_person_column_names_the_key(tmp_path: Path, person, message) -> None:
+    path = write(tmp_path, _sums({"threshold": 300}, data={"path": "x.parquet", "person": person}))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value).startswith(f"{path}: ") and message in str(caught.value)

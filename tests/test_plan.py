@@ -16,6 +16,7 @@ from dpmm.config import load_config
 from dpmm.error import expected_error, identity_error, svd_bound
 from dpmm.errors import ConfigError, TooLargeError
 from dpmm.plan import PlanReport, plan
+from dpmm.privacy import PureDP
 from dpmm.workload import stack
 
 from .conftest import assert_plan_keys
@@ -220,3 +221,30 @@ def test_plan_logs_progress_and_does_not_print(
     assert any("strategy" in record.getMessage() for record in caplog.records)
     assert all(record.name == "dpmm.plan" for record in caplog.records)
     assert capsys.readouterr() == ("", "")
+
+
+def test_a_private_threshold_is_planned_on_the_measurement_budget_with_a_note(
+    tmp_path: Path,
+) -> None:
+    document = {
+        "name": "sums",
+        "domain": {"attributes": [{"name": "income", "size": 4, "bins": [0, 10, 20, 40, 80]}]},
+        "privacy": {"epsilon": 1},
+        "workload": [
+            {
+                "name": "income-sums",
+                "kind": "prefix_sum",
+                "attribute": "income",
+                "truncation": {"method": "svt", "share": "1/4", "start": 10},
+            }
+        ],
+        "strategy": {"method": "identity"},
+    }
+    path = tmp_path / "sums.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    config = load_config(path)
+    report = plan(config)
+    W = config.workload[0].matrix.dense()
+    expected = dense_error(W, np.eye(4), PureDP("3/4"))
+    assert report.total.total_squared_error == pytest.approx(expected, rel=1e-9)
+    assert any("chosen from the data by svt with 1/4 of ε" in note for note in report.total.notes)

@@ -7,8 +7,12 @@
       format: parquet               # optional: parquet or csv; inferred from the suffix
       columns: {income>50K: income} # optional: attribute -> column; default the attribute name
       bad_rows: reject              # optional: reject (default) or drop
+      person: zper                  # optional: the column naming the person of each row
 
-A relative local path is read relative to the config file's folder.
+A relative local path is read relative to the config file's folder. With ``person``, a
+person's rows are combined into one record before counting (each ``prefix_sum``
+attribute summed, every other attribute the same on all of the person's rows; see
+:mod:`dpmm.pipeline.persons`); without it, each row is one record.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ __all__ = ["BAD_ROWS", "FORMATS", "DataSpec", "data_spec_from_config", "infer_fo
 FORMATS = ("parquet", "csv")
 #: What to do with a row whose value does not fit the domain.
 BAD_ROWS = ("reject", "drop")
-SECTION_KEYS = ("path", "format", "columns", "bad_rows")
+SECTION_KEYS = ("path", "format", "columns", "bad_rows", "person")
 _SUFFIXES = {".parquet": "parquet", ".parq": "parquet", ".pq": "parquet", ".csv": "csv"}
 
 
@@ -67,6 +71,7 @@ class DataSpec:
         columns: ``(attribute, column)`` pairs for attributes whose column has another name.
         bad_rows: ``reject`` raises on the first bad value; ``drop`` skips such rows
             and counts them in the ingest report.
+        person: The column naming each row's person (rows combined per person), or None.
 
     Example:
         >>> spec = DataSpec("adult.csv", columns=(("income>50K", "income"),))
@@ -78,6 +83,7 @@ class DataSpec:
     format: str = ""
     columns: tuple[tuple[str, str], ...] = ()
     bad_rows: str = "reject"
+    person: str | None = None
     _columns: Mapping[str, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -96,6 +102,11 @@ class DataSpec:
             raise ConfigError(
                 f"data.bad_rows: must be one of: {', '.join(BAD_ROWS)}, "
                 f"got {describe_value(self.bad_rows)}"
+            )
+        if self.person is not None and (not isinstance(self.person, str) or not self.person):
+            raise ConfigError(
+                f"data.person: must be the name of the column naming each row's person, "
+                f"got {describe_value(self.person)}"
             )
         pairs = tuple((str(a), str(c)) for a, c in dict(self.columns).items())
         object.__setattr__(self, "columns", pairs)
@@ -164,9 +175,16 @@ def data_spec_from_config(section: Mapping[str, Any], *, base_dir: Path) -> Data
         raise ConfigError(
             f"data.bad_rows: must be one of: {', '.join(BAD_ROWS)}, got {describe_value(bad_rows)}"
         )
+    person = section.get("person")
+    if person is not None and (not isinstance(person, str) or not person.strip()):
+        raise ConfigError(
+            "data.person: must be the name of the column naming each row's person, "
+            f"got {describe_value(person)}"
+        )
     return DataSpec(
         location=_resolve(path.strip(), base_dir),
         format=fmt.lower(),
         columns=tuple(columns.items()),
         bad_rows=bad_rows,
+        person=None if person is None else person.strip(),
     )

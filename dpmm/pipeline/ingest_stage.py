@@ -5,6 +5,9 @@ domains are released only through a union-of-marginals strategy whose workload g
 all read marginal tables: then only those tables are counted, never the vector.
 :func:`counting_plan` decides this from the config and strategy alone, so an impossible
 release is refused before any budget is reserved.
+
+With ``data.person`` set, each person's rows are first combined into one record
+(:mod:`dpmm.pipeline.persons`); the records are then counted the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dpmm.data.execute import Progress
 from dpmm.errors import ConfigError
 from dpmm.linalg import Marginals
 from dpmm.measure.tables import MarginalCounts, strategy_tables
+from dpmm.pipeline.persons import count_people, summed_attributes
 from dpmm.pipeline.strategy_stage import ChosenStrategy
 from dpmm.workload.table_form import table_form
 
@@ -133,6 +137,8 @@ def count_input(
     plan = counting_plan(config, strategy)
     source = open_source(config.data)
     fingerprint = _fingerprint(source)
+    if config.data.person is not None:
+        return _count_people(config, strategy, plan, source, fingerprint, client, progress)
     if plan == "vector":
         counted = histogram(source, config.domain, client=client, progress=progress)
         vector = counted.counts
@@ -153,3 +159,31 @@ def count_input(
     }
     counts = MarginalCounts(tuple(config.domain.shape), tables)
     return Counts(None, counts, counted.report, fingerprint, len(source.partitions))
+
+
+def _count_people(
+    config: ReleaseConfig,
+    strategy: ChosenStrategy,
+    plan: str,
+    source: Any,
+    fingerprint: str,
+    client: Any,
+    progress: Progress | None,
+) -> Counts:
+    """Counts of the records combined per person (``data.person``)."""
+    names = config.domain.attributes
+    index_sets = strategy_tables(strategy.quantized.integer) if plan == "tables" else None
+    counted = count_people(
+        source,
+        config.domain,
+        summed=summed_attributes(config.workload),
+        sets=None if index_sets is None else [tuple(names[i] for i in s) for s in index_sets],
+        client=client,
+        progress=progress,
+    )
+    partitions = len(source.partitions)
+    if index_sets is None:
+        return Counts(counted.vector, None, counted.report, fingerprint, partitions)
+    tables = {attrs: counted.tables[tuple(names[i] for i in attrs)] for attrs in index_sets}
+    counts = MarginalCounts(tuple(config.domain.shape), tables)
+    return Counts(None, counts, counted.report, fingerprint, partitions)

@@ -1,4 +1,4 @@
-"""The release pipeline in order: reserve → strategy → ingest → measure → reconstruct → write.
+"""The release pipeline: reserve → [thresholds] → strategy → ingest → measure → reconstruct → write.
 
 :func:`run_release` is the whole pipeline as plain function calls; the Prefect flow in
 ``flows/release.py`` runs the same sequence, each stage a named task, by passing a
@@ -8,6 +8,12 @@ Failure rules (DESIGN §5): anything that fails before noise is drawn cancels th
 reservation and leaves no files; a crash (a killed process) leaves the run open, and
 running the same config again resumes it, reusing its reservation, strategy and
 persisted measurement, so the budget is spent once.
+
+A config with private truncation thresholds (``prefix_sum`` groups with
+``truncation: {method: svt|recursive}``) has them drawn after the reservation and before
+the strategy is selected (:mod:`dpmm.pipeline.threshold_stage`); the measurement then
+spends the rest of the budget. Once a threshold's noise is drawn, a failure leaves the run
+open like a crash: running the same config again resumes it with the same θ.
 """
 
 from __future__ import annotations
@@ -30,6 +36,15 @@ from dpmm.pipeline.ingest_stage import Counts, check_countable, count_input, cou
 from dpmm.pipeline.reconstruct_stage import Reconstruction, check_reconstructable, reconstruct
 from dpmm.pipeline.run_state import ReleaseRun, open_run
 from dpmm.pipeline.strategy_stage import ChosenStrategy, choose_strategy
+from dpmm.pipeline.threshold_stage import (
+    COUNT_STAGE,
+    THRESHOLD_STAGE,
+    apply_thresholds,
+    bucket_counts,
+    draw_thresholds,
+    recorded_thresholds,
+    threshold_manifest,
+)
 from dpmm.pipeline.write_stage import ReleaseInput, build_manifest, write_release
 from dpmm.privacy.ledger import Ledger
 from dpmm.release import load_manifest, read_measurements
@@ -70,12 +85,37 @@ def open_ledger(config: ReleaseConfig) -> Ledger:
 
 
 def _abandon(run: ReleaseRun, ledger: Ledger) -> None:
-    """Undo a run that failed before drawing noise: cancel its budget, remove its folder."""
-    if ledger.status(run.reservation) == "reserved":
+    """Undo a run that failed before drawing noise: cancel its budget, remove its folder.
+
+    A run that drew a threshold's noise stays open (its θ is persisted and spent): running
+    the same config again resumes it, as after a crash.
+    """
+    drawn = any(ledger.status(held) != "reserved" for held in run.thresholds.values())
+    if ledger.status(run.reservation) == "reserved" and not drawn:
+        for held in run.thresholds.values():
+            ledger.cancel(held)
         ledger.cancel(run.reservation)
         run.discard()
     else:
+        if drawn and ledger.status(run.reservation) == "reserved":
+            log.warning("a threshold was drawn; the run stays open to be resumed: %s", run.folder)
         run.close()
+
+
+def _thresholds(
+    config: ReleaseConfig,
+    run: ReleaseRun,
+    ledger: Ledger,
+    stage: Stage,
+    client: Any,
+    rng: np.random.Generator | None,
+) -> ReleaseConfig:
+    """The config at its private thresholds: those the run recorded, or drawn now."""
+    entries = recorded_thresholds(run)
+    if entries is None:
+        counts = stage(COUNT_STAGE, bucket_counts)(config, client=client)
+        entries = stage(THRESHOLD_STAGE, draw_thresholds)(config, counts, run, ledger, rng=rng)
+    return apply_thresholds(config, entries)
 
 
 def _measure_counts(
@@ -90,7 +130,7 @@ def _measure_counts(
     return measure(
         strategy.quantized,
         x,
-        config.privacy,
+        config.measurement_privacy,
         store=run.measurements,
         measurement_id=MEASUREMENT_ID,
         ledger=ledger,
@@ -164,6 +204,8 @@ def run_release(
     try:
         run = stage("reserve-budget", open_run)(config, ledger)
         try:
+            if config.private_thresholds:
+                config = _thresholds(config, run, ledger, stage, client, rng)
             strategy = stage("select-strategy", choose_strategy)(config, run_folder=run.folder)
             plan = counting_plan(config, strategy)
             check_reconstructable(strategy, plan)
@@ -181,6 +223,7 @@ def run_release(
             release_id=run.release_id,
             fingerprint=state.get("input_fingerprint", ""),
             partitions=int(state.get("partitions", 0)),
+            thresholds=_manifest_thresholds(config, state),
         )
         run.update(state="released", release=str(result[0]))
         run.close()
@@ -200,6 +243,7 @@ def _post_process(
     fingerprint: str,
     partitions: int,
     reused_from: str | None = None,
+    thresholds: dict[str, Any] | None = None,
 ) -> tuple[Path, Reconstruction, dict[str, Any]]:
     reconstruction = stage("reconstruct", reconstruct)(config, strategy, record, plan)
     manifest = build_manifest(
@@ -211,6 +255,7 @@ def _post_process(
         input_fingerprint=fingerprint,
         partitions=partitions,
         reused_from=reused_from,
+        thresholds=thresholds,
     )
     release = ReleaseInput(config, strategy, record, reconstruction)
     path = stage("write-release", write_release)(release, manifest)
@@ -231,6 +276,9 @@ def rerun_post_processing(
             f"{config.path}: domain: differs from the domain of {folder}, whose measurement "
             "is being post-processed"
         )
+    thresholds = manifest.get("thresholds")
+    if config.private_thresholds:
+        config = _earlier_thresholds(config, thresholds, folder)
     record = read_measurements(folder / manifest["measurement"]["file"])
     integer = load_matrix(folder / manifest["strategy"]["file"])
     quantized = QuantizedStrategy(integer, int(manifest["strategy"]["quantization_scale"]))
@@ -253,5 +301,27 @@ def rerun_post_processing(
         fingerprint=manifest["input"]["fingerprint"],
         partitions=int(manifest["input"]["partitions"]),
         reused_from=str(folder.resolve()),
+        thresholds=thresholds if config.private_thresholds else None,
     )
     return ReleaseResult(path, manifest["release_id"], False, strategy, reconstruction, written)
+
+
+def _manifest_thresholds(config: ReleaseConfig, state: dict[str, Any]) -> dict[str, Any] | None:
+    if not config.private_thresholds:
+        return None
+    return threshold_manifest(config, state["thresholds"])
+
+
+def _earlier_thresholds(
+    config: ReleaseConfig, section: dict[str, Any] | None, folder: Path
+) -> ReleaseConfig:
+    """The config at the θ an earlier version drew (post-processing draws nothing)."""
+    drawn = {entry["group"]: entry for entry in (section or {}).get("groups", [])}
+    names = [config.workload[index].name for index, _ in config.private_thresholds]
+    missing = [name for name in names if name not in drawn]
+    if missing:
+        raise ConfigError(
+            f"{config.path}: workload: group {missing[0]!r} has a private truncation threshold "
+            f"that {folder} did not draw; post-processing cannot choose one"
+        )
+    return apply_thresholds(config, drawn)

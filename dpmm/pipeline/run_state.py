@@ -2,7 +2,8 @@
 
 A run lives in ``<root>/<name>/.runs/<release id>/`` until its version is written::
 
-    run.json        config hash, dataset, reservation id, state (open, released, abandoned)
+    run.json        config hash, dataset, reservation ids, state (open, released, abandoned),
+                    and each private truncation threshold θ once drawn
     run.lock        held (flock) by the process running it
     strategy.npz    the strategy selected for it (a re-run measures exactly this one)
     measurements/   the measurement store (DESIGN §5 rule 4)
@@ -11,7 +12,9 @@ Starting a release first looks for an *open* run of the same config: a run that 
 after reserving, or after measuring, is resumed with its reservation, strategy and
 persisted measurement, so the budget is spent once. A run held by a live process is never
 shared: the second process stops before reading any data. Otherwise the budget is reserved
-in the ledger and a new run folder is created.
+in the ledger and a new run folder is created. A config with private truncation thresholds
+reserves one share per threshold besides the measurement's budget, all before any data is
+read; if one of them is refused, those already made are cancelled.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -56,6 +60,7 @@ class ReleaseRun:
         release_id: The ledger's release id of the run (``<name>-<time>-<random>``).
         reservation: The budget reserved for its measurement.
         resumed: True when an earlier, interrupted run is being continued.
+        thresholds: The budget reserved for each private truncation threshold, by group name.
     """
 
     folder: Path
@@ -63,6 +68,7 @@ class ReleaseRun:
     reservation: Reservation
     resumed: bool
     _lock: int = field(repr=False)
+    thresholds: dict[str, Reservation] = field(default_factory=dict)
 
     @property
     def measurements(self) -> Path:
@@ -130,12 +136,40 @@ def _resumable(config: ReleaseConfig, ledger: Ledger, runs: Path) -> ReleaseRun 
                 f"(run {folder.name}); wait for it to finish, then run it again"
             )
         reservation = ledger.reservation(state["reservation_id"])
+        thresholds = {
+            name: ledger.reservation(entry["reservation_id"])
+            for name, entry in state.get("thresholds", {}).items()
+        }
         if ledger.status(reservation) == "cancelled":
+            _cancel_reserved(ledger, thresholds.values())
             _write_state(folder, {**state, "state": "abandoned"})
             os.close(lock)
             continue
-        return ReleaseRun(folder, state["release_id"], reservation, True, lock)
+        return ReleaseRun(folder, state["release_id"], reservation, True, lock, thresholds)
     return None
+
+
+def _cancel_reserved(ledger: Ledger, reservations: Iterable[Reservation]) -> None:
+    """Cancel the reservations no noise was drawn for (a spent one stays spent)."""
+    for reservation in reservations:
+        if ledger.status(reservation) == "reserved":
+            ledger.cancel(reservation)
+
+
+def _reserve(
+    config: ReleaseConfig, ledger: Ledger, release_id: str
+) -> tuple[Reservation, dict[str, Reservation]]:
+    """The measurement's reservation and one per private threshold, or none of them."""
+    dataset = config.ledger.dataset
+    thresholds: dict[str, Reservation] = {}
+    try:
+        for index, choice in config.private_thresholds:
+            budget = config.threshold_privacy(choice.share)
+            thresholds[config.workload[index].name] = ledger.reserve(dataset, budget, release_id)
+        return ledger.reserve(dataset, config.measurement_privacy, release_id), thresholds
+    except BaseException:
+        _cancel_reserved(ledger, thresholds.values())
+        raise
 
 
 def open_run(config: ReleaseConfig, ledger: Ledger) -> ReleaseRun:
@@ -155,7 +189,7 @@ def open_run(config: ReleaseConfig, ledger: Ledger) -> ReleaseRun:
         release_id = f"{config.name}-{stamp}-{uuid.uuid4().hex[:8]}"
         # A refused reservation leaves the (empty) runs folder and its lock file: removing
         # them here would race with another process waiting on that lock.
-        reservation = ledger.reserve(config.ledger.dataset, config.privacy, release_id)
+        reservation, thresholds = _reserve(config, ledger, release_id)
         temporary = runs / f".new-{uuid.uuid4().hex}"
         temporary.mkdir()
         (temporary / "measurements").mkdir()
@@ -168,6 +202,9 @@ def open_run(config: ReleaseConfig, ledger: Ledger) -> ReleaseRun:
                 "config": str(config.path),
                 "dataset": config.ledger.dataset,
                 "reservation_id": reservation.id,
+                "thresholds": {
+                    name: {"reservation_id": held.id} for name, held in thresholds.items()
+                },
                 "created": datetime.now(UTC).isoformat(timespec="seconds"),
             },
         )
@@ -177,4 +214,4 @@ def open_run(config: ReleaseConfig, ledger: Ledger) -> ReleaseRun:
         lock = _try_lock(folder)
         if lock is None:  # pragma: no cover - the folder is new and the runs are locked
             raise ReleaseBusy(f"run {folder} was taken by another process")
-        return ReleaseRun(folder, release_id, reservation, False, lock)
+        return ReleaseRun(folder, release_id, reservation, False, lock, thresholds)

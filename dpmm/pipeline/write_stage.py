@@ -61,10 +61,15 @@ def build_manifest(
     input_fingerprint: str,
     partitions: int,
     reused_from: str | None = None,
+    thresholds: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The manifest of a release (``version`` and ``files`` are added by the writer)."""
+    """The manifest of a release (``version`` and ``files`` are added by the writer).
+
+    ``thresholds`` is the section of private truncation thresholds
+    (:func:`dpmm.pipeline.threshold_stage.threshold_manifest`), when the config has any.
+    """
     integer = strategy.quantized.integer
-    return {
+    manifest = {
         "release_id": release_id,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "config": {
@@ -117,6 +122,9 @@ def build_manifest(
             **{package: _version(package) for package in _SOFTWARE},
         },
     }
+    if thresholds is not None:
+        manifest["thresholds"] = thresholds
+    return manifest
 
 
 class ReleaseInput:

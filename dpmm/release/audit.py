@@ -6,13 +6,16 @@ failed check is a one-sentence finding, never an exception:
 1. ``manifest`` — ``manifest.json`` parses and has the known format;
 2. ``files`` — every listed file has its recorded size and sha256, nothing else is there;
 3. ``strategy`` — ``strategy.npz`` loads, and its fingerprint and shape are the manifest's;
-4. ``sensitivity`` — recomputed exactly from the loaded strategy, it is the manifest's;
+4. ``sensitivity`` — recomputed exactly from the loaded strategy, it is the manifest's; a
+   private truncation threshold θ (manifest ``thresholds``) is the one its workload group
+   was built with, each bucket weighing ``min(upper bin edge, θ)``;
 5. ``noise`` — the Laplace scale or Gaussian σ² recomputed from the sensitivity and budget
    is the manifest's, and a Gaussian's guarantee is within the budget;
 6. ``measurements`` — ``measurements.parquet`` reads (its values match their count and
    sha256) and its header agrees with the manifest;
 7. ``ledger`` — the ledger's hash chain verifies and the release's reservation exists, is
-   for the dataset and the budget, and is spent.
+   for the dataset and the budget, and is spent; so is each private threshold's
+   reservation, and thresholds plus measurement add up to the config's budget.
 
 A check that needs the result of an earlier one that failed fails as "not checked".
 """
@@ -34,7 +37,7 @@ from dpmm.linalg import Matrix, Weighted
 from dpmm.measure.exact import ExactStrategy, MeasurementError, analyze_strategy
 from dpmm.privacy.accounting import discrete_gaussian_zcdp, gaussian_sigma2, laplace_scale
 from dpmm.privacy.ledger import Ledger, LedgerTampered
-from dpmm.privacy.params import ZCDP, PureDP
+from dpmm.privacy.params import ZCDP, PureDP, privacy_from_config
 from dpmm.release.catalog import load_manifest
 from dpmm.release.tables import privacy_from_dict, read_measurements
 from dpmm.release.writer import MANIFEST_NAME
@@ -220,7 +223,30 @@ def _check_sensitivity(state: _State) -> str:
     if derived != recorded:
         raise _FailedCheckError(f"the strategy's {what} is {derived}, the manifest says {recorded}")
     state.sensitivity = derived
-    return f"the strategy's {what} is {derived}, as recorded"
+    return f"the strategy's {what} is {derived}, as recorded" + _check_threshold_weights(manifest)
+
+
+def _check_threshold_weights(manifest: dict[str, object]) -> str:
+    """Each private θ is the one its group's bucket weights were truncated at."""
+    if "thresholds" not in manifest:
+        return ""
+    groups = {g["name"]: g["spec"] for g in _field(manifest, "workload.groups")}
+    attributes = {a["name"]: a for a in _field(manifest, "domain.attributes")}
+    chosen = _field(manifest, "thresholds.groups")
+    for entry in chosen:
+        name, theta = entry["group"], float(entry["threshold"])
+        spec = groups.get(name)
+        if spec is None or spec.get("truncation", {}).get("threshold") != theta:
+            raise _FailedCheckError(
+                f"workload group {name!r} was not built with its recorded threshold {theta:g}"
+            )
+        bins = attributes[spec["attribute"]]["bins"]
+        expected = [min(float(edge), theta) for edge in bins[1:]]
+        if [float(w) for w in spec["weights"]] != expected:
+            raise _FailedCheckError(
+                f"workload group {name!r} does not weigh its buckets min(bin edge, θ = {theta:g})"
+            )
+    return f"; {len(chosen)} private threshold(s) match their groups' weights"
 
 
 def _check_noise(state: _State) -> str:
@@ -340,9 +366,49 @@ def _check_ledger(state: _State) -> str:
         status = opened.status(reservation_id)
         if status != "spent":
             raise _FailedCheckError(f"reservation {reservation_id} is {status}, not spent")
+        thresholds = _check_threshold_ledger(manifest, opened, dataset, release_id, budget)
     finally:
         opened.close()
-    return f"ledger verifies ({entries} entries); reservation {reservation_id} is spent"
+    return (
+        f"ledger verifies ({entries} entries); reservation {reservation_id} is spent" + thresholds
+    )
+
+
+def _check_threshold_ledger(
+    manifest: dict[str, object],
+    opened: Ledger,
+    dataset: str,
+    release_id: object,
+    measurement: PureDP | ZCDP,
+) -> str:
+    """Each private threshold's reservation is spent, and the split adds up to the budget."""
+    if "thresholds" not in manifest:
+        return ""
+    total = privacy_from_config(_field(manifest, "config.document.privacy"))
+    if privacy_from_dict(_field(manifest, "thresholds.total_budget")) != total:
+        raise _FailedCheckError("the manifest's thresholds.total_budget is not the config's")
+    reserved = {e.reservation_id: e for e in opened.history(dataset) if e.kind == "reserve"}
+    used = measurement.epsilon if isinstance(measurement, PureDP) else None
+    chosen = _field(manifest, "thresholds.groups")
+    for entry in chosen:
+        held = reserved.get(entry["reservation_id"])
+        budget = privacy_from_dict(entry["budget"])
+        if held is None or held.release_id != release_id or held.budget != budget:
+            raise _FailedCheckError(
+                f"the threshold of group {entry['group']!r} has no reservation of "
+                f"{budget.to_dict()} for release {release_id!r} in ledger {opened.path}"
+            )
+        status = opened.status(held.reservation_id)
+        if status != "spent":
+            raise _FailedCheckError(
+                f"the threshold reservation {held.reservation_id} is {status}, not spent"
+            )
+        used = None if used is None or not isinstance(budget, PureDP) else used + budget.epsilon
+    if not isinstance(total, PureDP) or used != total.epsilon:
+        raise _FailedCheckError(
+            f"thresholds and measurement spend ε = {used}, not the config's budget {total}"
+        )
+    return f"; {len(chosen)} threshold reservation(s) spent, adding up to ε = {total.epsilon}"
 
 
 _STEPS: tuple[tuple[str, Callable[[_State], str]], ...] = (

@@ -113,7 +113,9 @@ def svt_threshold(
     sensitivity = max(kept.numerator, kept.denominator - kept.numerator)
     with charge(ledger, dataset, release_id, share * count) as step:
         people = np.asarray(counts, dtype=np.int64)
-        below = np.cumsum(people)[np.searchsorted(bounds, candidates, side="right") - 1]
+        # People in buckets whose weight is at most the candidate (none below the first).
+        last = np.searchsorted(bounds, candidates, side="right") - 1
+        below = np.where(last >= 0, np.cumsum(people)[np.maximum(last, 0)], 0)
         queries = kept.denominator * below - kept.numerator * int(people.sum())
         step.drawing()
         threshold = noise.laplace(2 * sensitivity / share, count)

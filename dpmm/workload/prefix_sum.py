@@ -13,10 +13,15 @@ Config::
       attribute: income          # needs numeric bins starting at or above 0
       by: [sex]                  # optional, as for prefix
       truncation: {threshold: 50000}   # optional public bound on each record's value
+      # or a bound chosen from the data, spending a share of the release's ε on it:
+      # truncation: {method: svt, share: 1/10, ratio: 0.998, growth: 1.2, start: 50000}
+      # truncation: {method: recursive, share: 1/10, floor: 50000, shift: 0.5}
 
-A threshold chosen privately from the data (SVT or the recursive mechanism) spends budget
-before the strategy exists; :func:`dpmm.sums.answer_prefix_sums` runs those, releases take
-a public threshold.
+A private threshold (seed 003's SVT or recursive mechanism) is drawn by the release
+pipeline before its strategy is selected (:mod:`dpmm.pipeline.threshold_stage`). Until then
+the group is built untruncated — every bucket weighs its upper bound, the largest bound
+being the per-record sensitivity — which is also what ``dpmm plan`` shows; its spec holds
+the method (:class:`PrivateTruncation`) and the pipeline rebuilds it with ``{threshold: θ}``.
 
 Example:
     >>> from dpmm.domain import Domain
@@ -30,38 +35,183 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
 from numbers import Real
 from typing import Any
 
 import numpy as np
 
 from dpmm.domain import Attribute, Domain
-from dpmm.errors import ConfigError
+from dpmm.errors import ConfigError, PrivacyParameterError, describe_value
 from dpmm.linalg import Dense, Matrix
+from dpmm.privacy.params import exact_fraction
 
-__all__ = ["MAX_BUCKETS", "TRUNCATION_KEYS", "bucket_weights", "prefix_sum_group"]
+__all__ = [
+    "MAX_BUCKETS",
+    "PRIVATE_METHODS",
+    "TRUNCATION_KEYS",
+    "PrivateTruncation",
+    "bucket_weights",
+    "prefix_sum_group",
+    "private_truncation",
+]
 
 #: Most buckets of a prefix_sum attribute (its factor is a dense n × n matrix).
 MAX_BUCKETS = 4096
 
 TRUNCATION_KEYS = ("threshold",)
 
-#: Truncation methods that choose θ from the data, which a release does not run.
-PRIVATE_METHODS = ("svt", "recursive")
+#: Truncation methods that choose θ from the data, and the keys each takes.
+PRIVATE_METHODS = {
+    "svt": ("method", "share", "ratio", "growth", "start"),
+    "recursive": ("method", "share", "floor", "shift"),
+}
+
+# Seed 003's settings (the same values as dpmm.sums.thresholds, which this module cannot
+# import: dpmm.sums imports the strategy package, which imports the workload package).
+DEFAULT_SHARE = Fraction(1, 10)
+SVT_RATIO = Fraction(998, 1000)
+SVT_GROWTH = Fraction(6, 5)
+SVT_START = 50_000
+RECURSIVE_FLOOR = 50_000
+RECURSIVE_SHIFT = 0.5
 
 
-def _threshold(value: object, path: str) -> float:
+@dataclass(frozen=True)
+class PrivateTruncation:
+    """A threshold chosen from the data: the method, its budget share and its knobs.
+
+    Attributes:
+        method: ``svt`` or ``recursive``.
+        share: The fraction of the release's ε spent on the threshold (0 < share < 1).
+        ratio, growth, start: SVT's keep ratio ``r``, candidate growth ``c`` and first
+            candidate ``s``.
+        floor, shift: The recursive mechanism's smallest threshold ``θ₀`` and log shift ``μ``.
+
+    Example:
+        >>> weights = np.array([1e4, 1e5, 1e6])
+        >>> choice = PrivateTruncation.from_config({"method": "svt", "share": "1/5"}, weights, "t")
+        >>> choice.share, choice.to_dict()["ratio"]
+        (Fraction(1, 5), '499/500')
+    """
+
+    method: str
+    share: Fraction = DEFAULT_SHARE
+    ratio: Fraction = SVT_RATIO
+    growth: Fraction = SVT_GROWTH
+    start: int = SVT_START
+    floor: int = RECURSIVE_FLOOR
+    shift: float = RECURSIVE_SHIFT
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready truncation section (fractions as exact text), method's keys only."""
+        values = {
+            "method": self.method,
+            "share": str(self.share),
+            "ratio": str(self.ratio),
+            "growth": str(self.growth),
+            "start": self.start,
+            "floor": self.floor,
+            "shift": self.shift,
+        }
+        return {key: values[key] for key in PRIVATE_METHODS[self.method]}
+
+    @classmethod
+    def from_config(cls, value: Mapping, weights: np.ndarray, path: str) -> PrivateTruncation:
+        """Validate a ``{method: svt|recursive, ...}`` section; ``weights`` are the buckets'.
+
+        Raises:
+            ConfigError: naming ``<path>.<key>``: an unknown key, a share outside (0, 1), a
+                ratio outside (0, 1), a growth at or below 1, a start or floor that is not an
+                integer below the top bucket weight (SVT's start at least the smallest
+                one: a candidate below every weight would count no one), a shift that is
+                not finite.
+        """
+        method, top = value["method"], float(weights[-1])
+        allowed = PRIVATE_METHODS[method]
+        for key in value:
+            if key not in allowed:
+                raise ConfigError(
+                    f"{path}.{key}: unknown key for method {method} (allowed: {', '.join(allowed)})"
+                )
+        share = _fraction(value, "share", DEFAULT_SHARE, path)
+        if share >= 1:
+            raise ConfigError(f"{path}.share: must be below 1 (a fraction of ε), got {share}")
+        if method == "recursive":
+            floor = _integer_in(value, "floor", RECURSIVE_FLOOR, (1, top), path)
+            shift = value.get("shift", RECURSIVE_SHIFT)
+            if isinstance(shift, bool) or not isinstance(shift, Real) or not math.isfinite(shift):
+                raise ConfigError(f"{path}.shift: must be a finite number, got {shift!r}")
+            return cls(method, share, floor=floor, shift=float(shift))
+        ratio = _fraction(value, "ratio", SVT_RATIO, path)
+        if ratio >= 1:
+            raise ConfigError(f"{path}.ratio: must lie strictly between 0 and 1, got {ratio}")
+        growth = _fraction(value, "growth", SVT_GROWTH, path)
+        if growth <= 1:
+            raise ConfigError(f"{path}.growth: must be above 1, got {growth}")
+        start = _integer_in(value, "start", SVT_START, (math.ceil(weights[0]), top), path)
+        return cls(method, share, ratio=ratio, growth=growth, start=start)
+
+
+def _fraction(value: Mapping, key: str, default: Fraction, path: str) -> Fraction:
+    raw = value.get(key, default)
+    try:
+        return exact_fraction(raw, key)
+    except PrivacyParameterError:
+        raise ConfigError(
+            f"{path}.{key}: must be a positive exact number such as 1/10, got {describe_value(raw)}"
+        ) from None
+
+
+def _integer_in(
+    value: Mapping, key: str, default: int, limits: tuple[int, float], path: str
+) -> int:
+    """An integer ``low ≤ v < top``: at or above the top bucket weight nothing is truncated."""
+    raw, (low, top) = value.get(key, default), limits
+    low = max(low, 1)
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < low or raw >= top:
+        raise ConfigError(
+            f"{path}.{key}: must be an integer from {low} to below the top bucket weight "
+            f"{top:g}, got {describe_value(raw)}"
+        )
+    return raw
+
+
+def private_truncation(spec: Mapping[str, Any]) -> PrivateTruncation | None:
+    """The private truncation of a workload group's spec, or None (public or no threshold).
+
+    Example:
+        >>> private_truncation({"kind": "prefix_sum", "truncation": {"threshold": 5.0}}) is None
+        True
+    """
+    section = spec.get("truncation") if spec.get("kind") == "prefix_sum" else None
+    if not isinstance(section, Mapping) or section.get("method") not in PRIVATE_METHODS:
+        return None
+    return PrivateTruncation(
+        method=section["method"],
+        share=Fraction(section["share"]),
+        **{
+            key: (Fraction(section[key]) if key in ("ratio", "growth") else section[key])
+            for key in PRIVATE_METHODS[section["method"]][2:]
+        },
+    )
+
+
+def _truncation(value: object, weights: np.ndarray, path: str) -> float | PrivateTruncation:
+    """A public threshold θ, or the private method that will choose it."""
     if not isinstance(value, Mapping):
         raise ConfigError(f"{path}: must be a mapping like {{threshold: 50000}}, got {value!r}")
-    if "method" in value and value["method"] in PRIVATE_METHODS:
-        raise ConfigError(
-            f"{path}.method: a threshold chosen from the data ({value['method']}) spends budget "
-            "before the strategy exists and runs through dpmm.sums.answer_prefix_sums; a "
-            "release takes a public threshold: {threshold: <number>}"
-        )
+    if "method" in value:
+        if value["method"] not in PRIVATE_METHODS:
+            raise ConfigError(
+                f"{path}.method: unknown method {describe_value(value['method'])} "
+                f"(expected one of: {', '.join(PRIVATE_METHODS)}; or give {{threshold: θ}})"
+            )
+        return PrivateTruncation.from_config(value, weights, path)
     unknown = [key for key in value if key not in TRUNCATION_KEYS]
     if unknown:
-        raise ConfigError(f"{path}.{unknown[0]}: unknown key (allowed: threshold)")
+        raise ConfigError(f"{path}.{unknown[0]}: unknown key (allowed: threshold, or method)")
     if "threshold" not in value:
         raise ConfigError(f"{path}.threshold: is required")
     theta = value["threshold"]
@@ -107,9 +257,14 @@ def prefix_sum_group(entry: Mapping, domain: Domain, path: str) -> tuple[Matrix,
     weights = bucket_weights(domain[name], f"{path}.attribute")
     spec: dict[str, Any] = {"attribute": name}
     if "truncation" in entry:
-        theta = _threshold(entry["truncation"], f"{path}.truncation")
-        weights = np.minimum(weights, theta)
-        spec["truncation"] = {"threshold": theta}
+        chosen = _truncation(entry["truncation"], weights, f"{path}.truncation")
+        if isinstance(chosen, PrivateTruncation):
+            # θ is not known before the data: untruncated (the top bucket weight bounds a
+            # record) until the pipeline rebuilds the group with the θ it drew.
+            spec["truncation"] = chosen.to_dict()
+        else:
+            weights = np.minimum(weights, chosen)
+            spec["truncation"] = {"threshold": chosen}
     by: list[str] = []
     if "by" in entry:
         by = _attribute_list(domain, entry["by"], f"{path}.by")

@@ -54,6 +54,13 @@ def test_svt_returns_none_when_no_candidate_below_the_top_passes() -> None:
     assert svt_threshold(counts, BOUNDS, 10**9, start=10) is None
 
 
+def test_svt_counts_no_one_below_a_candidate_under_the_smallest_weight() -> None:
+    # Everyone in the top bucket: a candidate below every bucket weight has nobody under it
+    # (its bucket index would be -1, which once read the cumulative count of everyone).
+    counts = np.array([0, 0, 100])
+    assert svt_threshold(counts, np.array([10, 20, 30]), 10**9, ratio="0.9", start=5) is None
+
+
 def test_svt_draws_exact_discrete_laplace_with_the_seed_scales(monkeypatch) -> None:
     calls: list[tuple[Fraction, object]] = []
 

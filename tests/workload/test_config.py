@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from fractions import Fraction
 from functools import reduce
 
 import numpy as np
@@ -469,11 +470,16 @@ def test_prefix_sum_weights_buckets_by_their_truncated_upper_bounds():
         ),
         (
             {"kind": "prefix_sum", "attribute": "income", "truncation": {"method": "svt"}},
-            "a release takes a public threshold",
+            "workload[0].truncation.start: must be an integer from 10 to below the top bucket "
+            "weight 80, got 50000",
+        ),
+        (
+            {"kind": "prefix_sum", "attribute": "income", "truncation": {"method": "median"}},
+            "workload[0].truncation.method: unknown method 'median'",
         ),
         (
             {"kind": "prefix_sum", "attribute": "income", "truncation": {"theta": 5}},
-            "workload[0].truncation.theta: unknown key (allowed: threshold)",
+            "workload[0].truncation.theta: unknown key (allowed: threshold, or method)",
         ),
         (
             {"kind": "prefix_sum", "attribute": "income", "by": ["income"]},
@@ -484,3 +490,27 @@ def test_prefix_sum_weights_buckets_by_their_truncated_upper_bounds():
 def test_prefix_sum_bad_entries(entry, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         build(entry, INCOME)
+
+
+def test_prefix_sum_with_a_private_threshold_is_untruncated_until_theta_is_drawn():
+    from dpmm.workload.prefix_sum import private_truncation
+
+    truncation = {"method": "recursive", "share": "1/4", "floor": 15, "shift": 1}
+    group = build({"kind": "prefix_sum", "attribute": "income", "truncation": truncation}, INCOME)
+    weights = np.array([10.0, 20.0, 40.0, 80.0])
+    factor = np.tril(np.ones((4, 4))) * weights
+    np.testing.assert_allclose(
+        group.matrix.dense(), dense(np.ones((1, 2)), factor, np.ones((1, 2)))
+    )
+    assert group.spec["truncation"] == {
+        "method": "recursive",
+        "share": "1/4",
+        "floor": 15,
+        "shift": 1.0,
+    }
+    choice = private_truncation(group.spec)
+    assert choice.method == "recursive" and choice.share == Fraction(1, 4) and choice.floor == 15
+    public = build(
+        {"kind": "prefix_sum", "attribute": "income", "truncation": {"threshold": 30}}, INCOME
+    )
+    assert private_truncation(public.spec) is None
