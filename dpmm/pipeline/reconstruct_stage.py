@@ -29,6 +29,7 @@ from dpmm.reconstruct import (
     nnls,
     workload_answers,
 )
+from dpmm.reconstruct.choice import prefers_nnls
 from dpmm.strategy.selection import Progress
 from dpmm.workload.labels import query_labels
 from dpmm.workload.table_form import answer_from_tables, needed_tables, table_form
@@ -42,8 +43,10 @@ __all__ = [
     "reconstruct",
 ]
 
-#: ``auto`` reconstruction uses NNLS up to this many cells, least squares above (NNLS on
-#: 1.2·10⁶ cells takes minutes; least squares in the strategy's structure, seconds).
+#: ``auto`` reconstruction may use NNLS up to this many cells (when the strategy and the
+#: least-squares estimate call for it, see :mod:`dpmm.reconstruct.choice`), least squares
+#: above (NNLS on 1.2·10⁶ cells takes minutes; least squares in the strategy's structure,
+#: seconds).
 NNLS_LIMIT = 10**5
 #: Terms of the discrete Gaussian's variance series beyond this many σ are below 1e-300.
 _TAIL_SIGMAS = 40
@@ -117,7 +120,7 @@ def _method(config: ReleaseConfig, plan: str) -> str:
     if plan == "tables":
         return "least_squares"
     if chosen == "auto":
-        return "nnls" if config.domain.size <= NNLS_LIMIT else "least_squares"
+        return "auto" if config.domain.size <= NNLS_LIMIT else "least_squares"
     return chosen
 
 
@@ -128,14 +131,25 @@ def _from_vector(
     std: float,
     method: str,
     progress: Progress,
-) -> tuple[list[GroupAnswers], np.ndarray]:
+) -> tuple[list[GroupAnswers], np.ndarray, str]:
+    """The workload answers from the data-vector estimate, the estimate, and the solver used.
+
+    ``auto`` takes least squares, then NNLS when :func:`~dpmm.reconstruct.choice.prefers_nnls`
+    says the estimate looks sparse and the strategy aggregates cells.
+    """
     A = strategy.quantized.matrix
-    solve = nnls if method == "nnls" else least_squares
     steps = len(config.workload) + 1
     progress(0, steps, method)
     # NNLS keeps the least-squares total (post-processing): without it, clipping the
     # empty cells of sparse data biases every long range upwards.
-    estimate = solve(A, y, noise_std=std, total="estimated")
+    if method == "nnls":
+        estimate = nnls(A, y, noise_std=std, total="estimated")
+    else:
+        estimate = least_squares(A, y, noise_std=std)
+        if method == "auto":
+            method = "nnls" if prefers_nnls(A, estimate.x) else "least_squares"
+            if method == "nnls":
+                estimate = nnls(A, y, noise_std=std, total="estimated")
     groups = []
     for done, group in enumerate(config.workload, start=1):
         progress(done, steps, group.name)
@@ -151,7 +165,7 @@ def _from_vector(
             )
         )
     progress(steps, steps, "")
-    return groups, np.asarray(estimate.x, dtype=np.float64)
+    return groups, np.asarray(estimate.x, dtype=np.float64), method
 
 
 def _from_tables(
@@ -221,5 +235,5 @@ def reconstruct(
     if plan == "tables":
         groups, histogram = _from_tables(config, strategy, y, std, progress), None
     else:
-        groups, histogram = _from_vector(config, strategy, y, std, method, progress)
+        groups, histogram, method = _from_vector(config, strategy, y, std, method, progress)
     return Reconstruction(method, groups, histogram, time.perf_counter() - started)
