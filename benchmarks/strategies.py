@@ -7,11 +7,15 @@ variances), and for hdmm.md's 1-D and Kron workloads under Gaussian noise,
 method in a fresh process; the table shows the best method, its exact total
 squared error, the ratio to the anchor's measured error (goal ≤ 1.00 for
 HDMM, ≤ 1.001 for ResidualPlanner) or to the SVD bound (goal ≤ 1.05 for the
-Gaussian rows), the ratio to the SVD bound, the whole ``auto`` selection time
-and the best method's own time, the anchor's time, and the process's peak RSS.
+Gaussian rows), the ratio to the SVD bound, the time to build the workload,
+the whole ``auto`` selection time (wall clock, and the process's CPU time,
+which a machine shared with other jobs inflates less) and the best method's
+own time, the anchor's selection time, and the process's peak RSS. With
+``--repeat N`` every time is the median of N fresh processes.
 
 Usage:
-    python benchmarks/strategies.py [--rows NAME ...] [--skip NAME ...] [--json FILE]
+    python benchmarks/strategies.py [--rows NAME ...] [--skip NAME ...] [--repeat N]
+        [--json FILE]
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import argparse
 import json
 import multiprocessing as mp
 import resource
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -36,10 +41,12 @@ def _run_row(name: str, queue: mp.Queue) -> None:
     from dpmm.strategy import select_strategy
 
     row = next(r for r in ROWS if r.name == name)
-    W = row.build()
     start = time.perf_counter()
+    W = row.build()
+    build_seconds = time.perf_counter() - start
+    start, cpu_start = time.perf_counter(), time.process_time()
     selection = select_strategy(W, "auto", row.privacy)
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     bound = svd_bound(W, row.privacy)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     queue.put(
@@ -49,7 +56,9 @@ def _run_row(name: str, queue: mp.Queue) -> None:
             "strategy": repr(selection.strategy)[:80],
             "error": selection.chosen.error,
             "svd_bound": bound,
+            "build_seconds": build_seconds,
             "seconds": seconds,
+            "cpu_seconds": cpu_seconds,
             "method_seconds": selection.chosen.seconds,
             "peak_mb": peak_mb,
             "candidates": [c.to_dict() for c in selection.candidates],
@@ -57,14 +66,27 @@ def _run_row(name: str, queue: mp.Queue) -> None:
     )
 
 
-def measure(row: AnchorRow) -> dict:
-    """One row, in a fresh process (so peak memory is the row's own)."""
+def _measure_once(row: AnchorRow) -> dict:
     context = mp.get_context("spawn")
     queue = context.Queue()
     process = context.Process(target=_run_row, args=(row.name, queue))
     process.start()
     result = queue.get()
     process.join()
+    return result
+
+
+TIMES = ("build_seconds", "seconds", "cpu_seconds", "method_seconds", "peak_mb")
+
+
+def measure(row: AnchorRow, repeat: int = 1) -> dict:
+    """One row, in ``repeat`` fresh processes (so peak memory is the row's own); times are
+    the medians, the rest is the first run's (selection is deterministic)."""
+    runs = [_measure_once(row) for _ in range(repeat)]
+    result = dict(runs[0])
+    for key in TIMES:
+        result[key] = statistics.median(run[key] for run in runs)
+    result["runs"] = repeat
     return result
 
 
@@ -81,25 +103,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", nargs="*", help="only these rows (names as in the table)")
     parser.add_argument("--skip", nargs="*", default=[], help="rows to leave out")
+    parser.add_argument("--repeat", type=int, default=1, help="fresh processes per row (median)")
     parser.add_argument("--json", type=Path, help="also write every candidate's figures here")
     args = parser.parse_args()
     rows = [r for r in ROWS if (not args.rows or r.name in args.rows) and r.name not in args.skip]
     header = (
         "| row | anchor | best method | TSE | ratio to anchor | goal met | ratio to SVD bound "
-        "| auto s | method s | anchor s | peak MB |"
+        "| build s | auto s | auto CPU s | method s | anchor s | peak MB |"
     )
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
     results = []
     for row in rows:
-        result = measure(row)
+        result = measure(row, args.repeat)
         results.append(result)
         ratio, met = _goal(row, result)
         anchor_seconds = f"{row.anchor_seconds:g}" if row.anchor_seconds else ""
         print(
             f"| {row.name} | {row.anchor} | {result['method']} | {result['error']:.6g} | {ratio} "
-            f"| {met} | {result['error'] / result['svd_bound']:.3f} | {result['seconds']:.2f} "
-            f"| {result['method_seconds']:.2f} | {anchor_seconds} | {result['peak_mb']:.0f} |",
+            f"| {met} | {result['error'] / result['svd_bound']:.3f} "
+            f"| {result['build_seconds']:.2f} | {result['seconds']:.2f} "
+            f"| {result['cpu_seconds']:.2f} | {result['method_seconds']:.2f} | {anchor_seconds} "
+            f"| {result['peak_mb']:.0f} |",
             flush=True,
         )
     if args.json:

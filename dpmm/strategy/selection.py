@@ -5,6 +5,11 @@ error computed (``dpmm.error.expected_error``), and the least kept. Methods
 that do not apply to the workload (wrong structure, too large for the dense
 fallback they need, the wrong noise) are recorded with the reason, so
 ``dpmm plan`` can show what was tried, what each reached and what it cost.
+
+Where one candidate is a proven optimum for the workload and the noise (a
+:class:`ProvenOptimum`), no other can have a smaller expected error: it is run
+first, the baseline after it for reference, and every other candidate is
+recorded as not tried, with the reason.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from dpmm.errors import DpmmError
 from dpmm.linalg import Matrix
 from dpmm.privacy import PrivacyParameter
 
-__all__ = ["Candidate", "Selection", "select"]
+__all__ = ["Candidate", "ProvenOptimum", "Selection", "select"]
 
 logger = logging.getLogger("dpmm.strategy")
 
@@ -50,8 +55,21 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class ProvenOptimum:
+    """A candidate method whose strategy no other strategy beats on this workload and noise.
+
+    Attributes:
+        method: the candidate's name.
+        reason: why the others need not be tried; recorded as each one's ``skipped``.
+    """
+
+    method: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class Selection:
-    """The chosen candidate and every candidate tried, in the order tried."""
+    """The chosen candidate and every candidate, in the order they were listed."""
 
     chosen: Candidate
     candidates: tuple[Candidate, ...]
@@ -80,6 +98,25 @@ def _attempt(name: str, method: Method, W: Matrix, privacy: PrivacyParameter) ->
     return Candidate(name, time.perf_counter() - start, strategy, error)
 
 
+def _best(candidates: Sequence[Candidate]) -> Candidate | None:
+    """The least error; ties keep the earlier candidate."""
+    chosen: Candidate | None = None
+    least = math.inf
+    for candidate in candidates:
+        if candidate.error is not None and (chosen is None or candidate.error < least):
+            chosen, least = candidate, candidate.error
+    return chosen
+
+
+def _log(candidate: Candidate) -> None:
+    logger.info(
+        "strategy candidate %s: %s in %.2f s",
+        candidate.method,
+        candidate.skipped or f"expected total squared error {candidate.error:.6g}",
+        candidate.seconds,
+    )
+
+
 def select(
     W: Matrix,
     privacy: PrivacyParameter,
@@ -87,6 +124,7 @@ def select(
     order: Sequence[str],
     *,
     progress: Progress | None = None,
+    proven: ProvenOptimum | None = None,
 ) -> Selection:
     """Run ``methods[name]`` for every name in ``order`` and keep the least expected error.
 
@@ -94,32 +132,71 @@ def select(
     earlier); it must apply, so a selection always has a strategy. ``progress`` is
     called with ``(candidates done, total, next candidate's name)``.
 
+    With ``proven``, that candidate runs first and, if it applies, only the first name
+    runs after it (so the record still shows the baseline's error); every other name is
+    recorded as skipped with ``proven.reason``. If it does not apply, every name runs.
+
     Raises:
-        DpmmError: the first method does not apply to ``W``.
+        DpmmError: the first method does not apply to ``W`` (and no proven optimum
+            applies), or ``proven.method`` is not in ``order``.
     """
-    candidates = []
-    chosen: Candidate | None = None
-    for done, name in enumerate(order):
-        if progress is not None:
-            progress(done, len(order), name)
-        candidate = _attempt(name, methods[name], W, privacy)
-        candidates.append(candidate)
-        logger.info(
-            "strategy candidate %s: %s in %.2f s",
-            name,
-            candidate.skipped or f"expected total squared error {candidate.error:.6g}",
-            candidate.seconds,
-        )
-        if candidate.error is None:
-            if chosen is None:
-                raise DpmmError(
-                    f"The baseline strategy method '{name}' does not apply: {candidate.skipped}"
-                )
-            continue
-        if chosen is None or candidate.error < chosen.error:  # type: ignore[operator]
-            chosen = candidate
-    if chosen is None:
+    if not order:
         raise DpmmError("No strategy method was given to choose from")
+    done: dict[str, Candidate] = {}
+    if proven is not None:
+        if proven.method not in order:
+            raise DpmmError(f"The proven optimum '{proven.method}' is not a candidate")
+        if progress is not None:
+            progress(0, 1 if order[0] == proven.method else 2, proven.method)
+        optimum = _attempt(proven.method, methods[proven.method], W, privacy)
+        _log(optimum)
+        if optimum.error is not None:
+            return _settled(W, privacy, methods, order, proven, optimum, progress)
+        logger.info("the proven optimum %s does not apply: trying every candidate", proven.method)
+        done[proven.method] = optimum
+    candidates = []
+    for count, name in enumerate(order):
+        if progress is not None:
+            progress(count, len(order), name)
+        candidate = done.get(name) or _attempt(name, methods[name], W, privacy)
+        candidates.append(candidate)
+        _log(candidate)
+        if count == 0 and candidate.error is None:
+            raise DpmmError(
+                f"The baseline strategy method '{name}' does not apply: {candidate.skipped}"
+            )
+    chosen = _best(candidates)
+    if chosen is None:  # pragma: no cover - the baseline applied
+        raise DpmmError("No strategy method applies")
     if progress is not None:
         progress(len(order), len(order), chosen.method)
     return Selection(chosen, tuple(candidates))
+
+
+def _settled(
+    W: Matrix,
+    privacy: PrivacyParameter,
+    methods: Mapping[str, Method],
+    order: Sequence[str],
+    proven: ProvenOptimum,
+    optimum: Candidate,
+    progress: Progress | None,
+) -> Selection:
+    """The proven optimum, the baseline for reference, and the rest recorded as not tried."""
+    tried = {proven.method: optimum}
+    baseline = order[0]
+    if baseline != proven.method:
+        if progress is not None:
+            progress(1, 2, baseline)
+        tried[baseline] = _attempt(baseline, methods[baseline], W, privacy)
+        _log(tried[baseline])
+    candidates = tuple(
+        tried.get(name) or Candidate(name, 0.0, skipped=proven.reason) for name in order
+    )
+    # Never worse than the baseline, even by rounding: ties keep the earlier (the baseline).
+    chosen = _best(candidates)
+    if chosen is None:  # pragma: no cover - the optimum applied
+        raise DpmmError("No strategy method applies")
+    if progress is not None:
+        progress(len(tried), len(tried), chosen.method)
+    return Selection(chosen, candidates)

@@ -1,11 +1,29 @@
+from itertools import combinations
+
 import pytest
 
+from dpmm.cli import format_plan
+from dpmm.domain import Domain
 from dpmm.error import expected_error
 from dpmm.errors import DpmmError, UnsupportedQueryError
-from dpmm.linalg import AllRange, Hierarchical, Identity, Kron, Prefix
-from dpmm.privacy import PureDP
-from dpmm.strategy import AUTO_CANDIDATES, METHODS, select_strategy
-from dpmm.strategy.selection import select
+from dpmm.linalg import (
+    AllRange,
+    Hierarchical,
+    Identity,
+    Kron,
+    Marginal,
+    Marginals,
+    Ones,
+    Prefix,
+    VStack,
+    Weighted,
+)
+from dpmm.plan import plan_workload
+from dpmm.privacy import ZCDP, PureDP
+from dpmm.strategy import AUTO_CANDIDATES, METHODS, PROVEN_MARGINAL_OPTIMUM, select_strategy
+from dpmm.strategy.product import best_kron_strategy
+from dpmm.strategy.selection import ProvenOptimum, select
+from dpmm.workload import from_config
 
 
 def _identity(W, privacy):
@@ -51,3 +69,156 @@ def test_auto_is_never_worse_than_identity_and_lists_its_candidates(W):
 def test_a_named_method_is_one_candidate():
     selection = select_strategy(AllRange(16), "hierarchical", PureDP(1))
     assert [c.method for c in selection.candidates] == ["hierarchical"]
+
+
+# -- the proven optimum: marginal workloads under Gaussian noise ---------------------------
+
+SHAPE = (3, 4, 2, 3)
+
+
+def _pairs(weights=None) -> Marginals:
+    pairs = list(combinations(range(len(SHAPE)), 2))
+    return Marginals(SHAPE, {p: (weights or {}).get(p, 1.0) for p in pairs})
+
+
+def _kron_pairs() -> VStack:
+    """The same union as a plain stack of Kron products (not the Marginals class)."""
+    blocks = []
+    for pair in combinations(range(len(SHAPE)), 2):
+        factors = [Identity(n) if i in pair else Ones(1, n) for i, n in enumerate(SHAPE)]
+        blocks.append(Weighted(1.0, Kron(factors)))
+    return VStack(blocks)
+
+
+@pytest.mark.parametrize(
+    "W",
+    [_pairs(), _pairs({(0, 1): 3.0, (2, 3): 0.5}), _kron_pairs()],
+    ids=["pairs", "weighted-pairs", "kron-stack"],
+)
+def test_auto_under_zcdp_takes_the_proven_marginal_optimum(W):
+    privacy = ZCDP(1)
+    selection = select_strategy(W, "auto", privacy)
+    assert [c.method for c in selection.candidates] == list(AUTO_CANDIDATES)
+    assert selection.chosen.method == "marginal_optimal"
+    records = {c.method: c for c in selection.candidates}
+    assert records["identity"].error == pytest.approx(
+        expected_error(W, METHODS["identity"](W, privacy), privacy)
+    )
+    assert selection.chosen.error == pytest.approx(
+        expected_error(W, METHODS["marginal_optimal"](W, privacy), privacy)
+    )
+    assert selection.chosen.error <= records["identity"].error
+    skipped = [c for c in selection.candidates if c.method not in ("identity", "marginal_optimal")]
+    assert skipped and all(c.skipped == PROVEN_MARGINAL_OPTIMUM for c in skipped)
+    assert all(c.error is None and c.strategy is None for c in skipped)
+    # The theorem, checked: no candidate that was not tried beats the chosen strategy.
+    for candidate in skipped:
+        try:
+            A = METHODS[candidate.method](W, privacy)
+            error = expected_error(W, A, privacy)
+        except DpmmError:
+            continue  # it does not apply to this workload
+        assert error >= selection.chosen.error * (1 - 1e-9), candidate.method
+
+
+def test_auto_under_pure_dp_still_tries_every_candidate_on_marginals():
+    W = _pairs()
+    selection = select_strategy(W, "auto", PureDP(1))
+    assert not any(c.skipped == PROVEN_MARGINAL_OPTIMUM for c in selection.candidates)
+    tried = {c.method for c in selection.candidates if c.error is not None}
+    assert {"identity", "hdmm_marginals", "workload", "marginals"} <= tried
+    assert selection.chosen.error == min(c.error for c in selection.candidates if c.error)
+
+
+def test_auto_under_zcdp_tries_every_candidate_beyond_marginals():
+    W = Kron([Prefix(8), Identity(6)])
+    selection = select_strategy(W, "auto", ZCDP(1))
+    assert not any(c.skipped == PROVEN_MARGINAL_OPTIMUM for c in selection.candidates)
+    assert sum(c.error is not None for c in selection.candidates) > 2
+
+
+def test_auto_reports_progress_for_the_two_methods_it_runs():
+    calls = []
+    selection = select_strategy(_pairs(), "auto", ZCDP(1), progress=lambda *a: calls.append(a))
+    assert calls == [
+        (0, 2, "marginal_optimal"),
+        (1, 2, "identity"),
+        (2, 2, selection.chosen.method),
+    ]
+
+
+def _counting(method, calls, name):
+    def counted(W, privacy):
+        calls.append(name)
+        return method(W, privacy)
+
+    return counted
+
+
+def test_a_proven_optimum_that_does_not_apply_falls_back_to_every_candidate():
+    calls = []
+    methods = {
+        "identity": _counting(_identity, calls, "identity"),
+        "refuses": _counting(_refuses, calls, "refuses"),
+        "tree": _counting(_tree, calls, "tree"),
+    }
+    proven = ProvenOptimum("refuses", "not tried: proven")
+    selection = select(
+        AllRange(64), PureDP(1), methods, ["identity", "refuses", "tree"], proven=proven
+    )
+    assert sorted(calls) == ["identity", "refuses", "tree"]  # the refusal is not re-run
+    assert [c.method for c in selection.candidates] == ["identity", "refuses", "tree"]
+    assert selection.candidates[1].skipped == "this method needs a union"
+    assert not any(c.skipped == "not tried: proven" for c in selection.candidates)
+
+
+def test_a_proven_optimum_records_the_rest_and_never_loses_to_the_baseline():
+    calls = []
+    methods = {
+        "identity": _counting(_identity, calls, "identity"),
+        "same": _counting(_identity, calls, "same"),  # ties with the baseline
+        "tree": _counting(_tree, calls, "tree"),
+    }
+    proven = ProvenOptimum("same", "not tried: proven")
+    selection = select(
+        AllRange(16), PureDP(1), methods, ["identity", "tree", "same"], proven=proven
+    )
+    assert calls == ["same", "identity"]
+    assert [c.method for c in selection.candidates] == ["identity", "tree", "same"]
+    assert selection.candidates[1].skipped == "not tried: proven"
+    assert selection.candidates[1].seconds == 0.0
+    assert selection.chosen.method == "identity"  # a tie keeps the baseline
+
+
+def test_a_proven_optimum_must_be_a_candidate():
+    proven = ProvenOptimum("elsewhere", "not tried")
+    with pytest.raises(DpmmError, match="'elsewhere' is not a candidate"):
+        select(AllRange(8), PureDP(1), {"identity": _identity}, ["identity"], proven=proven)
+
+
+@pytest.mark.parametrize(
+    "W",
+    [_pairs(), Marginals((5,), {(0,): 2.0}), Marginal((3, 4), [1]), _pairs({(0, 2): 0.0})],
+    ids=["pairs", "one-attribute", "one-marginal", "zero-weight"],
+)
+def test_identity_on_marginals_is_the_per_attribute_identity(W):
+    fast = METHODS["identity"](W, ZCDP(1))
+    general = best_kron_strategy(W, lambda n: [Identity(n)], 2)[0]
+    assert repr(fast) == repr(general)
+    assert expected_error(W, fast, ZCDP(1)) == pytest.approx(
+        expected_error(W, general, ZCDP(1)), rel=1e-12
+    )
+
+
+def test_plan_lists_identity_and_the_skipped_candidates_under_zcdp():
+    domain = Domain.from_dict({"a": 3, "b": 4, "c": 2})
+    groups = from_config([{"name": "pairs", "kind": "marginals", "k": 2}], domain)
+    report = plan_workload(groups, ZCDP(1), "auto", domain)
+    assert report.chosen_method == "marginal_optimal"
+    text = format_plan(report)
+    assert "candidates tried by 'auto':" in text
+    for name in AUTO_CANDIDATES:
+        assert name in text
+    assert "not tried: marginal_optimal is the proven optimum" in text
+    identity = next(c for c in report.candidates if c.method == "identity")
+    assert identity.error == pytest.approx(report.total.identity_error)
