@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from dpmm.errors import UnsupportedQueryError
-from dpmm.linalg import Matrix, query_variances, trace_of_product
+from dpmm.linalg import MarginalsGram, Matrix, query_variances, trace_of_product
 from dpmm.linalg.spectral import nuclear_norm, row_space_projector
 from dpmm.privacy import PrivacyParameter
 
@@ -56,12 +56,38 @@ def _check_shapes(W: Matrix, A: Matrix) -> None:
         )
 
 
+def _same_algebra(workload_gram: Matrix, strategy_gram: Matrix) -> bool:
+    return (
+        isinstance(workload_gram, MarginalsGram)
+        and isinstance(strategy_gram, MarginalsGram)
+        and workload_gram.domain_shape == strategy_gram.domain_shape
+    )
+
+
+def _algebra_trace(workload_gram: MarginalsGram, strategy_gram: MarginalsGram, power: int) -> float:
+    """``Σ_b mult(b) λ_b(WᵀW) λ_b(AᵀA)^power`` over A's non-zero eigenvalues.
+
+    With both Grams in the marginal algebra they share the eigenspaces E_b: power 0 gives
+    ``trace(WᵀW P_A)`` (the row-space projector), power −1 gives ``trace(WᵀW (AᵀA)⁺)``,
+    without writing either matrix back in the C(a) basis.
+    """
+    mine = workload_gram.eigenvalues()
+    return math.fsum(
+        workload_gram.multiplicity(b) * mine[b] * value**power
+        for b, value in strategy_gram.eigenvalues().items()
+        if b in mine
+    )
+
+
 def _check_supported(W: Matrix, A: Matrix, workload_gram: Matrix) -> None:
     """Raise unless every query of W is a linear combination of A's queries."""
     if A.known_full_column_rank:
         return
     total = workload_gram.trace()
-    captured = trace_of_product(workload_gram, row_space_projector(A))
+    if _same_algebra(workload_gram, A.gram()):
+        captured = _algebra_trace(workload_gram, A.gram(), 0)
+    else:
+        captured = trace_of_product(workload_gram, row_space_projector(A))
     if captured < total * (1 - SUPPORT_TOLERANCE) - SUPPORT_TOLERANCE:
         raise UnsupportedQueryError(
             f"Strategy {A!r} cannot answer workload {W!r}: "
@@ -81,7 +107,10 @@ def expected_error(W: Matrix, A: Matrix, privacy: PrivacyParameter) -> float:
     _check_shapes(W, A)
     workload_gram = W.gram()
     _check_supported(W, A, workload_gram)
-    trace = trace_of_product(workload_gram, A.gram().pinv())
+    if _same_algebra(workload_gram, A.gram()):
+        trace = _algebra_trace(workload_gram, A.gram(), -1)
+    else:
+        trace = trace_of_product(workload_gram, A.gram().pinv())
     return noise_variance(A, privacy) * trace
 
 
