@@ -36,6 +36,7 @@ from dpmm.baselines.projection import (
     project_measurements,
     projection_mechanism,
 )
+from dpmm.baselines.simplex_solver import SimplexFit, SimplexLeastSquares, project_simplex
 
 __all__ = [
     "Factorization",
@@ -44,6 +45,8 @@ __all__ = [
     "PMWBudget",
     "PMWResult",
     "Projection",
+    "SimplexFit",
+    "SimplexLeastSquares",
     "dual_bound",
     "exponential_mechanism",
     "exponential_probabilities",
@@ -58,6 +61,7 @@ __all__ = [
     "pmw",
     "pmw_budget",
     "project_measurements",
+    "project_simplex",
     "projection_mechanism",
     "rounded_sensitivity",
     "row_norms_squared",
