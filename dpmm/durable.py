@@ -1,4 +1,4 @@
-"""Durable files: an exclusive inter-process lock, and fsync of a folder after a rename.
+"""Durable files: an exclusive inter-process lock, atomic writes, and fsync of a folder.
 
 Example:
     >>> import pathlib, tempfile
@@ -9,17 +9,22 @@ Example:
     ...     fsync_folder(folder)
     >>> (folder / "x").read_text()
     '1'
+    >>> atomic_write(folder / "y", [b"a", memoryview(b"bc")])
+    >>> (folder / "y").read_bytes()
+    b'abc'
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["exclusive_lock", "fsync_folder"]
+__all__ = ["atomic_write", "exclusive_lock", "fsync_folder"]
 
 
 @contextmanager
@@ -44,3 +49,27 @@ def fsync_folder(folder: Path) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def atomic_write(path: Path, chunks: Iterable[bytes | memoryview]) -> None:
+    """Write ``chunks`` to ``path`` so that a reader sees no file or the whole one.
+
+    The chunks go to a hidden temporary file in the same folder, which is flushed and
+    fsynced, renamed over ``path`` with ``os.replace``, and the folder is fsynced: the file
+    survives a crash once this returns, and a crash before leaves no partial file.
+    Chunks are written as they come, so a large array can be passed as a memoryview of
+    itself without a copy.
+    """
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            for chunk in chunks:
+                stream.write(chunk)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    fsync_folder(path.parent)

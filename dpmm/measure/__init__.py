@@ -3,7 +3,9 @@
 :func:`measure` charges a ledger reservation, adds exact discrete Laplace or discrete
 Gaussian noise to ``A x`` and writes a :class:`MeasurementRecord` atomically to a store
 folder; :func:`load_measurement` reads one back. It measures integer-valued strategies;
-:func:`quantize` puts a real-valued strategy on an integer grid first.
+:func:`quantize` puts a real-valued strategy on an integer grid first. Residual and block
+measurements (:func:`measure_residuals`, :func:`measure_blocks`) are persisted the same way
+as a :class:`ResidualRecord`; :func:`load_residual_measurement` reads one back.
 
 Example:
     >>> import pathlib, tempfile
@@ -49,6 +51,11 @@ from dpmm.measure.residual_blocks import (
     measure_blocks,
     quantize_blocks,
 )
+from dpmm.measure.residual_record import (
+    ResidualRecord,
+    load_residual_measurement,
+    load_residual_record,
+)
 from dpmm.measure.residual_tables import (
     ResidualMeasurement,
     count_marginals,
@@ -71,12 +78,15 @@ __all__ = [
     "QuantizedBlocks",
     "QuantizedStrategy",
     "ResidualMeasurement",
+    "ResidualRecord",
     "analyze_strategy",
     "block_answers",
     "block_sensitivity",
     "count_marginals",
     "exact_answers",
     "load_measurement",
+    "load_residual_measurement",
+    "load_residual_record",
     "marginal_answers",
     "measure",
     "measure_blocks",

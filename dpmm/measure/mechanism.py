@@ -12,14 +12,19 @@ The order of events is what makes the guarantee hold across crashes and retries
 5. the record is written atomically, and what is returned is the record read back from disk.
 
 A lock file in the store serializes steps 2 to 5 between processes sharing the store.
+:func:`draw_once` runs steps 2 to 5 and :func:`check_reservation` the budget part of step 1
+for every persisted measurement, residual ones included
+(:func:`~dpmm.measure.residual_persist.measure_once`).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -34,7 +39,13 @@ from dpmm.measure.exact import (
     exact_answers,
 )
 from dpmm.measure.quantize import QuantizedStrategy
-from dpmm.measure.record import MeasurementRecord, check_measurement_id, record_path
+from dpmm.measure.record import (
+    LOCK_NAME,
+    MeasurementRecord,
+    check_measurement_id,
+    record_path,
+    store_folder,
+)
 from dpmm.measure.tables import MarginalCounts, marginal_answers
 from dpmm.privacy.accounting import discrete_gaussian_zcdp, gaussian_sigma2, laplace_scale
 from dpmm.privacy.ledger import Ledger, Reservation
@@ -42,9 +53,8 @@ from dpmm.privacy.params import ZCDP, PureDP
 from dpmm.privacy.randomness import RandomSource
 from dpmm.privacy.samplers import discrete_gaussian, discrete_laplace
 
-__all__ = ["measure"]
+__all__ = ["check_reservation", "draw_once", "measure"]
 
-_LOCK_NAME = ".measure.lock"
 _LAPLACE_THEOREM = (
     "Ghosh, Roughgarden, Sundararajan 2009 (the geometric mechanism): independent discrete "
     "Laplace noise of scale t on an integer query of L1 sensitivity Δ₁ gives (Δ₁/t)-DP"
@@ -97,30 +107,98 @@ def measure(
     Raises:
         MeasurementError: The request is invalid, the strategy is not integer-valued, or the
             reservation is not *reserved* while no record exists; nothing was spent.
-        MeasurementMismatch: A record with this id exists for another strategy or privacy.
+        MeasurementMismatch: A record with this id exists for another strategy or privacy,
+            or is a dpmm record of another format (a residual measurement).
     """
     measurement_id = check_measurement_id(measurement_id)
-    folder = _store(store)
+    folder = store_folder(store)
     quantization_scale = 1
     if isinstance(A, QuantizedStrategy):
         A, quantization_scale = A.integer, A.scale
     exact = analyze_strategy(A)
     counts = x if isinstance(x, MarginalCounts) else _counts(x, A.shape[1])
-    _check_privacy(privacy, reservation)
+    check_reservation(privacy, reservation)
     expected = {**_plan(exact, privacy), "quantization_scale": quantization_scale}
+
+    def answers() -> np.ndarray:
+        if isinstance(counts, MarginalCounts):
+            return marginal_answers(exact, counts)
+        return exact_answers(exact, counts)
+
+    def draw(values: np.ndarray) -> MeasurementRecord:
+        return MeasurementRecord(
+            measurement_id=measurement_id,
+            values=_add_noise(expected, values, rng),
+            reservation_id=reservation.id,
+            release_id=reservation.release_id,
+            created=datetime.now(UTC).isoformat(timespec="microseconds"),
+            **expected,
+        )
+
+    return draw_once(
+        folder,
+        measurement_id,
+        ledger,
+        reservation,
+        reuse=lambda: _reuse(folder, measurement_id, expected),
+        answers=answers,
+        draw=draw,
+        write=records.write_record,
+        load=lambda: records.load_measurement(folder, measurement_id),
+    )
+
+
+class _Stored(Protocol):
+    reservation_id: str
+
+
+_Answers = TypeVar("_Answers")
+_Record = TypeVar("_Record", bound=_Stored)
+
+
+def draw_once(
+    folder: Path,
+    measurement_id: str,
+    ledger: Ledger,
+    reservation: Reservation,
+    *,
+    reuse: Callable[[], _Record],
+    answers: Callable[[], _Answers],
+    draw: Callable[[_Answers], _Record],
+    write: Callable[[_Record, Path], None],
+    load: Callable[[], _Record],
+) -> _Record:
+    """Steps 2 to 5 under the store's lock: reuse the record, or spend, draw, write, reload.
+
+    Args:
+        folder: the store (checked by :func:`~dpmm.measure.record.store_folder`).
+        measurement_id: the record's name (checked by ``check_measurement_id``).
+        ledger: the open ledger holding ``reservation``.
+        reservation: the budget, already checked against the request
+            (:func:`check_reservation`).
+        reuse: reads the stored record and checks it against the request
+            (MeasurementMismatch if it differs); called only if the record exists.
+        answers: computes the exact answers (reads the data).
+        draw: adds the noise to the answers and builds the record to write.
+        write: writes a record to a path atomically.
+        load: reads the record back from the store.
+
+    Returns:
+        The stored record, or the new one as read back from the store.
+
+    Raises:
+        MeasurementError: The reservation is not *reserved* and no record exists.
+    """
     path = record_path(folder, measurement_id)
-    with exclusive_lock(folder / _LOCK_NAME):
+    with exclusive_lock(folder / LOCK_NAME):
         if path.exists():
-            stored = _reuse(folder, measurement_id, expected)
+            stored = reuse()
             if stored.reservation_id != reservation.id and ledger.status(reservation) == "reserved":
                 # A re-run reserved budget for a measurement that already exists: no noise is
                 # drawn for it, so release it rather than leave it locked.
                 ledger.cancel(reservation)
             return stored
-        if isinstance(counts, MarginalCounts):
-            answers = marginal_answers(exact, counts)
-        else:
-            answers = exact_answers(exact, counts)
+        exact = answers()
         status = ledger.status(reservation)
         if status != "reserved":
             lost = " and no record of its measurement exists" if status == "spent" else ""
@@ -129,18 +207,11 @@ def measure(
                 f"{status}{lost}; measurement {measurement_id!r} needs a reserved budget"
             )
         ledger.mark_spent(reservation)
-        values = _add_noise(expected, answers, rng)
-        del answers
-        record = MeasurementRecord(
-            measurement_id=measurement_id,
-            values=values,
-            reservation_id=reservation.id,
-            release_id=reservation.release_id,
-            created=datetime.now(UTC).isoformat(timespec="microseconds"),
-            **expected,
-        )
-        records.write_record(record, path)
-        return records.load_measurement(folder, measurement_id)
+        record = draw(exact)
+        del exact
+        write(record, path)
+        del record  # what is returned is the copy on disk: free the drawn one first
+        return load()
 
 
 def _plan(exact: ExactStrategy, privacy: PureDP | ZCDP) -> dict[str, object]:
@@ -223,15 +294,6 @@ def _draw(
     return noise
 
 
-def _store(store: object) -> Path:
-    if not isinstance(store, str | os.PathLike):
-        raise MeasurementError(f"a measurement store must be a folder path, got {store!r:.80}")
-    folder = Path(store)
-    if not folder.is_dir():
-        raise MeasurementError(f"the measurement store {folder} is not an existing folder")
-    return folder
-
-
 def _counts(x: object, columns: int) -> np.ndarray:
     if not isinstance(x, np.ndarray) or x.ndim != 1 or not np.issubdtype(x.dtype, np.integer):
         described = f"{x.dtype} array of shape {x.shape}" if isinstance(x, np.ndarray) else None
@@ -248,7 +310,17 @@ def _counts(x: object, columns: int) -> np.ndarray:
     return x
 
 
-def _check_privacy(privacy: object, reservation: object) -> None:
+def check_reservation(privacy: object, reservation: object, cost: Fraction | None = None) -> None:
+    """Refuse a budget that is not exactly the reservation's, or a cost above it.
+
+    Args:
+        privacy: the budget requested, ``PureDP`` or ``ZCDP``.
+        reservation: the ledger reservation the measurement will spend.
+        cost: the zCDP cost of the noise planned, when it may fall short of ``privacy.rho``.
+
+    Raises:
+        MeasurementError: One of them does not hold; nothing was read or spent.
+    """
     if not isinstance(privacy, PureDP | ZCDP):
         raise MeasurementError(f"privacy must be PureDP or ZCDP, got {privacy!r:.80}")
     if not isinstance(reservation, Reservation):
@@ -259,4 +331,9 @@ def _check_privacy(privacy: object, reservation: object) -> None:
         raise MeasurementError(
             f"privacy {privacy} is not the budget {reservation.budget} of reservation "
             f"{reservation.id!r}; measure with exactly the reserved budget"
+        )
+    if cost is not None and isinstance(privacy, ZCDP) and cost > privacy.rho:
+        raise MeasurementError(
+            f"the noise costs rho = {cost}, more than the {reservation.budget} of "
+            f"reservation {reservation.id!r}; nothing was drawn"
         )

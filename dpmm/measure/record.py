@@ -6,41 +6,56 @@ the noisy answers as raw little-endian int64. The header names the format versio
 number of values and the sha256 of their bytes, so a truncated or altered file is refused
 on reading. Reading uses ``json`` and ``numpy.frombuffer`` only: nothing is unpickled.
 
-A file is written to a hidden temporary file in the same folder, flushed and fsynced, then
-renamed over the record's name with ``os.replace``, and the folder is fsynced: a reader sees
-either no record or the whole record, even across a crash.
+A file is written with :func:`dpmm.durable.atomic_write` (temporary file, fsync, rename,
+fsync of the folder): a reader sees either no record or the whole record, even across a
+crash. The store's lock file :data:`LOCK_NAME` serializes the writers of one store. The
+helpers here (the store, the id, the header line, :func:`read_record`) are shared with the
+residual records of :mod:`dpmm.measure.residual_record`, which live in the same id namespace.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import re
-import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from dpmm.durable import fsync_folder
-from dpmm.measure.exact import MeasurementError
+from dpmm.durable import atomic_write
+from dpmm.measure.exact import MeasurementError, MeasurementMismatch
 from dpmm.privacy.params import ZCDP, PureDP
 
 __all__ = [
     "FORMAT",
+    "LOCK_NAME",
     "MeasurementRecord",
+    "RecordFormat",
+    "check_measurement_id",
+    "header_line",
+    "int64_view",
     "load_measurement",
     "privacy_from_dict",
+    "read_record",
     "record_from_header",
     "record_path",
+    "store_folder",
+    "write_record",
 ]
 
 #: The format tag written in every header; files of another format are refused.
 FORMAT = "dpmm-measurement/1"
 SUFFIX = ".measurement"
+#: The lock file of a store: every path that writes records into it holds this lock.
+LOCK_NAME = ".measure.lock"
+#: Format tags of dpmm's records start with this: another such tag under an id is a record
+#: of another kind, so a request for this one is a mismatch rather than a damaged file.
+_DPMM_TAG = "dpmm-"
 _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 #: The longest header accepted when reading (a guard against reading a wrong file whole).
 _MAX_HEADER = 1 << 20
@@ -93,15 +108,12 @@ class MeasurementRecord:
             "created": self.created,
             "quantization_scale": self.quantization_scale,
             "count": int(self.values.size),
-            "values_sha256": hashlib.sha256(_value_view(self.values)).hexdigest(),
+            "values_sha256": hashlib.sha256(int64_view(self.values)).hexdigest(),
         }
 
     def to_bytes(self) -> bytes:
         """The record's file contents."""
-        return self._header_line() + _value_view(self.values).tobytes()
-
-    def _header_line(self) -> bytes:
-        return json.dumps(self.header(), sort_keys=True, ensure_ascii=True).encode("ascii") + b"\n"
+        return header_line(self.header()) + int64_view(self.values).tobytes()
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MeasurementRecord):
@@ -126,65 +138,131 @@ def record_path(store: str | os.PathLike[str], measurement_id: str) -> Path:
     return Path(store) / (check_measurement_id(measurement_id) + SUFFIX)
 
 
+def store_folder(store: object) -> Path:
+    """``store`` as a Path if it names an existing folder, else a MeasurementError."""
+    if not isinstance(store, str | os.PathLike):
+        raise MeasurementError(f"a measurement store must be a folder path, got {store!r:.80}")
+    folder = Path(store)
+    if not folder.is_dir():
+        raise MeasurementError(f"the measurement store {folder} is not an existing folder")
+    return folder
+
+
+def int64_view(array: np.ndarray) -> np.ndarray:
+    """The array as contiguous little-endian int64 (a view when it already is)."""
+    return np.ascontiguousarray(array, dtype="<i8")
+
+
+def header_line(header: dict[str, object]) -> bytes:
+    """A record's first line: its header as sorted ASCII JSON, then a newline."""
+    return json.dumps(header, sort_keys=True, ensure_ascii=True).encode("ascii") + b"\n"
+
+
 def load_measurement(store: str | os.PathLike[str], measurement_id: str) -> MeasurementRecord:
     """Read a stored measurement record.
 
     Raises:
         MeasurementError: There is no such record, or the file is not a complete record.
+        MeasurementMismatch: The file is a dpmm record of another format (a residual one).
+    """
+    return read_record(store, measurement_id, _PLAIN_FORMAT, _parse)
+
+
+def write_record(record: MeasurementRecord, path: Path) -> None:
+    """Write ``record`` to ``path`` atomically and durably (see the module docstring)."""
+    values = int64_view(record.values)
+    # The values are passed as a view of themselves: no copy of a large measurement.
+    atomic_write(path, [header_line(record.header()), memoryview(values).cast("B")])
+
+
+class _Named(Protocol):
+    measurement_id: str
+
+
+_Record = TypeVar("_Record", bound=_Named)
+
+
+@dataclass(frozen=True)
+class RecordFormat:
+    """How a kind of record file is recognized and checked before it is parsed.
+
+    Attributes:
+        tag: the ``format`` its header must have.
+        kind: what such a record is, in words (for the messages).
+        max_header: the longest header line read (a guard against reading a wrong file).
+        digest_field: the header field holding the sha256 of the body.
+        body_size: the body's length in bytes, from the header.
+    """
+
+    tag: str
+    kind: str
+    max_header: int
+    digest_field: str
+    body_size: Callable[[dict[str, Any]], int]
+
+
+def read_record(
+    store: str | os.PathLike[str],
+    measurement_id: str,
+    spec: RecordFormat,
+    parse: Callable[[dict[str, Any], memoryview], _Record],
+) -> _Record:
+    """Read the record file of ``measurement_id``: check its header and body, then parse.
+
+    Args:
+        store: the folder holding the records.
+        measurement_id: the record's name.
+        spec: the format expected.
+        parse: builds the record from the header and the checked body (the bytes after the
+            header line); it raises ValueError, KeyError, TypeError, ... for a malformed one.
+
+    Raises:
+        MeasurementError: There is no such record, or the file is not a complete one.
+        MeasurementMismatch: The file is a dpmm record of another format.
     """
     path = record_path(store, measurement_id)
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         raise MeasurementError(f"no measurement {measurement_id!r} in {store}") from None
-    return _parse(data, path, measurement_id)
-
-
-def write_record(record: MeasurementRecord, path: Path) -> None:
-    """Write ``record`` to ``path`` atomically and durably (see the module docstring)."""
-    header, values = record._header_line(), _value_view(record.values)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(header)
-            stream.write(memoryview(values).cast("B"))  # no copy of a large measurement
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-    fsync_folder(path.parent)
-
-
-def _value_view(values: np.ndarray) -> np.ndarray:
-    """The values as contiguous little-endian int64 (a view when they already are)."""
-    return np.ascontiguousarray(values, dtype="<i8")
-
-
-def _parse(data: bytes, path: Path, measurement_id: str) -> MeasurementRecord:
-    broken = f"{path} is not a complete dpmm measurement record"
-    end = data.find(b"\n", 0, _MAX_HEADER)
+    broken = f"{path} is not a complete dpmm {spec.kind} record"
+    end = data.find(b"\n", 0, spec.max_header)
     if end < 0:
         raise MeasurementError(broken)
     try:
         header = json.loads(data[:end].decode("ascii"))
-        if header.get("format") != FORMAT:
-            raise MeasurementError(f"{path} is not in the format {FORMAT}")
+        found = header.get("format")
+        if found != spec.tag:
+            if isinstance(found, str) and found.startswith(_DPMM_TAG):
+                raise MeasurementMismatch(
+                    f"{path} is a {found!r} record, not a {spec.kind}; use a new measurement id"
+                )
+            raise MeasurementError(f"{path} is not in the format {spec.tag}")
         body = memoryview(data)[end + 1 :]
-        count = int(header["count"])
-        if len(body) != 8 * count or hashlib.sha256(body).hexdigest() != header["values_sha256"]:
+        digest = header[spec.digest_field]
+        if len(body) != spec.body_size(header) or hashlib.sha256(body).hexdigest() != digest:
             raise MeasurementError(f"{broken}: its values were truncated or changed")
-        values = np.frombuffer(body, dtype="<i8").astype(np.int64, copy=False)
-        record = record_from_header(header, values)
+        record = parse(header, body)
     except MeasurementError:
         raise
-    except (ValueError, KeyError, TypeError, IndexError, ZeroDivisionError) as error:
-        raise MeasurementError(f"{broken} ({type(error).__name__}: {error})") from None
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, ZeroDivisionError) as e:
+        raise MeasurementError(f"{broken} ({type(e).__name__}: {e})") from None
     if record.measurement_id != measurement_id:
         raise MeasurementError(f"{path} holds measurement {record.measurement_id!r}")
     return record
+
+
+def _parse(header: dict[str, Any], body: memoryview) -> MeasurementRecord:
+    return record_from_header(header, np.frombuffer(body, dtype="<i8").astype(np.int64, copy=False))
+
+
+_PLAIN_FORMAT = RecordFormat(
+    tag=FORMAT,
+    kind="measurement",
+    max_header=_MAX_HEADER,
+    digest_field="values_sha256",
+    body_size=lambda header: 8 * int(header["count"]),
+)
 
 
 def record_from_header(header: dict[str, object], values: np.ndarray) -> MeasurementRecord:

@@ -438,7 +438,7 @@ def measure_blocks(
 
     With ``store``, ``measurement_id``, ``ledger`` and ``reservation`` (all four, as for
     :func:`~dpmm.measure.mechanism.measure`), the measurement is drawn once and persisted
-    before it is returned (:func:`~dpmm.measure.residual_record.measure_once`): the
+    before it is returned (:func:`~dpmm.measure.residual_persist.measure_once`): the
     reservation is spent before the noise is drawn, the record (with the integer blocks
     ``Q_S``) is written atomically, and what is returned is read back from the store. A
     second call with the same id returns the stored measurement without drawing or
@@ -465,10 +465,10 @@ def measure_blocks(
         QuantizationError: see :func:`quantize_blocks`.
         TooLargeError: see :func:`block_sensitivity`.
     """
-    # Imported here: the record module imports this one for BlockMeasurement.
-    from dpmm.measure import residual_record
+    # Imported here: the persistence modules import this one for BlockMeasurement.
+    from dpmm.measure import residual_persist
 
-    persisted = residual_record.persistence_requested(
+    persisted = residual_persist.persistence_requested(
         store=store, measurement_id=measurement_id, ledger=ledger, reservation=reservation
     )
     if not isinstance(privacy, ZCDP):
@@ -495,8 +495,8 @@ def measure_blocks(
     if not persisted:
         return draw(block_answers(quantized, counts))
     described = repr(A) if isinstance(A, ResidualBlockStrategy) else repr(quantized.strategy())
-    return residual_record.measure_once(
-        residual_record.blocks_plan(described, quantized, privacy, sigma2, squared, exact),
+    return residual_persist.measure_once(
+        residual_persist.blocks_plan(described, quantized, privacy, sigma2, squared, exact),
         store=store,
         measurement_id=measurement_id,
         ledger=ledger,

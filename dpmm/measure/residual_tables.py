@@ -356,7 +356,7 @@ def measure_residuals(
 
     With ``store``, ``measurement_id``, ``ledger`` and ``reservation`` (all four, as for
     :func:`~dpmm.measure.mechanism.measure`), the measurement is drawn once and persisted
-    before it is returned (:func:`~dpmm.measure.residual_record.measure_once`): the
+    before it is returned (:func:`~dpmm.measure.residual_persist.measure_once`): the
     reservation is spent before the noise is drawn, the record is written atomically, and
     what is returned is read back from the store. A second call with the same id returns
     the stored measurement without drawing or spending. Without them, nothing is persisted
@@ -379,10 +379,10 @@ def measure_residuals(
             only some of the four persistence arguments.
         MeasurementMismatch: a record with this id was taken with another strategy or budget.
     """
-    # Imported here: the record module imports this one for ResidualMeasurement.
-    from dpmm.measure import residual_record
+    # Imported here: the persistence modules import this one for ResidualMeasurement.
+    from dpmm.measure import residual_persist
 
-    persisted = residual_record.persistence_requested(
+    persisted = residual_persist.persistence_requested(
         store=store, measurement_id=measurement_id, ledger=ledger, reservation=reservation
     )
     sigma2, rho = residual_sigma2(A, privacy)
@@ -402,8 +402,8 @@ def measure_residuals(
 
     if not persisted:
         return draw(residual_answers(A, counts))
-    return residual_record.measure_once(
-        residual_record.residual_plan(A, privacy, sets, sigma2, rho),
+    return residual_persist.measure_once(
+        residual_persist.residual_plan(A, privacy, sets, sigma2, rho),
         store=store,
         measurement_id=measurement_id,
         ledger=ledger,

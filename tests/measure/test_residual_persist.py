@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dpmm import durable
 from dpmm.linalg import Identity
 from dpmm.linalg.residual_general import ResidualBlockStrategy
 from dpmm.linalg.residuals import ResidualStrategy
-from dpmm.measure import residual_blocks, residual_record, residual_tables
+from dpmm.measure import residual_blocks, residual_persist, residual_record, residual_tables
 from dpmm.measure.exact import MeasurementError, MeasurementMismatch
 from dpmm.measure.mechanism import measure
 from dpmm.measure.record import record_path
@@ -234,7 +235,7 @@ def test_a_crash_after_spending_leaves_it_spent_and_a_rerun_refuses(
         raise KeyboardInterrupt("the process died")
 
     if where == "write":
-        monkeypatch.setattr(residual_record, "write_residual_record", crash)
+        monkeypatch.setattr(residual_persist, "write_residual_record", crash)
     else:
         monkeypatch.setattr(residual_tables, "discrete_gaussian", crash)
         monkeypatch.setattr(residual_blocks, "discrete_gaussian", crash)
@@ -259,7 +260,7 @@ def test_a_crash_during_the_write_leaves_no_partial_record(ledger, store, monkey
     def crash(descriptor):
         raise KeyboardInterrupt("the process died during fsync")
 
-    monkeypatch.setattr(residual_record.os, "fsync", crash)
+    monkeypatch.setattr(durable.os, "fsync", crash)
     with pytest.raises(KeyboardInterrupt):
         take("residual", ledger, store)
     assert [p.name for p in store.iterdir()] == [".measure.lock"]
@@ -310,10 +311,29 @@ def test_plain_and_residual_records_refuse_each_other(kind, ledger, store, sampl
     fresh = ledger.reserve(DATASET, ZCDP(1), release_id="r2")
     with pytest.raises(MeasurementMismatch, match="not a residual measurement"):
         take(kind, ledger, store, mid="plain", reservation=fresh)
-    with pytest.raises(MeasurementError):
+    # measure() finds another dpmm format under its id: a mismatched request, no draw.
+    with pytest.raises(MeasurementMismatch, match=r"dpmm-residual-measurement/1.*new measurement"):
         measure(Identity(4), np.arange(4), ZCDP(1), store=store, measurement_id="residual",
                 ledger=ledger, reservation=fresh, rng=np.random.default_rng(0))  # fmt: skip
     assert ledger.status(fresh) == "reserved" and spends(ledger) == 2
+
+
+@pytest.mark.parametrize("tag", ["other-format/1", None])
+def test_a_file_of_no_dpmm_format_is_refused_but_not_a_mismatch(tag, ledger, store) -> None:
+    path = record_path(store, "m")
+    path.write_bytes(b'{"format": ' + (b"null" if tag is None else f'"{tag}"'.encode()) + b"}\n")
+    reservation = ledger.reserve(DATASET, ZCDP(1), release_id="r1")
+
+    def plain() -> None:
+        measure(Identity(4), np.arange(4), ZCDP(1), store=store, measurement_id="m",
+                ledger=ledger, reservation=reservation)  # fmt: skip
+
+    refusals = [plain, lambda: take("residual", ledger, store, reservation=reservation)]
+    for refused in refusals:
+        with pytest.raises(MeasurementError, match="not in the format") as raised:
+            refused()
+        assert not isinstance(raised.value, MeasurementMismatch)
+    assert ledger.status(reservation) == "reserved" and spends(ledger) == 0
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "header"])
