@@ -25,13 +25,10 @@ from dpmm.errors import ConfigError
 from dpmm.linalg import Marginals
 from dpmm.measure.tables import MarginalCounts, strategy_tables
 from dpmm.pipeline.persons import count_people, summed_attributes
-from dpmm.pipeline.strategy_stage import ChosenStrategy
+from dpmm.pipeline.strategy_stage import VECTOR_LIMIT, ChosenStrategy
 from dpmm.workload.table_form import table_form
 
 __all__ = ["VECTOR_LIMIT", "Counts", "check_countable", "count_input", "counting_plan"]
-
-#: Largest domain whose full count vector is built (cells; int64, 2 GiB).
-VECTOR_LIMIT = 2**28
 
 
 @dataclass(frozen=True, eq=False)

@@ -19,18 +19,23 @@ from pathlib import Path
 
 from dpmm import __version__
 from dpmm.config import ReleaseConfig
-from dpmm.linalg import Matrix
+from dpmm.linalg import Marginals, Matrix
 from dpmm.linalg.serialize import SerializationError, load_matrix, save_matrix
 from dpmm.measure.exact import MeasurementError, analyze_strategy
 from dpmm.measure.quantize import QuantizedStrategy, quantize
 from dpmm.privacy.params import PureDP
-from dpmm.strategy import select_strategy
-from dpmm.strategy.selection import Progress
+from dpmm.strategy import METHODS, select_strategy
+from dpmm.strategy.selection import Candidate, Progress, Selection, select
 from dpmm.workload import stack
 
-__all__ = ["ChosenStrategy", "choose_strategy", "strategy_key"]
+__all__ = ["TABLE_METHODS", "VECTOR_LIMIT", "ChosenStrategy", "choose_strategy", "strategy_key"]
 
 CACHE_FOLDER = ".strategy-cache"
+#: Largest domain whose full count vector is built (cells; int64, 2 GiB).
+VECTOR_LIMIT = 2**28
+#: What ``auto`` falls back to above :data:`VECTOR_LIMIT` when none of its candidates is a
+#: union of marginals (the first must apply; OPT_M may beat it).
+TABLE_METHODS = ("marginals", "hdmm_marginals")
 
 
 @dataclass(frozen=True, eq=False)
@@ -122,14 +127,29 @@ def _store(folder: Path, stem: str, chosen: ChosenStrategy) -> None:
     _write_json(folder / f"{stem}.json", {"selected": chosen.selected, "seconds": chosen.seconds})
 
 
+def _countable(config: ReleaseConfig, candidate: Candidate) -> bool:
+    # Above the vector limit the input is counted as marginal tables, which measure only a
+    # union of marginals (a residual strategy's tables path is not wired into releases).
+    return config.domain.size <= VECTOR_LIMIT or isinstance(candidate.strategy, Marginals)
+
+
 def _select(config: ReleaseConfig, progress: Progress | None) -> ChosenStrategy:
-    """The least-error candidate that can be measured exactly (``auto`` may pass over one)."""
+    """The least-error candidate that can be counted and measured exactly.
+
+    ``auto`` may pass over candidates; on a domain counted as marginal tables, when every
+    candidate it tried (e.g. only the proven optimum, a residual strategy) needs the data
+    vector, the union-of-marginals methods are tried as well.
+    """
     started = time.perf_counter()
-    selection = select_strategy(
-        stack(config.workload), config.strategy_method, config.privacy, progress=progress
-    )
+    workload = stack(config.workload)
+    selection = select_strategy(workload, config.strategy_method, config.privacy, progress=progress)
+    candidates = [c for c in selection.candidates if c.strategy is not None]
+    if config.strategy_method == "auto" and not any(_countable(config, c) for c in candidates):
+        tables = select(workload, config.privacy, METHODS, TABLE_METHODS, progress=progress)
+        selection = Selection(tables.chosen, (*selection.candidates, *tables.candidates))
+        candidates = [c for c in selection.candidates if c.strategy is not None]
     ranked = sorted(
-        (c for c in selection.candidates if c.strategy is not None),
+        (c for c in candidates if _countable(config, c)),
         key=lambda c: (c is not selection.chosen, c.error),
     )
     problem: MeasurementError | None = None
