@@ -7,11 +7,16 @@ constant times
     ``loss(Θ) = trace(G (AᵀA)⁻¹) = trace(X⁻¹ Ĝ)``,  ``X = I + ΘᵀΘ``,  ``Ĝ = diag(d) G diag(d)``,
 
 ``d`` the columns' norms before scaling. With ``M = I_p + ΘΘᵀ`` (Woodbury) every
-quantity reduces to one ``p × n × n`` matrix product and O(n p²) work:
+quantity reduces to one product of G with p vectors and O(n p²) work:
 
-* ``P = Θ Ĝ``, ``Q = M⁻¹ P``; ``e = diag(Ĝ) − colsum(Θ ∘ Q) = diag(X⁻¹ Ĝ)``; loss ``= Σ e``;
-* through X: ``∂/∂Θ = −2 Θ X⁻¹ Ĝ X⁻¹ = −2 (Q − (QΘᵀ) M⁻¹Θ)`` (G symmetric);
+* ``T = M⁻¹Θ = Θ X⁻¹``, ``Q = T Ĝ``; ``e = diag(Ĝ) − colsum(Θ ∘ Q) = diag(X⁻¹ Ĝ)``; loss ``= Σ e``;
+* through X: ``∂/∂Θ = −2 Θ X⁻¹ Ĝ X⁻¹ = −2 (Q − (QΘᵀ) T)`` (G symmetric);
 * through d: ``∂/∂d_j = 2 e_j / d_j``, and ``∂d_j/∂Θ_ij`` is 1 (1-norm) or ``Θ_ij/d_j`` (2-norm).
+
+The product with G costs ``p n²`` for a dense G, but only O(n p) for the semiseparable
+Grams of prefix and all-range workloads (``G_st = lower[min(s,t)] · upper[max(s,t)]``),
+which are recognized from the dense array or taken from a
+:class:`~dpmm.linalg.elementary.ClosedFormGram`; the loss is then O(n p²).
 """
 
 from __future__ import annotations
@@ -19,19 +24,26 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 import scipy.optimize
+from threadpoolctl import threadpool_limits
 
 from dpmm.errors import ConfigError, UnsupportedQueryError
 from dpmm.linalg import Matrix
-from dpmm.linalg.pidentity import PIdentity, column_scale, woodbury_factor
+from dpmm.linalg.elementary import ClosedFormGram, semiseparable_product
+from dpmm.linalg.pidentity import PIdentity, column_scale, woodbury_solve
 from dpmm.privacy import PrivacyParameter
 from dpmm.strategy.product import kron_terms
-from dpmm.strategy.template import check_restarts, optimize_template
+from dpmm.strategy.template import RELATIVE_TOLERANCE, check_restarts, optimize_template
 
 __all__ = ["PIdentityTemplate", "optimize_pidentity", "select_pidentity"]
 
-#: L-BFGS-B iterations per start: on AllRange(256)/(1024) the error is within 0.5 % of its
-#: 2000-iteration value after 300, and beats HDMM's after 100–200.
+#: L-BFGS-B iterations in all for the start kept: on AllRange(256)/(1024) the error is
+#: within 0.5 % of its 2000-iteration value after 300, and beats HDMM's after 100–200.
 MAX_ITERATIONS = 400
+
+#: Iterations every random start gets before only the best continues (to
+#: :data:`MAX_ITERATIONS`): after 100 the starts' order on AllRange(1024) is already that of
+#: their end points, so the others' remaining iterations would be wasted.
+SCREEN_ITERATIONS = 100
 
 #: Largest attribute OPT_0 takes on (its dense n × n workload Gram: 512 MB).
 MAX_DOMAIN = 8192
@@ -57,15 +69,89 @@ def _check_gram(workload_gram: object) -> np.ndarray:
     return np.ascontiguousarray(gram)
 
 
-class PIdentityTemplate:
-    """OPT_0's parameters (Θ ≥ 0, ``p × n``, flattened) and its loss for a workload Gram G."""
+#: Entry-wise relative tolerance for recognizing a dense Gram as semiseparable: rounding
+#: of a rescaled closed form, far below anything that moves the loss's tenth digit.
+SEMISEPARABLE_TOLERANCE = 1e-12
 
-    def __init__(self, workload_gram: np.ndarray, p: int, norm: int) -> None:
-        self.gram = workload_gram
+
+def semiseparable_generators(gram: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(lower, upper)`` with ``G_st = lower[min(s, t)] · upper[max(s, t)]``, or None.
+
+    Prefix and all-range Grams (and their multiples, as the sweeps of OPT_⊗ weight
+    them) have this form, which applies ``G`` in O(n) per vector
+    (:func:`dpmm.linalg.elementary.semiseparable_product`). One O(n²) pass over G.
+
+    Example:
+        >>> from dpmm.linalg import AllRange, Identity
+        >>> lower, upper = semiseparable_generators(AllRange(4).gram().dense())
+        >>> lower.tolist(), upper.tolist()
+        ([1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0])
+        >>> semiseparable_generators(Identity(4).dense()) is None
+        True
+    """
+    n = gram.shape[0]
+    upper = gram[0].copy()  # lower[0] = 1: any other split rescales lower and upper
+    if upper[-1] == 0.0:
+        return None
+    lower = gram[:, -1] / upper[-1]
+    atol = SEMISEPARABLE_TOLERANCE * float(np.abs(upper).max(initial=0.0))
+    columns = np.arange(n)
+    rows = max(1, 2**22 // n)  # blocks of ~32 MB
+    for first in range(0, n, rows):
+        index = np.arange(first, min(n, first + rows))
+        above = columns[None, :] >= index[:, None]
+        expected = np.where(
+            above, lower[index, None] * upper[None, :], lower[None, :] * upper[index, None]
+        )
+        block = gram[index]
+        if np.any(np.abs(block - expected) > SEMISEPARABLE_TOLERANCE * np.abs(expected) + atol):
+            return None
+    return lower, upper
+
+
+def _gram_generators(workload_gram: object) -> tuple[np.ndarray, np.ndarray] | None:
+    if isinstance(workload_gram, ClosedFormGram) and workload_gram.generators is not None:
+        lower, upper = workload_gram.generators
+        return np.asarray(lower, dtype=np.float64), np.asarray(upper, dtype=np.float64)
+    return None
+
+
+class PIdentityTemplate:
+    """OPT_0's parameters (Θ ≥ 0, ``p × n``, flattened) and its loss for a workload Gram G.
+
+    A semiseparable G (prefix, all-range) is applied by cumulative sums, O(n p) per loss,
+    instead of the dense O(n² p) product; ``structured=False`` forces the dense product.
+    """
+
+    def __init__(
+        self, workload_gram: np.ndarray, p: int, norm: int, *, structured: bool = True
+    ) -> None:
+        self.generators = semiseparable_generators(workload_gram) if structured else None
+        self.gram = None if self.generators is not None else workload_gram
         self.gram_diagonal = workload_gram.diagonal().copy()
         self.p = p
         self.n = workload_gram.shape[0]
         self.norm = norm
+
+    @classmethod
+    def from_generators(
+        cls, lower: np.ndarray, upper: np.ndarray, p: int, norm: int
+    ) -> PIdentityTemplate:
+        """The template for the semiseparable ``G_st = lower[min(s, t)] · upper[max(s, t)]``."""
+        template = cls.__new__(cls)
+        template.generators = (lower, upper)
+        template.gram = None
+        template.gram_diagonal = lower * upper
+        template.p = p
+        template.n = lower.size
+        template.norm = norm
+        return template
+
+    def _times_gram(self, rows: np.ndarray) -> np.ndarray:
+        """``rows @ G`` for a ``p × n`` array (G symmetric)."""
+        if self.generators is None:
+            return rows @ self.gram  # the one O(n² p) BLAS call
+        return semiseparable_product(*self.generators, rows, axis=-1)
 
     def bounds(self) -> scipy.optimize.Bounds:
         size = self.p * self.n
@@ -77,14 +163,16 @@ class PIdentityTemplate:
     def loss_and_grad(self, params: np.ndarray) -> tuple[float, np.ndarray]:
         theta = params.reshape(self.p, self.n)
         scale = column_scale(theta, self.norm)
-        # P = Θ Ĝ = ((Θ diag d) G) diag d: the one O(n² p) product.
-        projected = ((theta * scale) @ self.gram) * scale
-        factor = woodbury_factor(theta)
-        solved = scipy.linalg.cho_solve(factor, projected, check_finite=False)  # Q, O(n p²)
+        # T = M⁻¹Θ = Θ X⁻¹ (O(n p²)), then Q = T Ĝ = ((T diag d) G) diag d: one G product.
+        inverse_theta = woodbury_solve(theta)
+        solved = self._times_gram(inverse_theta * scale)
+        solved *= scale
         per_column = self.gram_diagonal * scale**2 - np.einsum("ij,ij->j", theta, solved)
         loss = float(per_column.sum())
-        inverse_theta = scipy.linalg.cho_solve(factor, theta, check_finite=False)  # M⁻¹Θ
-        grad = -2.0 * (solved - (solved @ theta.T) @ inverse_theta)  # O(n p²)
+        # ∂/∂Θ through X: −2 Q X⁻¹ = −2 (Q − (QΘᵀ) T), O(n p²).
+        grad = (solved @ theta.T) @ inverse_theta
+        grad -= solved
+        grad *= 2.0
         scale_grad = 2.0 * per_column / scale
         if self.norm == 1:
             grad += scale_grad[None, :]
@@ -94,7 +182,7 @@ class PIdentityTemplate:
 
 
 def optimize_pidentity(
-    workload_gram: np.ndarray,
+    workload_gram: np.ndarray | Matrix,
     *,
     norm: int,
     p: int | None = None,
@@ -104,10 +192,14 @@ def optimize_pidentity(
     """The p-Identity strategy minimizing ``trace(G (AᵀA)⁻¹)`` at sensitivity 1, and that loss.
 
     Args:
-        workload_gram: The dense, symmetric n × n workload Gram G (any PSD matrix).
+        workload_gram: The symmetric n × n workload Gram G (any PSD matrix), dense, or a
+            :class:`~dpmm.linalg.elementary.ClosedFormGram` (whose O(n) product is used)
+            or any other :class:`~dpmm.linalg.Matrix` (made dense).
         norm: The sensitivity norm: 1 (Laplace) or 2 (Gaussian).
         p: Extra queries; default ``max(1, n // 16)`` as in HDMM.
-        restarts: Random starts (Θ uniform on [0, 1]); the best end point is kept.
+        restarts: Random starts (Θ uniform on [0, 1]). Each runs
+            :data:`SCREEN_ITERATIONS` iterations, then the best continues to
+            :data:`MAX_ITERATIONS`; the best point seen is kept.
         rng: Random generator for the starts (a fresh OS-seeded one when None).
 
     Returns:
@@ -124,18 +216,58 @@ def optimize_pidentity(
         >>> bool(loss < np.trace(G))  # better than Identity, whose loss is ‖W‖_F²
         True
     """
-    gram = _check_gram(workload_gram)
+    generators = _gram_generators(workload_gram)
+    if generators is None:
+        if isinstance(workload_gram, Matrix):
+            workload_gram = workload_gram.dense()
+        gram = _check_gram(workload_gram)
+        n = gram.shape[0]
+    else:
+        n = generators[0].size
     norm = _check_norm(norm)
-    n = gram.shape[0]
     if p is None:
         p = max(1, n // 16)
     if isinstance(p, bool) or not isinstance(p, int | np.integer) or p < 1:
         raise ConfigError(f"p (the p-Identity's extra queries) must be an integer ≥ 1, got {p!r}")
-    template = PIdentityTemplate(gram, int(p), norm)
-    result = optimize_template(
-        template, restarts=check_restarts(restarts), rng=rng, max_iterations=MAX_ITERATIONS
+    if generators is None:
+        template = PIdentityTemplate(gram, int(p), norm)
+    else:
+        template = PIdentityTemplate.from_generators(*generators, int(p), norm)
+    restarts = check_restarts(restarts)
+    if restarts == 1:
+        result = optimize_template(template, restarts=1, rng=rng, max_iterations=MAX_ITERATIONS)
+        return PIdentity(result.params.reshape(int(p), n), norm), result.loss
+    screened = optimize_template(
+        template, restarts=restarts, rng=rng, max_iterations=SCREEN_ITERATIONS
     )
-    return PIdentity(result.params.reshape(int(p), n), norm), result.loss
+    params, loss = _continue(template, screened.params, MAX_ITERATIONS - SCREEN_ITERATIONS)
+    if not loss < screened.loss:
+        params, loss = screened.params, screened.loss
+    return PIdentity(params.reshape(int(p), n), norm), loss
+
+
+def _continue(
+    template: PIdentityTemplate, start: np.ndarray, iterations: int
+) -> tuple[np.ndarray, float]:
+    """L-BFGS-B from ``start`` for at most ``iterations`` more: the end point and its loss."""
+    bounds = template.bounds()
+    # One BLAS thread: many small products, which threads only slow down.
+    with threadpool_limits(limits=1):
+        result = scipy.optimize.minimize(
+            template.loss_and_grad,
+            start,
+            jac=True,
+            method="L-BFGS-B",
+            bounds=bounds,
+            options={
+                "maxiter": iterations,
+                "maxfun": 2 * iterations,
+                "ftol": RELATIVE_TOLERANCE,
+                "gtol": 0.0,
+            },
+        )
+    end = np.clip(result.x, bounds.lb, bounds.ub)
+    return end, float(template.loss_and_grad(end)[0])
 
 
 def select_pidentity(W: Matrix, privacy: PrivacyParameter) -> PIdentity:
@@ -155,5 +287,5 @@ def select_pidentity(W: Matrix, privacy: PrivacyParameter) -> PIdentity:
             f"The p-Identity strategy needs the dense {n:,} × {n:,} Gram of {W!r}; "
             f"it applies to at most {MAX_DOMAIN:,} cells"
         )
-    strategy, _ = optimize_pidentity(W.gram().dense(), norm=privacy.norm)
+    strategy, _ = optimize_pidentity(W.gram(), norm=privacy.norm)
     return strategy

@@ -5,7 +5,7 @@ import pytest
 
 from dpmm.errors import ConfigError
 from dpmm.linalg import AllRange, Dense, Prefix, trace_of_product
-from dpmm.linalg.pidentity import PIdentity, PIdentityGramInverse
+from dpmm.linalg.pidentity import PIdentity, PIdentityGramInverse, woodbury_solve
 
 SHAPES = [(1, 1), (1, 5), (3, 7), (4, 4), (6, 3)]
 
@@ -83,3 +83,12 @@ def test_inverse_gram_never_forms_an_n_by_n_inverse():
 def test_bad_parameters_are_refused(theta, norm):
     with pytest.raises(ConfigError):
         PIdentity(theta, norm)
+
+
+@pytest.mark.parametrize("magnitude", [1.0, 1e3, 1e10], ids=["cholesky", "large", "qr"])
+def test_woodbury_solve_matches_a_direct_solve(magnitude):
+    theta = _theta(5, 40, seed=9) * magnitude
+    expected = np.linalg.solve(np.eye(5) + theta @ theta.T, theta)
+    np.testing.assert_allclose(
+        woodbury_solve(theta), expected, rtol=1e-8, atol=1e-12 * np.abs(expected).max()
+    )

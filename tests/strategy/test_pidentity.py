@@ -9,7 +9,13 @@ from dpmm.errors import ConfigError, UnsupportedQueryError
 from dpmm.linalg import AllRange, Identity, Kron, Prefix
 from dpmm.linalg.pidentity import PIdentity, column_scale
 from dpmm.privacy import ZCDP, PureDP
-from dpmm.strategy.pidentity import PIdentityTemplate, optimize_pidentity, select_pidentity
+from dpmm.strategy.pidentity import (
+    SCREEN_ITERATIONS,
+    PIdentityTemplate,
+    optimize_pidentity,
+    select_pidentity,
+    semiseparable_generators,
+)
 from dpmm.strategy.template import optimize_template
 
 PRIVACY = {1: PureDP(1), 2: ZCDP("1/2")}
@@ -109,3 +115,75 @@ def test_select_pidentity_refuses_other_workloads(W):
 def test_bad_inputs_are_refused(gram, kwargs):
     with pytest.raises(ConfigError):
         optimize_pidentity(gram, **kwargs)
+
+
+@pytest.mark.parametrize("W", [AllRange(40), Prefix(40)], ids=["allrange", "prefix"])
+@pytest.mark.parametrize("norm", [1, 2])
+def test_structured_gram_path_matches_the_dense_path(W, norm):
+    # The sweeps of OPT_⊗ pass G / trace(G): rounding must not hide the structure.
+    G = W.gram().dense()
+    G = G / np.trace(G)
+    structured = PIdentityTemplate(G, 3, norm)
+    dense = PIdentityTemplate(G, 3, norm, structured=False)
+    assert structured.generators is not None and dense.generators is None
+    x = np.random.default_rng(11).uniform(size=3 * 40)
+    x[x < 0.1] = 0.0
+    loss, grad = structured.loss_and_grad(x)
+    dense_loss, dense_grad = dense.loss_and_grad(x)
+    assert loss == pytest.approx(dense_loss, rel=1e-12)
+    np.testing.assert_allclose(grad, dense_grad, rtol=1e-9, atol=1e-12 * np.abs(grad).max())
+
+
+@pytest.mark.parametrize(
+    "G",
+    [
+        Identity(6).dense(),
+        np.diag(np.arange(1.0, 7.0)) + 0.5,
+        (lambda B: B.T @ B)(np.random.default_rng(5).uniform(size=(8, 6))),
+    ],
+    ids=["identity", "diag-plus-ones", "random"],
+)
+def test_other_grams_are_not_taken_as_semiseparable(G):
+    assert semiseparable_generators(G) is None
+    x = np.random.default_rng(2).uniform(size=12)
+    loss, _ = PIdentityTemplate(G, 2, 1).loss_and_grad(x)
+    dense = PIdentity(x.reshape(2, 6), 1).dense()
+    assert loss == pytest.approx(np.trace(G @ np.linalg.inv(dense.T @ dense)), rel=1e-12)
+
+
+def test_total_gram_is_semiseparable_and_exact():
+    G = np.full((6, 6), 2.0)  # Total's Gram, weighted: lower[min] · upper[max] with ones
+    assert semiseparable_generators(G) is not None
+    x = np.random.default_rng(2).uniform(size=12)
+    loss, _ = PIdentityTemplate(G, 2, 2).loss_and_grad(x)
+    dense = PIdentity(x.reshape(2, 6), 2).dense()
+    assert loss == pytest.approx(np.trace(G @ np.linalg.inv(dense.T @ dense)), rel=1e-12)
+
+
+def test_a_slightly_perturbed_range_gram_is_dense():
+    G = AllRange(16).gram().dense()
+    G[3, 9] = G[9, 3] = G[3, 9] * (1 + 1e-9)
+    assert semiseparable_generators(G) is None
+
+
+@pytest.mark.parametrize("W", [AllRange(48), Prefix(48)], ids=["allrange", "prefix"])
+def test_closed_form_gram_operator_gives_the_expected_error(W):
+    A, loss = optimize_pidentity(W.gram(), norm=1, restarts=2, rng=np.random.default_rng(4))
+    assert expected_error(W, A, PureDP(1)) == pytest.approx(
+        PureDP(1).noise_variance(1.0) * loss, rel=1e-10
+    )
+    # Same optimum as from the dense array: the same starts give the same path.
+    _, loss_dense = optimize_pidentity(
+        W.gram().dense(), norm=1, restarts=2, rng=np.random.default_rng(4)
+    )
+    assert loss == pytest.approx(loss_dense, rel=1e-6)
+
+
+def test_screened_restarts_keep_the_best_point_seen():
+    G = AllRange(32).gram().dense()
+    _, loss = optimize_pidentity(G, norm=1, restarts=3, rng=np.random.default_rng(3))
+    template = PIdentityTemplate(G, 2, 1)
+    screened = optimize_template(
+        template, restarts=3, rng=np.random.default_rng(3), max_iterations=SCREEN_ITERATIONS
+    )
+    assert loss <= screened.loss
