@@ -24,7 +24,6 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 import scipy.optimize
-from threadpoolctl import threadpool_limits
 
 from dpmm.errors import ConfigError, UnsupportedQueryError
 from dpmm.linalg import Matrix
@@ -32,7 +31,7 @@ from dpmm.linalg.elementary import ClosedFormGram, semiseparable_product
 from dpmm.linalg.pidentity import PIdentity, column_scale, woodbury_solve
 from dpmm.privacy import PrivacyParameter
 from dpmm.strategy.product import kron_terms
-from dpmm.strategy.template import RELATIVE_TOLERANCE, check_restarts, optimize_template
+from dpmm.strategy.template import check_restarts, descend, optimize_template
 
 __all__ = ["PIdentityTemplate", "optimize_pidentity", "select_pidentity"]
 
@@ -240,34 +239,10 @@ def optimize_pidentity(
     screened = optimize_template(
         template, restarts=restarts, rng=rng, max_iterations=SCREEN_ITERATIONS
     )
-    params, loss = _continue(template, screened.params, MAX_ITERATIONS - SCREEN_ITERATIONS)
+    params, loss = descend(template, screened.params, MAX_ITERATIONS - SCREEN_ITERATIONS)
     if not loss < screened.loss:
         params, loss = screened.params, screened.loss
     return PIdentity(params.reshape(int(p), n), norm), loss
-
-
-def _continue(
-    template: PIdentityTemplate, start: np.ndarray, iterations: int
-) -> tuple[np.ndarray, float]:
-    """L-BFGS-B from ``start`` for at most ``iterations`` more: the end point and its loss."""
-    bounds = template.bounds()
-    # One BLAS thread: many small products, which threads only slow down.
-    with threadpool_limits(limits=1):
-        result = scipy.optimize.minimize(
-            template.loss_and_grad,
-            start,
-            jac=True,
-            method="L-BFGS-B",
-            bounds=bounds,
-            options={
-                "maxiter": iterations,
-                "maxfun": 2 * iterations,
-                "ftol": RELATIVE_TOLERANCE,
-                "gtol": 0.0,
-            },
-        )
-    end = np.clip(result.x, bounds.lb, bounds.ub)
-    return end, float(template.loss_and_grad(end)[0])
 
 
 def select_pidentity(W: Matrix, privacy: PrivacyParameter) -> PIdentity:

@@ -20,7 +20,7 @@ from threadpoolctl import threadpool_limits
 from dpmm.errors import ConfigError, DpmmError
 from dpmm.strategy.restarts import restart_generator
 
-__all__ = ["Template", "TemplateResult", "check_restarts", "optimize_template"]
+__all__ = ["Template", "TemplateResult", "check_restarts", "descend", "optimize_template"]
 
 #: Most L-BFGS-B iterations per start; the templates here converge well before it.
 MAX_ITERATIONS = 2000
@@ -62,6 +62,28 @@ def check_restarts(restarts: object) -> int:
     return int(restarts)
 
 
+def descend(template: Template, start: np.ndarray, iterations: int) -> tuple[np.ndarray, float]:
+    """L-BFGS-B with bounds from ``start`` for at most ``iterations``: the end point, its loss."""
+    bounds = template.bounds()
+    # One BLAS thread: thousands of small products, which threads only slow down.
+    with threadpool_limits(limits=1):
+        result = scipy.optimize.minimize(
+            template.loss_and_grad,
+            start,
+            jac=True,
+            method="L-BFGS-B",
+            bounds=bounds,
+            options={
+                "maxiter": iterations,
+                "maxfun": 2 * iterations,
+                "ftol": RELATIVE_TOLERANCE,
+                "gtol": 0.0,
+            },
+        )
+    end = np.clip(result.x, bounds.lb, bounds.ub)
+    return end, float(template.loss_and_grad(end)[0])
+
+
 def optimize_template(
     template: Template,
     *,
@@ -100,7 +122,6 @@ def optimize_template(
     """
     restarts = check_restarts(restarts)
     rng = restart_generator(rng)
-    bounds = template.bounds()
     points = [np.asarray(start, dtype=np.float64) for start in starts]
     points += [template.initial(rng) for _ in range(restarts)]
     best_params: np.ndarray | None = None
@@ -113,24 +134,8 @@ def optimize_template(
         if not np.isfinite(start_loss):
             ends.append(np.inf)
             continue
-        # One BLAS thread: thousands of small products, which threads only slow down.
-        with threadpool_limits(limits=1):
-            result = scipy.optimize.minimize(
-                template.loss_and_grad,
-                start,
-                jac=True,
-                method="L-BFGS-B",
-                bounds=bounds,
-                options={
-                    "maxiter": max_iterations,
-                    "maxfun": 2 * max_iterations,
-                    "ftol": RELATIVE_TOLERANCE,
-                    "gtol": 0.0,
-                },
-            )
-        end = np.clip(result.x, bounds.lb, bounds.ub)
-        end_loss, _ = template.loss_and_grad(end)
-        ends.append(float(end_loss))
+        end, end_loss = descend(template, start, max_iterations)
+        ends.append(end_loss)
         if end_loss < best_loss:
             best_params, best_loss = end, end_loss
     if best_params is None or not np.isfinite(best_loss):
