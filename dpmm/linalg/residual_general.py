@@ -37,7 +37,13 @@ from dpmm.linalg.marginals import MarginalsGram, _shape_of, _submasks, mask_memb
 from dpmm.linalg.residuals import DomainSizes, ResidualStrategy, helmert
 from dpmm.linalg.trace import linear_trace
 
-__all__ = ["FactorSplit", "ResidualBlockGram", "ResidualBlockStrategy", "split_factor"]
+__all__ = [
+    "FactorSplit",
+    "ResidualBlockGram",
+    "ResidualBlockStrategy",
+    "split_factor",
+    "term_splits",
+]
 
 #: Largest attribute size whose factor is split densely (an n × n Gram per factor).
 MAX_FACTOR_SIZE = 4096
@@ -126,6 +132,34 @@ def kron_union(W: Matrix) -> list[tuple[float, tuple[Matrix, ...]]]:
     if len({tuple(f.shape[1] for f in factors) for _, factors in terms}) != 1:
         return [(1.0, (W,))]
     return terms
+
+
+def term_splits(W: Matrix, shape: Sequence[int]) -> list[tuple[float, list[FactorSplit]]]:
+    """W as weighted Kron terms over ``shape``, each factor split (a factor shared by
+    several terms is split once).
+
+    Raises:
+        UnsupportedQueryError: W is not a union of Kron products over ``shape``.
+    """
+    if not isinstance(W, Matrix):
+        raise UnsupportedQueryError(f"The workload must be a dpmm Matrix, got {type(W)!r}")
+    terms = kron_union(W)
+    if any(
+        len(factors) != len(shape)
+        or any(f.shape[1] != n for f, n in zip(factors, shape, strict=True))
+        for _, factors in terms
+    ):
+        raise UnsupportedQueryError(f"Workload {W!r} is not a union of Kron products over {shape}")
+    cache: dict[int, FactorSplit] = {}
+    result = []
+    for weight, factors in terms:
+        splits = []
+        for factor in factors:
+            if id(factor) not in cache:
+                cache[id(factor)] = split_factor(factor)
+            splits.append(cache[id(factor)])
+        result.append((float(weight), splits))
+    return result
 
 
 def _block_inverse(block: Block) -> Block:
@@ -424,23 +458,7 @@ class ResidualBlockStrategy(_Blocks, Matrix):
 
     # -- error of a workload, per query, without the domain ------------------------------
     def _term_parts(self, W: Matrix) -> list[tuple[float, list[FactorSplit]]]:
-        terms = kron_union(W)
-        if len(terms[0][1]) != len(self.domain_shape) or any(
-            f.shape[1] != n for f, n in zip(terms[0][1], self.domain_shape, strict=True)
-        ):
-            raise UnsupportedQueryError(
-                f"Workload {W!r} is not a union of Kron products over {self.domain_shape}"
-            )
-        cache: dict[int, FactorSplit] = {}
-        parts = []
-        for weight, factors in terms:
-            splits = []
-            for factor in factors:
-                if id(factor) not in cache:
-                    cache[id(factor)] = split_factor(factor)
-                splits.append(cache[id(factor)])
-            parts.append((weight, splits))
-        return parts
+        return term_splits(W, self.domain_shape)
 
     def _sub_workload(self, splits: Sequence[FactorSplit], mask: int) -> list[np.ndarray]:
         return [s.B if mask >> i & 1 else s.a[:, None] for i, s in enumerate(splits)]

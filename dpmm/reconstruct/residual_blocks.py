@@ -44,7 +44,7 @@ import numpy as np
 
 from dpmm.errors import UnsupportedQueryError
 from dpmm.linalg import Identity, Matrix, Ones
-from dpmm.linalg.residual_general import FactorSplit, kron_union, split_factor
+from dpmm.linalg.residual_general import FactorSplit, split_factor, term_splits
 from dpmm.measure.residual_blocks import BlockMeasurement
 
 __all__ = [
@@ -181,28 +181,6 @@ class BlockEstimate:
         return BlockAnswers(weight * values, weight * weight * variances)
 
 
-def _workload_terms(W: Matrix, shape: tuple[int, ...]) -> list[tuple[float, list[FactorSplit]]]:
-    if not isinstance(W, Matrix):
-        raise UnsupportedQueryError(f"The workload must be a dpmm Matrix, got {type(W)!r}")
-    terms = kron_union(W)
-    if any(
-        len(factors) != len(shape)
-        or any(f.shape[1] != n for f, n in zip(factors, shape, strict=True))
-        for _, factors in terms
-    ):
-        raise UnsupportedQueryError(f"Workload {W!r} is not a union of Kron products over {shape}")
-    cache: dict[int, FactorSplit] = {}
-    result = []
-    for weight, factors in terms:
-        splits = []
-        for factor in factors:
-            if id(factor) not in cache:
-                cache[id(factor)] = split_factor(factor)
-            splits.append(cache[id(factor)])
-        result.append((float(weight), splits))
-    return result
-
-
 def block_workload_answers(
     measurement: BlockMeasurement | BlockEstimate, W: Matrix
 ) -> BlockAnswers:
@@ -218,8 +196,7 @@ def block_workload_answers(
     """
     estimate = measurement if isinstance(measurement, BlockEstimate) else BlockEstimate(measurement)
     parts = [
-        estimate.term(weight, splits)
-        for weight, splits in _workload_terms(W, estimate.domain_shape)
+        estimate.term(weight, splits) for weight, splits in term_splits(W, estimate.domain_shape)
     ]
     return BlockAnswers(
         np.concatenate([p.values for p in parts]), np.concatenate([p.variances for p in parts])
