@@ -55,7 +55,13 @@ from dpmm.linalg.marginals import mask_members
 from dpmm.linalg.residual_general import ResidualBlockStrategy
 from dpmm.measure.exact import MeasurementError
 from dpmm.measure.quantize import QuantizationError
-from dpmm.measure.residual_tables import helmert_norms, integer_helmert
+from dpmm.measure.residual_tables import (
+    _INT_LIMIT,
+    NOISE_BATCH,
+    ROUNDING_BITS,
+    helmert_norms,
+    integer_helmert,
+)
 from dpmm.measure.tables import MarginalCounts
 from dpmm.privacy.ledger import Ledger, Reservation
 from dpmm.privacy.params import ZCDP
@@ -81,12 +87,6 @@ RANK_TOLERANCE = 1e-8
 EXACT_CELLS = 1 << 22
 #: Most entries of one block's integer matrix ``Q_S H_S`` (rows × cells of S).
 MAX_BLOCK_ENTRIES = 1 << 26
-#: σ² is rounded up on a grid of relative step 2^-ROUNDING_BITS (small exact denominators).
-ROUNDING_BITS = 20
-#: Most noise samples drawn per sampler call.
-NOISE_BATCH = 1 << 22
-#: Integers (partial sums of answers, entries of Q_S H_S) must stay below this in int64.
-_INT_LIMIT = 2**62
 
 
 @dataclass(frozen=True, eq=False)
