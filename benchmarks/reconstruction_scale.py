@@ -12,10 +12,12 @@ allocated during the solve (tracemalloc; numpy reports into it) and the
 process peak RSS so far; for the chunked runs the largest difference from the
 in-memory estimate, relative to the largest estimated count.
 
-The chunked hierarchical run uses ``--dask-hier-shape`` (default 10×12×10 =
-1.2·10³ cells): the 10⁶-cell run needs ~1,300 iterations, and each chunked
-iteration pays a few scheduler round trips. Pass ``--dask-hier-shape 100,100,100``
-to run it at full size.
+The chunked runs solve the same two problems on a 2-worker LocalCluster
+(processes, one thread each), the measurements split into ``--chunks`` blocks
+along the first axis (default 2: one per worker). The hierarchical case (no
+total) runs many iterations per scheduler round trip
+(:mod:`dpmm.reconstruct.chunked_loop`); peak RSS is then also printed for each
+worker process.
 
 Usage:
     python benchmarks/reconstruction_scale.py [--quick] [--tolerance 1e-6]
@@ -28,6 +30,7 @@ import resource
 import time
 import tracemalloc
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -64,10 +67,49 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def row(case: str, where: str, estimate: Estimate, seconds: float, peak: float, diff: str) -> str:
+def worker_rss_mb() -> float:
+    """Peak RSS of this process, in MB (run on each worker through ``client.run``).
+
+    ``ru_maxrss`` survives fork and exec, so a worker would report at least the driver's
+    peak at spawn time; the memory map's high-water mark (VmHWM) starts afresh at exec.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def row(
+    case: str,
+    where: str,
+    estimate: Estimate,
+    seconds: float,
+    peak: float,
+    workers: str = "",
+    diff: str = "",
+) -> str:
     return (
         f"| {case} | {where} | {estimate.iterations} | {estimate.residual:.1e} | "
-        f"{estimate.converged} | {seconds:.2f} | {peak:.0f} | {rss_mb():.0f} | {diff} |"
+        f"{estimate.converged} | {seconds:.2f} | {peak:.0f} | {rss_mb():.0f} | {workers} | "
+        f"{diff} |"
+    )
+
+
+def scattered(client: Any, y: np.ndarray, shape: tuple[int, ...], blocks: int) -> Any:
+    """y as a Dask array split along the first axis, its blocks already on the workers."""
+    import dask.array as da
+
+    tensor = y.reshape(shape)
+    piece = -(-shape[0] // blocks)
+    parts = [tensor[lo : lo + piece] for lo in range(0, shape[0], piece)]
+    futures = client.scatter(parts)
+    return da.concatenate(
+        [da.from_delayed(f, p.shape, dtype=p.dtype) for f, p in zip(futures, parts, strict=True)],
+        axis=0,
     )
 
 
@@ -76,27 +118,22 @@ def main() -> None:
     parser.add_argument("--tolerance", type=float, default=1e-6)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="10⁵ and 10⁴ cells")
-    parser.add_argument("--dask-hier-shape", default="10,12,10")
-    parser.add_argument("--chunks", type=int, default=4, help="blocks along the first axis")
+    parser.add_argument("--chunks", type=int, default=2, help="blocks along the first axis")
     args = parser.parse_args()
     identity_shape = (20, 25, 200) if args.quick else (200, 250, 200)
     tree_shape = (20, 25, 20) if args.quick else (100, 100, 100)
-    dask_tree_shape = tuple(int(s) for s in args.dask_hier_shape.split(","))
-    if args.quick:
-        dask_tree_shape = (10, 12, 10)
 
     cases = [
         ("identity", Kron([Identity(n) for n in identity_shape]), True),
         ("hierarchical", Kron([Hierarchical(n, 4) for n in tree_shape]), False),
-        ("hierarchical (dask size)", Kron([Hierarchical(n, 4) for n in dask_tree_shape]), False),
     ]
     print(f"### NNLS to a relative KKT residual of {args.tolerance:g}, ε = {EPSILON} Laplace noise")
     print()
     print(
         "| case | run | iterations | residual | converged | time (s) | peak alloc (MB) "
-        "| peak RSS (MB) | max |Δx| / max x̂ vs in-memory |"
+        "| peak RSS (MB) | worker peak RSS (MB) | max |Δx| / max x̂ vs in-memory |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     memory_results = {}
     for name, A, with_total in cases:
         x, y = problem(A, args.seed)
@@ -108,20 +145,19 @@ def main() -> None:
             lambda A=A, y=y, total=total: nnls(A, y, total=total, tolerance=args.tolerance)
         )
         memory_results[name] = (label, A, y, total, estimate)
-        print(row(label, "in memory", estimate, seconds, peak, ""), flush=True)
+        print(row(label, "in memory", estimate, seconds, peak), flush=True)
 
-    import dask.array as da
     from dask.distributed import Client, LocalCluster
 
-    with (
-        LocalCluster(n_workers=2, threads_per_worker=1, processes=True) as cluster,
-        Client(cluster),
-    ):
-        for name in ("identity", "hierarchical (dask size)"):
+    for name in ("identity", "hierarchical"):
+        # A fresh cluster per case, so the workers' peak RSS belongs to that case.
+        with (
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=True) as cluster,
+            Client(cluster) as client,
+        ):
             label, A, y, total, reference = memory_results[name]
             shape = tuple(f.shape[0] for f in A.factors)
-            first = -(-shape[0] // args.chunks)
-            tensor = da.from_array(y.reshape(shape), chunks=(first, *shape[1:])).persist()
+            tensor = scattered(client, y, shape, args.chunks)
             estimate, seconds, peak = timed(
                 lambda A=A, tensor=tensor, total=total: nnls(
                     A, tensor, total=total, tolerance=args.tolerance
@@ -129,7 +165,9 @@ def main() -> None:
             )
             chunked = estimate.x.compute().reshape(-1)
             diff = np.abs(chunked - reference.x).max() / max(reference.x.max(), 1e-300)
-            print(row(label, "dask 2 workers", estimate, seconds, peak, f"{diff:.1e}"), flush=True)
+            workers = " / ".join(f"{v:.0f}" for v in client.run(worker_rss_mb).values())
+            where = f"dask 2 workers, {args.chunks} blocks"
+            print(row(label, where, estimate, seconds, peak, workers, f"{diff:.1e}"), flush=True)
 
 
 if __name__ == "__main__":

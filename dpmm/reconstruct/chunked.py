@@ -5,9 +5,14 @@ domain ``(n_1, …, n_d)``, chunked along one axis. Applying ``⊗_i F_i`` means
 applying each factor along its own axis: every block that holds the whole of
 axis i is transformed independently (``map_blocks``); the one axis the home
 chunking splits is first rechunked to be split along another axis. So no task
-ever holds more than one block, and the solver loop of
-:mod:`~dpmm.reconstruct.projected_gradient` runs unchanged (elementwise
-operations, sums, persisted iterates).
+ever holds more than one block. This computes ``Aᵀy`` and the warm start.
+
+Without a total (and with the first factor's Gram small enough to be dense) the
+iterations run in :mod:`~dpmm.reconstruct.chunked_loop`: blocks along the first
+axis, the other factors applied inside a block, many iterations per scheduler
+round trip. With a total, the projection onto the scaled simplex needs driver-side
+reductions, so the loop of :mod:`~dpmm.reconstruct.projected_gradient` runs
+unchanged on the Dask arrays (elementwise operations, sums, persisted iterates).
 
 The Hessian is the Kronecker product of the factors' Grams (one pass, factor
 Grams dense when small); the warm start is the least-squares estimate
@@ -21,9 +26,14 @@ from typing import Any
 import numpy as np
 
 from dpmm.linalg import Dense, Kron, Matrix, Product
+from dpmm.reconstruct.chunked_loop import BlockKron, minimize_on_blocks
 from dpmm.reconstruct.least_squares import gram_pinv
 from dpmm.reconstruct.nnls import largest_gram_eigenvalue
-from dpmm.reconstruct.projected_gradient import minimize_nonnegative_quadratic, scalars
+from dpmm.reconstruct.projected_gradient import (
+    Solution,
+    minimize_nonnegative_quadratic,
+    scalars,
+)
 from dpmm.reconstruct.protocol import (
     DEFAULT_TOLERANCE,
     Estimate,
@@ -146,7 +156,6 @@ def chunked_nnls(
         )
     y = y.astype(np.float64)
     strategy = ChunkedKron(A)
-    hessian = ChunkedKron(Kron([_factor_gram(f) for f in factors]))
     linear = strategy.apply_adjoint(y).persist()
     pinvs = [gram_pinv(f) for f in factors]
     if all(p is not None for p in pinvs):
@@ -162,8 +171,22 @@ def chunked_nnls(
     if isinstance(known_total, str):
         (estimated,) = scalars(start.sum())
         known_total = resolve_total(known_total, estimated)
+    grams = [_factor_gram(f) for f in factors]
+    if known_total is None and isinstance(grams[0], Dense):
+        solution = _solve_on_blocks(
+            grams, linear, start, largest_gram_eigenvalue(A), tolerance, max_iterations
+        )
+        return Estimate(
+            solution.x,
+            "nnls",
+            scales,
+            None,
+            solution.iterations,
+            solution.residual,
+            solution.converged,
+        )
     solution = minimize_nonnegative_quadratic(
-        hessian.apply,
+        ChunkedKron(Kron(grams)).apply,
         linear,
         start,
         largest_gram_eigenvalue(A),
@@ -180,6 +203,48 @@ def chunked_nnls(
         solution.residual,
         solution.converged,
     )
+
+
+def _solve_on_blocks(
+    grams: list[Matrix],
+    linear: Any,
+    start: Any,
+    lipschitz: float,
+    tolerance: float,
+    max_iterations: int | None,
+) -> Solution:
+    """The batched loop of :mod:`~dpmm.reconstruct.chunked_loop` on first-axis blocks."""
+    import dask
+    import dask.array as da
+
+    shape = linear.shape
+    count = min(_blocks(linear), shape[0])
+    piece = -(-shape[0] // count)
+    bounds = [*range(0, shape[0], piece), shape[0]]
+    others = [g.dense() if isinstance(g, Dense) else g for g in grams[1:]]
+    operator = BlockKron(grams[0].dense(), others, bounds)
+
+    def split(tensor: Any) -> list[Any]:
+        chunks = (piece, *([-1] * (len(shape) - 1)))
+        # Persisted, so the loop's graphs refer to finished blocks, not to their recipes.
+        return list(dask.persist(*tensor.rechunk(chunks).to_delayed().ravel()))
+
+    solution, blocks = minimize_on_blocks(
+        operator,
+        split(linear),
+        split(start),
+        lipschitz,
+        tolerance=tolerance,
+        max_iterations=max_iterations,
+    )
+    x = da.concatenate(
+        [
+            da.from_delayed(block, (hi - lo, *shape[1:]), dtype=np.float64)
+            for block, lo, hi in zip(blocks, bounds[:-1], bounds[1:], strict=True)
+        ],
+        axis=0,
+    )
+    return Solution(x, solution.iterations, solution.residual, solution.converged)
 
 
 def _isfinite_all(y: Any) -> Any:

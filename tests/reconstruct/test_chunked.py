@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from dpmm.linalg import Hierarchical, Identity, Kron, Prefix
 from dpmm.reconstruct import ReconstructionError, nnls
 from dpmm.reconstruct.chunked import ChunkedKron
+from dpmm.reconstruct.chunked_loop import BlockKron, apply_inside, minimize_on_blocks
 
 
 def test_chunked_kron_apply_matches_in_memory() -> None:
@@ -47,3 +49,98 @@ def test_chunked_inputs_are_checked() -> None:
         nnls(A, da.from_array(np.array([[1.0, np.nan]] * 3), chunks=1))
     with pytest.raises(ReconstructionError, match="Kronecker"):
         nnls(Identity(6), da.zeros(6, chunks=2))
+
+
+def _noisy(A: Kron, rng: np.random.Generator) -> np.ndarray:
+    truth = rng.poisson(2, A.shape[1]) * (rng.random(A.shape[1]) < 0.3)
+    return A @ truth + rng.laplace(0, 3, A.shape[0])
+
+
+def test_apply_inside_matches_dense_kron() -> None:
+    rng = np.random.default_rng(52)
+    factors = [rng.normal(size=(4, 4)), rng.normal(size=(3, 3)), Prefix(5)]
+    block = rng.normal(size=(2, 3, 5))
+    inside = apply_inside(block, [factors[1], factors[2]])
+    dense = np.kron(factors[1], Prefix(5).dense())
+    np.testing.assert_allclose(inside.reshape(2, -1), block.reshape(2, -1) @ dense.T)
+
+
+@pytest.mark.parametrize(
+    ("factors", "chunks"),
+    [
+        ([Hierarchical(6, 2), Prefix(3), Hierarchical(4, 2)], 2),  # dense first-axis Gram
+        ([Identity(5), Hierarchical(4, 2)], 2),  # diagonal: no cross-block products
+        ([Hierarchical(7, 3), Identity(2)], 1),  # one block
+    ],
+)
+def test_block_loop_matches_in_memory(factors: list, chunks: int) -> None:
+    rng = np.random.default_rng(53)
+    A = Kron(factors)
+    y = _noisy(A, rng)
+    shape = tuple(f.shape[0] for f in factors)
+    tensor = da.from_array(y.reshape(shape), chunks=(chunks, *shape[1:]))
+    memory = nnls(A, y, tolerance=1e-8)
+    chunked = nnls(A, tensor, tolerance=1e-8)
+    assert chunked.converged and chunked.residual <= 1e-8
+    assert chunked.iterations == memory.iterations
+    np.testing.assert_allclose(chunked.x.compute().reshape(-1), memory.x, atol=1e-8)
+
+
+def test_block_loop_iteration_limit_and_batches() -> None:
+    rng = np.random.default_rng(54)
+    A = Kron([Hierarchical(8, 2), Hierarchical(5, 2)])
+    y = _noisy(A, rng)
+    tensor = da.from_array(y.reshape(15, 9), chunks=(4, 9))
+    for limit in (7, 23):
+        memory = nnls(A, y, tolerance=1e-14, max_iterations=limit)
+        chunked = nnls(A, tensor, tolerance=1e-14, max_iterations=limit)
+        assert chunked.iterations == limit and not chunked.converged
+        assert chunked.residual == pytest.approx(memory.residual, rel=1e-6)
+        np.testing.assert_allclose(chunked.x.compute().reshape(-1), memory.x, atol=1e-9)
+    # The batch length changes the graphs, not the iterates.
+    grams = [f.gram().dense() for f in A.factors]
+    b = (A.T @ y).reshape(8, 5)
+    blocks = da.from_array(b, chunks=(3, 5)).to_delayed().ravel().tolist()
+    operator = BlockKron(grams[0], [grams[1]], [0, 3, 6, 8])
+    lipschitz = float(np.linalg.eigvalsh(np.kron(*grams))[-1])
+    runs = [
+        minimize_on_blocks(
+            operator, blocks, blocks, lipschitz, tolerance=1e-9, max_iterations=None, batch=n
+        )
+        for n in (10, 30)
+    ]
+    assert runs[0][0].iterations == runs[1][0].iterations
+    assert runs[0][0].converged
+    first, second = (np.concatenate(dask.compute(*blocks)) for _, blocks in runs)
+    np.testing.assert_array_equal(first, second)
+
+
+def test_block_loop_stops_at_an_optimal_start() -> None:
+    A = Kron([Hierarchical(4, 2), Identity(3)])
+    truth = np.arange(1.0, 13.0)
+    chunked = nnls(A, da.from_array((A @ truth).reshape(7, 3), chunks=(2, 3)))
+    assert chunked.iterations == 0 and chunked.converged
+    np.testing.assert_allclose(chunked.x.compute().reshape(-1), truth)
+
+
+@pytest.mark.slow
+def test_block_loop_on_a_local_cluster() -> None:
+    from dask.distributed import Client, LocalCluster
+
+    rng = np.random.default_rng(55)
+    A = Kron([Hierarchical(8, 2), Hierarchical(6, 2), Identity(3)])
+    y = _noisy(A, rng)
+    shape = tuple(f.shape[0] for f in A.factors)
+    # An iteration limit keeps the scheduler round trips few; the iterates still must agree.
+    memory = nnls(A, y, tolerance=1e-7, max_iterations=50)
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True) as cluster,
+        Client(cluster),
+    ):
+        tensor = da.from_array(y.reshape(shape), chunks=(4, *shape[1:]))
+        chunked = nnls(A, tensor, tolerance=1e-7, max_iterations=50)
+        x = chunked.x.compute().reshape(-1)
+    assert chunked.iterations == memory.iterations
+    assert chunked.converged == memory.converged
+    assert chunked.residual == pytest.approx(memory.residual, rel=1e-6)
+    np.testing.assert_allclose(x, memory.x, atol=1e-9 * max(memory.x.max(), 1.0))
