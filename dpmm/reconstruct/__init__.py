@@ -25,6 +25,12 @@ Example:
 """
 
 from dpmm.reconstruct.answers import WorkloadAnswers, covariance_factor, workload_answers
+from dpmm.reconstruct.consistent_tables import (
+    ConsistentTables,
+    consistency_violation,
+    nonnegative_tables,
+    project_consistent,
+)
 from dpmm.reconstruct.isotonic import isotonic
 from dpmm.reconstruct.least_squares import gram_pinv, least_squares, whiten
 from dpmm.reconstruct.marginal_tables import MarginalMeasurement, marginal_tables
@@ -49,6 +55,7 @@ __all__ = [
     "BlockAnswers",
     "BlockEstimate",
     "BlockMarginal",
+    "ConsistentTables",
     "Estimate",
     "MarginalMeasurement",
     "ReconstructionError",
@@ -57,6 +64,7 @@ __all__ = [
     "WorkloadAnswers",
     "block_marginals",
     "block_workload_answers",
+    "consistency_violation",
     "covariance_factor",
     "gram_pinv",
     "isotonic",
@@ -65,6 +73,8 @@ __all__ = [
     "marginal_tables",
     "marginal_variance",
     "nnls",
+    "nonnegative_tables",
+    "project_consistent",
     "residual_marginals",
     "whiten",
     "workload_answers",
