@@ -32,6 +32,7 @@ import scipy.optimize
 from dpmm.errors import UnsupportedQueryError
 from dpmm.linalg import Dense, Matrix
 from dpmm.privacy import PrivacyParameter
+from dpmm.strategy.low_rank_matrix import LowRankStrategy
 from dpmm.strategy.lrm_solver import (
     SUPPORT_RATIO,
     LowRankDecomposition,
@@ -44,9 +45,11 @@ from dpmm.strategy.restarts import restart_generator
 __all__ = [
     "DEFAULT_GAMMA",
     "complete_row_space",
+    "completed_scale",
     "lrm_decomposition",
     "lrm_strategy",
     "select_lrm",
+    "strategy_from_decomposition",
 ]
 
 #: The seed's default relaxation γ of ``‖W − BL‖_F`` (Table 1).
@@ -77,15 +80,26 @@ def lrm_decomposition(
     Arguments are those of :func:`lrm_strategy`.
     """
     generator = restart_generator(rng)
+    workload = W.dense()
     return decompose_workload(
-        W.dense(),
+        workload,
         norm=privacy.norm,
         rank=rank,
         gamma=gamma,
         max_iterations=max_iterations,
         tolerance=tolerance,
         rng=generator,
+        score=lambda L: completed_scale(workload, L, privacy.norm),
     )
+
+
+def completed_scale(W: np.ndarray, L: np.ndarray, norm: int) -> float:
+    """``‖W A⁺‖_F²`` for ``A = complete_row_space(W, L, norm)``: its exact error over ``v(1)``.
+
+    This is dpmm's least-squares error of the strategy an iterate L yields (sensitivity 1),
+    the quantity :func:`lrm_strategy` minimizes in the end.
+    """
+    return least_squares_scale(W, complete_row_space(W, L, norm))
 
 
 def _column_norms(L: np.ndarray, norm: int) -> np.ndarray:
@@ -163,8 +177,11 @@ def lrm_strategy(
     max_iterations: int = DEFAULT_MAX_ITERATIONS,
     tolerance: float = DEFAULT_TOLERANCE,
     rng: np.random.Generator | None = None,
-) -> Dense:
+) -> LowRankStrategy:
     """The Low-Rank Mechanism's strategy ``L`` for workload ``W`` (seed 002).
+
+    Returned as a :class:`LowRankStrategy` (thin SVD), whose Gram, pseudo-inverse and
+    traces never form an ``n × n`` array.
 
     Columns of the result have ``privacy.norm``-norm at most 1 (L1 for Laplace noise,
     as in the seed; L2 for Gaussian noise), so its sensitivity is 1, and W lies in its
@@ -200,18 +217,33 @@ def lrm_strategy(
         tolerance=tolerance,
         rng=rng,
     )
-    workload = W.dense()
+    return strategy_from_decomposition(W.dense(), decomposition)
+
+
+def strategy_from_decomposition(
+    W: np.ndarray, decomposition: LowRankDecomposition
+) -> LowRankStrategy:
+    """The completed strategy of the best iterate, or of the start if that is better.
+
+    Raises:
+        UnsupportedQueryError: the completion failed to hold W's row space (a bug guard).
+    """
     # Algorithm 1 is a local method on a non-convex program: keep its start (an exact
     # decomposition at least as good as noise on data or on queries) if it did not improve.
+    norm = decomposition.norm
     candidates = [
-        complete_row_space(workload, decomposition.L, privacy.norm),
-        complete_row_space(workload, decomposition.start, privacy.norm),
+        complete_row_space(W, decomposition.best, norm),
+        complete_row_space(W, decomposition.start, norm),
     ]
-    strategy = min(candidates, key=lambda A: least_squares_scale(workload, A))
-    _check_support(workload, strategy)
-    return Dense(strategy)
+    strategy = min(candidates, key=lambda A: least_squares_scale(W, A))
+    _check_support(W, strategy)
+    return LowRankStrategy(strategy)
 
 
 def select_lrm(W: Matrix, privacy: PrivacyParameter) -> Matrix:
-    """``lrm_strategy`` with the seed's default settings (the ``"lrm"`` method)."""
-    return lrm_strategy(W, privacy)
+    """``lrm_strategy`` with the seed's default settings (the ``"lrm"`` method).
+
+    Returned as a :class:`~dpmm.linalg.Dense`: strategies of the registered methods are
+    saved with :mod:`dpmm.linalg.serialize`, which does not know LowRankStrategy yet.
+    """
+    return Dense(lrm_strategy(W, privacy).array)

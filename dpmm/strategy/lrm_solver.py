@@ -14,6 +14,11 @@ over ``B`` (closed form, Eq. 9) and over ``L`` (Nesterov's accelerated
 projected gradient, Algorithm 2), then updates ``Π ← Π + β (W − BL)`` and
 doubles ``β`` every ten rounds (Algorithm 1).
 
+Started as the seed writes it (``Π = 0``, ``β = 1``, random rows), Algorithm 1
+stalls: the first B-step shrinks every direction of W, the multiplier then needs
+dozens of penalty doublings to restore ``BL ≈ W``, and the iterate it returns is
+no better than its start. :func:`decompose_workload` lists the changes.
+
 The seed's ball is the L1 ball (Laplace noise, sensitivity = largest column L1
 norm). For Gaussian noise the sensitivity is the largest column L2 norm, so the
 same program runs with the L2 ball instead.
@@ -22,10 +27,12 @@ same program runs with the L2 ball instead.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg
+import scipy.optimize
 
 from dpmm.errors import ConfigError
 from dpmm.privacy import PrivacyParameter
@@ -36,8 +43,11 @@ __all__ = [
     "augmented_lagrangian",
     "augmented_lagrangian_gradients",
     "decompose_workload",
+    "initial_strategy",
+    "mean_and_centered",
     "update_B",
     "update_L",
+    "warm_start",
 ]
 
 #: The penalty doubles after this many rounds of Algorithm 1 (seed 002, line 10).
@@ -45,9 +55,13 @@ PENALTY_DOUBLING_PERIOD = 10
 #: Algorithm 1 stops once the penalty reaches this value ("β sufficiently large").
 MAX_PENALTY = 1e8
 #: Most B/L alternations per augmented-Lagrangian round (the inner "while not converged").
-MAX_ALTERNATIONS = 5
-#: Most accelerated gradient steps per L update (Algorithm 2's loop).
-MAX_GRADIENT_STEPS = 60
+MAX_ALTERNATIONS = 2
+#: Most accelerated gradient steps per L update (Algorithm 2's loop). From a warm start
+#: the subproblem moves little per round, and the rounds' multiplier updates matter more
+#: than solving each subproblem exactly (the method is "inexact" by design).
+MAX_GRADIENT_STEPS = 20
+#: Norm of each random padding row relative to a typical row of the start.
+PADDING_WEIGHT = 1e-2
 #: Singular values of L below this fraction of the largest count as zero (dpmm's
 #: pseudo-inverse drops Gram eigenvalues below 1e-10 of the largest, i.e. σ below 1e-5).
 SUPPORT_RATIO = 1e-4
@@ -66,6 +80,8 @@ class LowRankDecomposition:
         iterations: Rounds of the augmented Lagrangian method that were run.
         norm: 1 (L1 balls, Laplace noise) or 2 (L2 balls, Gaussian noise).
         start: The starting L of Algorithm 1 (an exact decomposition of W).
+        best: The iterate L with the least ``score`` (``L`` itself when no score was given).
+        best_score: That score (inf when no score was given).
     """
 
     B: np.ndarray
@@ -74,6 +90,8 @@ class LowRankDecomposition:
     iterations: int
     norm: int
     start: np.ndarray
+    best: np.ndarray
+    best_score: float
 
     @property
     def sensitivity(self) -> float:
@@ -174,32 +192,105 @@ def least_squares_scale(W: np.ndarray, L: np.ndarray) -> float:
     return math.inf if outside else float(np.sum((coefficients / singular[keep]) ** 2))
 
 
+def _padded(L: np.ndarray, rank: int, rng: np.random.Generator) -> np.ndarray:
+    """``L`` with small random rows appended up to ``rank`` rows (or cut to ``rank`` rows).
+
+    Algorithm 1 never moves a zero row (its column of B stays zero, so its gradient
+    is zero); small random rows give it the freedom ``r > rank(W)`` is meant to give,
+    while adding almost nothing to the column norms of the start.
+    """
+    if L.shape[0] >= rank:
+        return L[:rank]
+    extra = rng.standard_normal((rank - L.shape[0], L.shape[1]))
+    extra *= PADDING_WEIGHT / np.linalg.norm(extra, axis=1, keepdims=True)
+    typical = float(np.linalg.norm(L)) / math.sqrt(max(L.shape[0], 1))
+    return np.vstack([L, typical * extra])
+
+
 def initial_strategy(
-    W: np.ndarray, right_vectors: np.ndarray, rank: int, norm: int, rng: np.random.Generator
+    W: np.ndarray,
+    singular_values: np.ndarray,
+    right_vectors: np.ndarray,
+    rank: int,
+    norm: int,
+    rng: np.random.Generator,
 ) -> np.ndarray:
     """The best exact start among noise on data, noise on queries and W's singular basis.
 
-    The seed leaves the start open. Starting from an exact decomposition (``BL = W``)
-    that is already as good as the two naive mechanisms keeps Algorithm 1 near
-    feasibility; the random rows only pad the singular basis up to ``rank`` rows.
+    The seed leaves the start open. Each candidate is an exact decomposition
+    (``BL = W``) scaled into the balls; the one with the least ``‖W L⁺‖_F²`` wins:
+
+    * noise on data (``L = I``) when ``n ≤ r``;
+    * noise on queries (``L = W``) when ``m ≤ r``, or on a basis of W's rows;
+    * the scaled SVD ``L = Vᵀ / c`` (``B = U Σ c``): the feasible point whose error
+      Lemma 1 gives as ``2 Δ² ‖B‖_F² / ε² = 2 c² ‖W‖_F² / ε²``;
+    * the mean query and the centred queries (:func:`mean_and_centered`);
+    * the eigen-design shape ``L = Σ^½ Vᵀ / c``, optimal for L2 balls when its column
+      norms agree; on workloads with one dominant direction (WDiscrete's all-ones part)
+      it starts ten times lower than the scaled SVD.
+
+    ``singular_values`` and ``right_vectors`` are W's, numerically non-zero ones only.
     """
     m, n = W.shape
     candidates = []
     if n <= rank:
-        candidates.append(np.vstack([np.eye(n), np.zeros((rank - n, n))]))
+        candidates.append(np.eye(n))
     if m <= rank:
-        candidates.append(np.vstack([W, np.zeros((rank - m, n))]))
+        candidates.append(W)
     # A basis of W's queries (pivoted QR picks independent rows): noise on fewer queries.
     workload_rank = right_vectors.shape[0]
     if workload_rank <= rank:
         pivots = scipy.linalg.qr(W.T, mode="r", pivoting=True)[1][:workload_rank]
-        candidates.append(np.vstack([W[np.sort(pivots)], np.zeros((rank - workload_rank, n))]))
-    leading = right_vectors[: min(rank, right_vectors.shape[0])]
-    extra = rng.standard_normal((rank - leading.shape[0], n))
-    extra /= np.linalg.norm(extra, axis=1, keepdims=True)
-    candidates.append(np.vstack([leading, extra]))
-    scaled = [scaled_into_balls(L, norm) for L in candidates]
+        candidates.append(W[np.sort(pivots)])
+    if m + 1 <= rank:
+        candidates.append(mean_and_centered(W, norm))
+    leading = slice(0, min(rank, workload_rank))
+    candidates.append(right_vectors[leading])
+    candidates.append(np.sqrt(singular_values[leading])[:, None] * right_vectors[leading])
+    scaled = [scaled_into_balls(_padded(L, rank, rng), norm) for L in candidates]
     return min(scaled, key=lambda L: least_squares_scale(W, L))
+
+
+def mean_and_centered(W: np.ndarray, norm: int) -> np.ndarray:
+    """``[t · w̄ᵀ; W − 1 w̄ᵀ]`` with ``w̄`` the mean query, ``t`` balancing the two blocks.
+
+    ``W = (1/t) 1 · (t w̄ᵀ) + I · (W − 1 w̄ᵀ)`` is exact with ``‖B‖_F² = m / t² + m``;
+    ``t`` minimizes Lemma 1's ``Δ(t)² (m / t² + m)`` (a one-dimensional search, O(n) per
+    value). When the queries share a large common part (WDiscrete's all-ones part) the
+    centred queries are small and sparse-like, so the sensitivity no longer grows with n
+    the way the dense singular vectors' does.
+    """
+    m = W.shape[0]
+    mean = W.mean(axis=0)
+    centered = W - mean
+    mean_norms = np.abs(mean) if norm == 1 else mean * mean
+    rest_norms = np.linalg.norm(centered, ord=norm, axis=0)
+    rest_norms = rest_norms if norm == 1 else rest_norms**2
+
+    def bound(log_weight: float) -> float:
+        weight = math.exp(log_weight)
+        column = mean_norms * (weight if norm == 1 else weight**2) + rest_norms
+        sensitivity = float(column.max()) if norm == 1 else math.sqrt(float(column.max()))
+        return sensitivity**2 * (m / weight**2 + m)
+
+    best = scipy.optimize.minimize_scalar(bound, bounds=(-12.0, 12.0), method="bounded")
+    return np.vstack([math.exp(float(best.x)) * mean, centered])
+
+
+def warm_start(W: np.ndarray, L: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(B, Π) = (W L⁺, W (LᵀL)⁺)``: the exact B of an exact start and its KKT multiplier.
+
+    At an exact decomposition the B-step is stationary iff ``B = Π Lᵀ``; the least
+    ``‖B‖_F`` with ``BL = W`` is ``W L⁺``, and ``Π = B (L⁺)ᵀ`` satisfies both. With
+    ``Π = 0`` (the seed's start) the first rounds instead shrink B towards zero and
+    break ``BL = W`` by a wide margin, which the penalty then takes dozens of
+    doublings to repair: Algorithm 1 stalls.
+    """
+    left, singular, right = scipy.linalg.svd(L, full_matrices=False)
+    keep = singular > SUPPORT_RATIO * singular[0]
+    inverse_t = (left[:, keep] / singular[keep]) @ right[keep]  # (L⁺)ᵀ, r × n
+    B = W @ inverse_t.T
+    return B, B @ inverse_t
 
 
 def initial_penalty(L: np.ndarray) -> float:
@@ -232,8 +323,29 @@ def decompose_workload(
     max_iterations: int,
     tolerance: float,
     rng: np.random.Generator,
+    score: Callable[[np.ndarray], float] | None = None,
 ) -> LowRankDecomposition:
     """Run Algorithm 1 on the dense workload ``W`` (see the module docstring).
+
+    Differences from the seed's pseudo-code, each fixing a stall:
+
+    * the start is an exact decomposition (:func:`initial_strategy`) with its least
+      ``B`` and KKT multiplier (:func:`warm_start`), not ``Π = 0``;
+    * the first penalty is scaled to L (:func:`initial_penalty`), not 1;
+    * each L update takes the exact Lipschitz step ``1 / (β λ_max(BᵀB))``;
+    * Algorithm 1 is a local method on a non-convex program, so the iterate with the
+      least ``score`` (for instance the exact least-squares error of the strategy it
+      yields) is kept alongside the last one.
+
+    Args:
+        W: The ``m × n`` workload.
+        norm: 1 (L1 balls, Laplace) or 2 (L2 balls, Gaussian).
+        rank: Rows of L; default ``⌈1.2 · rank(W)⌉``.
+        gamma: The relaxation ``‖W − BL‖_F ≤ γ``.
+        max_iterations: Most rounds of Algorithm 1.
+        tolerance: Relative tolerance of the inner loops and of the settling of ``‖B‖_F²``.
+        rng: Draws the padding rows of the start.
+        score: Rates an iterate L (lower is better), called once per round.
 
     Raises:
         ConfigError: a parameter is out of range (rank < 1, γ < 0, ...).
@@ -257,12 +369,14 @@ def decompose_workload(
     if rank < 1:
         raise ConfigError(f"rank must be at least 1, got {rank!r}")
 
-    L = start = initial_strategy(W, right_vectors[:workload_rank], rank, norm, rng)
-    multiplier = np.zeros_like(W)
+    L = start = initial_strategy(
+        W, singular_values[:workload_rank], right_vectors[:workload_rank], rank, norm, rng
+    )
+    B, multiplier = warm_start(W, L)
     beta = initial_penalty(L)
-    B = update_B(W, L, multiplier, beta)
+    best, best_score = L, (math.inf if score is None else score(L))
     iteration = 0
-    previous_scale = math.inf
+    previous_scale = float(np.sum(B * B))
     for iteration in range(1, max_iterations + 1):
         objective = augmented_lagrangian(W, B, L, multiplier, beta)
         for _ in range(MAX_ALTERNATIONS):
@@ -275,6 +389,10 @@ def decompose_workload(
                 break
         gap = W - B @ L
         residual = float(np.linalg.norm(gap))
+        if score is not None:
+            rating = score(L)
+            if rating < best_score:
+                best, best_score = L, rating
         scale = float(np.sum(B * B))
         settled = abs(scale - previous_scale) <= tolerance * scale
         previous_scale = scale
@@ -284,6 +402,15 @@ def decompose_workload(
             beta *= 2.0
         multiplier += beta * gap
     residual = float(np.linalg.norm(W - B @ L))
+    if score is None:
+        best = L
     return LowRankDecomposition(
-        B=B, L=L, residual=residual, iterations=iteration, norm=norm, start=start
+        B=B,
+        L=L,
+        residual=residual,
+        iterations=iteration,
+        norm=norm,
+        start=start,
+        best=best,
+        best_score=best_score,
     )

@@ -10,13 +10,23 @@ from dpmm.errors import ConfigError
 from dpmm.linalg import Dense
 from dpmm.privacy import ZCDP, PureDP
 from dpmm.strategy.l1_ball import l1_thresholds, project_columns_l1, project_columns_l2
-from dpmm.strategy.lrm import complete_row_space, lrm_decomposition, lrm_strategy, select_lrm
+from dpmm.strategy.low_rank_matrix import LowRankGram, LowRankStrategy
+from dpmm.strategy.lrm import (
+    complete_row_space,
+    completed_scale,
+    lrm_decomposition,
+    lrm_strategy,
+    select_lrm,
+)
 from dpmm.strategy.lrm_solver import (
     augmented_lagrangian,
     augmented_lagrangian_gradients,
     least_squares_scale,
+    mean_and_centered,
+    scaled_into_balls,
     update_B,
     update_L,
+    warm_start,
 )
 from dpmm.workload.lrm_workloads import wdiscrete, wrange, wrelated
 
@@ -71,14 +81,14 @@ def test_update_L_descends_and_stays_feasible(norm: int) -> None:
     )
 
 
-def _threshold_by_bisection(column: np.ndarray, radius: float) -> float:
-    low, high = 0.0, float(np.abs(column).max())
+def _thresholds_by_bisection(X: np.ndarray, radius: float) -> np.ndarray:
+    """Each column's soft-threshold with L1 norm ``radius``, by bisection (all columns at once)."""
+    magnitudes = np.abs(X)
+    low, high = np.zeros(X.shape[1]), magnitudes.max(axis=0)
     for _ in range(200):
         middle = (low + high) / 2
-        if np.maximum(np.abs(column) - middle, 0).sum() > radius:
-            low = middle
-        else:
-            high = middle
+        above = np.maximum(magnitudes - middle, 0).sum(axis=0) > radius
+        low, high = np.where(above, middle, low), np.where(above, high, middle)
     return high
 
 
@@ -90,10 +100,9 @@ def test_l1_projection_matches_bisection_and_kkt(radius: float) -> None:
     X[:, 1] = [radius, 0, 0, 0, 0, 0, 0, 0, 0]  # on the boundary: unchanged
     projected = project_columns_l1(X, radius)
     thresholds = l1_thresholds(X, radius)
-    for j in range(X.shape[1]):
-        inside = np.abs(X[:, j]).sum() <= radius
-        expected = 0.0 if inside else _threshold_by_bisection(X[:, j], radius)
-        assert thresholds[j] == pytest.approx(expected, abs=1e-9)
+    inside = np.abs(X).sum(axis=0) <= radius
+    expected = np.where(inside, 0.0, _thresholds_by_bisection(X, radius))
+    np.testing.assert_allclose(thresholds, expected, atol=1e-9)
     norms = np.abs(projected).sum(axis=0)
     assert norms.max() <= radius * (1 + 1e-12)
     outside = np.abs(X).sum(axis=0) > radius
@@ -102,9 +111,9 @@ def test_l1_projection_matches_bisection_and_kkt(radius: float) -> None:
     # Optimality over a convex set: <x − p, u − p> ≤ 0 for every u in the ball, and the
     # ball is the convex hull of its vertices ±radius·e_i.
     vertices = radius * np.vstack([np.eye(9), -np.eye(9)])  # 18 × 9
-    for j in range(X.shape[1]):
-        direction = X[:, j] - projected[:, j]
-        assert (vertices @ direction - projected[:, j] @ direction).max() <= 1e-9
+    directions = X - projected
+    slack = vertices @ directions - np.einsum("ij,ij->j", projected, directions)
+    assert slack.max() <= 1e-9
 
 
 def test_l2_projection_is_nearest_point() -> None:
@@ -133,7 +142,7 @@ def test_strategy_has_unit_sensitivity_and_supports_the_workload(privacy) -> Non
     rng = np.random.default_rng(6)
     for W in _workloads(rng):
         A = lrm_strategy(W, privacy, max_iterations=15, rng=rng)
-        assert isinstance(A, Dense)
+        assert isinstance(A, LowRankStrategy)
         assert A.sensitivity(privacy.norm) == pytest.approx(1.0, abs=1e-12)
         dense_W, dense_A = W.dense(), A.dense()
         residual = dense_W - dense_W @ np.linalg.pinv(dense_A) @ dense_A
@@ -183,9 +192,107 @@ def test_complete_row_space_appends_missing_directions() -> None:
 def test_select_lrm_and_bad_arguments() -> None:
     W = Dense([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
     A = select_lrm(W, PureDP(1))
-    assert A.shape[1] == 4
+    assert isinstance(A, Dense) and A.shape[1] == 4  # serializable as every method's strategy
     for bad in ({"rank": 0}, {"gamma": -1.0}, {"max_iterations": 0}, {"tolerance": 0.0}):
         with pytest.raises(ConfigError):
             lrm_strategy(W, PureDP(1), rng=np.random.default_rng(0), **bad)
     with pytest.raises(ConfigError):
         lrm_strategy(Dense(np.zeros((2, 3))), PureDP(1), rng=np.random.default_rng(0))
+
+
+def test_warm_start_is_exact_and_stationary_in_B() -> None:
+    rng = np.random.default_rng(9)
+    W = wrelated(8, 15, 3, rng).dense()
+    L = rng.normal(size=(5, 15))
+    L[:3] = np.linalg.svd(W)[2][:3]  # W's row space inside L's
+    B, multiplier = warm_start(W, L)
+    np.testing.assert_allclose(B @ L, W, atol=1e-10)
+    np.testing.assert_allclose(B, W @ np.linalg.pinv(L), atol=1e-10)
+    # With the KKT multiplier the B-step keeps B at any penalty.
+    for beta in (0.1, 10.0, 1e4):
+        np.testing.assert_allclose(update_B(W, L, multiplier, beta), B, atol=1e-8)
+
+
+@pytest.mark.parametrize("norm", [1, 2])
+def test_decomposition_meets_relaxation_and_balls(norm: int) -> None:
+    rng = np.random.default_rng(10)
+    W = wrelated(16, 24, 3, rng)
+    privacy = PureDP(1) if norm == 1 else ZCDP(1)
+    gamma = 0.01
+    decomposition = lrm_decomposition(W, privacy, gamma=gamma, max_iterations=80, rng=rng)
+    assert decomposition.residual <= gamma
+    dense = W.dense()
+    assert np.linalg.norm(dense - decomposition.B @ decomposition.L) == pytest.approx(
+        decomposition.residual
+    )
+    assert np.linalg.norm(decomposition.L, ord=norm, axis=0).max() <= 1 + 1e-9
+    # The kept iterate is never worse than the exact start (the score is monotone).
+    start_score = completed_scale(dense, decomposition.start, norm)
+    assert decomposition.best_score <= start_score
+    assert decomposition.best_score == pytest.approx(
+        completed_scale(dense, decomposition.best, norm)
+    )
+
+
+def test_iterations_improve_on_the_scaled_svd_start() -> None:
+    # WRelated with r < n: the start is the scaled SVD; Algorithm 1 must lower the exact
+    # least-squares error of the completed strategy (the seed's B·L of Lemma 1 too).
+    rng = np.random.default_rng(11)
+    W = wrelated(24, 48, 3, rng)
+    privacy = PureDP(1)
+    decomposition = lrm_decomposition(W, privacy, max_iterations=30, rng=rng)
+    start = completed_scale(W.dense(), decomposition.start, 1)
+    assert decomposition.best_score < 0.9 * start
+    A = lrm_strategy(W, privacy, max_iterations=30, rng=np.random.default_rng(11))
+    assert expected_error(W, A, privacy) <= privacy.noise_variance(1.0) * start
+
+
+def _dense_pinv_cases(rng: np.random.Generator):
+    yield rng.normal(size=(3, 9))
+    yield rng.normal(size=(4, 2)) @ rng.normal(size=(2, 11))  # rank-deficient
+    yield rng.normal(size=(6, 6))
+    square = rng.normal(size=(5, 7))
+    square[2] = 0.0
+    yield square
+
+
+def test_low_rank_strategy_matches_dense_operations() -> None:
+    rng = np.random.default_rng(12)
+    for array in _dense_pinv_cases(rng):
+        A = LowRankStrategy(array)
+        np.testing.assert_allclose(A.pinv().dense(), np.linalg.pinv(array), atol=1e-10)
+        gram = A.gram()
+        assert isinstance(gram, LowRankGram)
+        np.testing.assert_allclose(gram.dense(), array.T @ array, atol=1e-10)
+        np.testing.assert_allclose(
+            gram.pinv().dense(), np.linalg.pinv(array.T @ array), rtol=1e-7, atol=1e-8
+        )
+        np.testing.assert_allclose(gram.diagonal(), np.diag(array.T @ array), atol=1e-10)
+        np.testing.assert_allclose(A.column_norms(1), np.abs(array).sum(axis=0))
+        x = rng.normal(size=array.shape[1])
+        np.testing.assert_allclose(A @ x, array @ x)
+        y = rng.normal(size=array.shape[0])
+        np.testing.assert_allclose(A.rmatvec(y), array.T @ y)
+        W = Dense(rng.normal(size=(4, 3)) @ array[:3])  # inside A's row space
+        for privacy in PRIVACIES:
+            assert expected_error(W, A, privacy) == pytest.approx(
+                expected_error(W, Dense(array), privacy), rel=1e-8
+            )
+        projector = A.row_space_projector().dense()
+        np.testing.assert_allclose(projector, np.linalg.pinv(array) @ array, atol=1e-10)
+
+
+def test_mean_and_centered_start_is_exact_and_flat_in_n() -> None:
+    # WDiscrete is a common all-(−1) part plus sparse +2 entries: measuring the mean query
+    # and the centred queries keeps the error per query nearly flat in n, unlike identity.
+    rng = np.random.default_rng(13)
+    errors = []
+    for n in (512, 2048):
+        W = wdiscrete(16, n, rng).dense()
+        L = mean_and_centered(W, 1)
+        weight = L[0] @ W.mean(axis=0) / (W.mean(axis=0) @ W.mean(axis=0))
+        B = np.hstack([np.ones((16, 1)) / weight, np.eye(16)])
+        np.testing.assert_allclose(B @ L, W, atol=1e-9)
+        errors.append(least_squares_scale(W, scaled_into_balls(L, 1)) / 16)
+        assert errors[-1] < 0.5 * n  # identity's error per query (unit variance) is n
+    assert errors[1] < 1.5 * errors[0]
