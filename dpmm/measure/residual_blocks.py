@@ -59,6 +59,7 @@ from dpmm.measure.residual_tables import (
     _INT_LIMIT,
     NOISE_BATCH,
     ROUNDING_BITS,
+    checked_table,
     helmert_norms,
     integer_helmert,
 )
@@ -357,24 +358,10 @@ def _tables(counts: MarginalCounts | np.ndarray, quantized: QuantizedBlocks) -> 
             members = tuple(mask_members(mask))
             others = tuple(i for i in range(len(shape)) if i not in members)
             source[members] = cube.sum(axis=others)
-    tables = {}
-    for mask in quantized.sets:
-        attrs = tuple(mask_members(mask))
-        sizes = tuple(shape[i] for i in attrs)
-        table = source.get(attrs)
-        if table is None:
-            raise MeasurementError(
-                f"the marginal table on attributes {list(attrs)} was not counted"
-            )
-        table = np.asarray(table)
-        if table.shape != sizes or not np.issubdtype(table.dtype, np.integer):
-            raise MeasurementError(
-                f"the marginal table on attributes {list(attrs)} must be integers of shape {sizes}"
-            )
-        if table.size and table.min() < 0:
-            raise MeasurementError(f"the marginal table on attributes {list(attrs)} is negative")
-        tables[mask] = table.astype(np.int64, copy=False)
-    return tables
+    return {
+        mask: checked_table(source, mask, tuple(shape[i] for i in mask_members(mask)))
+        for mask in quantized.sets
+    }
 
 
 def _offsets(quantized: QuantizedBlocks) -> np.ndarray:

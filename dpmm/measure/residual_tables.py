@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -324,8 +324,16 @@ def _layout(A: ResidualStrategy) -> tuple[list[int], np.ndarray]:
 
 
 def _checked(counts: MarginalCounts, mask: int, sizes: tuple[int, ...]) -> np.ndarray:
+    return checked_table(counts.tables, mask, sizes)
+
+
+def checked_table(
+    tables: Mapping[tuple[int, ...], np.ndarray], mask: int, sizes: tuple[int, ...]
+) -> np.ndarray:
+    """The counted table of attribute set ``mask`` as int64, or a MeasurementError saying why
+    it cannot be measured (missing, wrong shape or type, negative)."""
     attrs = tuple(mask_members(mask))
-    table = counts.tables.get(attrs)
+    table = tables.get(attrs)
     if table is None:
         raise MeasurementError(f"the marginal table on attributes {list(attrs)} was not counted")
     table = np.asarray(table)
