@@ -22,7 +22,7 @@ same seed writes byte-identical files, and two million rows take a few seconds.
 Example:
     >>> import tempfile, numpy as np
     >>> folder = Path(tempfile.mkdtemp()) / "people"
-    >>> data = write_census_dataset(folder, rows=1000, rng=np.random.default_rng(7))
+    >>> data = write_census_dataset(folder, rows=1000, rng=np.random.default_rng())
     >>> data.rows, data.partitions == len(data.files), data.files[0].parent.name
     (1000, True, 'region=south-atlantic')
 """

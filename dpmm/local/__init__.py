@@ -17,7 +17,7 @@ Example:
     >>> import numpy as np
     >>> from dpmm.local import optimize_strategy, check_ldp, worst_case_variance
     >>> from dpmm.local import worst_case_lower_bound
-    >>> result = optimize_strategy(np.eye(4), 1.0, iterations=50, rng=np.random.default_rng(0))
+    >>> result = optimize_strategy(np.eye(4), 1.0, iterations=50, rng=np.random.default_rng())
     >>> check_ldp(result.Q, 1.0)
     >>> worst_case_variance(np.eye(4), result.Q) >= worst_case_lower_bound(np.eye(4), 1.0)
     True

@@ -19,7 +19,7 @@ the paper does; ``Q`` starts as the projection of a uniform random matrix.
 Example:
     >>> import numpy as np
     >>> from dpmm.local.mechanism import check_ldp
-    >>> rng = np.random.default_rng(1)
+    >>> rng = np.random.default_rng()
     >>> result = optimize_strategy(np.eye(4), 1.0, iterations=20, rng=rng, search_iterations=2)
     >>> check_ldp(result.Q, 1.0)
     >>> result.Q.shape, bool(result.history[-1] < result.history[0])

@@ -18,7 +18,7 @@ Example:
     >>> import numpy as np
     >>> from dpmm.local.mechanism import randomized_response
     >>> strategy = quantize_strategy(randomized_response(4, 1.0), 1.0)
-    >>> reports = randomize_users(np.array([0, 1, 1, 3]), strategy, rng=np.random.default_rng(0))
+    >>> reports = randomize_users(np.array([0, 1, 1, 3]), strategy)
     >>> int(aggregate(reports, strategy.outputs).sum())
     4
 """

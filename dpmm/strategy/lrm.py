@@ -204,7 +204,7 @@ def lrm_strategy(
     Example:
         >>> from dpmm.privacy import PureDP
         >>> W = Dense([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
-        >>> A = lrm_strategy(W, PureDP(1), rng=np.random.default_rng(7))
+        >>> A = lrm_strategy(W, PureDP(1), rng=np.random.default_rng())
         >>> round(A.sensitivity(1), 12)
         1.0
     """

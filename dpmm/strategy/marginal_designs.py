@@ -52,7 +52,7 @@ def packing(
 
     Example:
         >>> triples = [sum(1 << i for i in t) for t in itertools.combinations(range(8), 3)]
-        >>> blocks, left = packing(triples, 8, 4, np.random.default_rng(0))
+        >>> blocks, left = packing(triples, 8, 4, np.random.default_rng())
         >>> covered = {t for t in triples if any(t & b == t for b in blocks)}
         >>> len(covered) + len(left) == 56 and len(blocks) < 56
         True

@@ -116,7 +116,7 @@ def optimize_template(
         ...         return rng.uniform(size=2)
         ...     def loss_and_grad(self, x):
         ...         return float(((x - [1.0, -1.0]) ** 2).sum()), 2 * (x - [1.0, -1.0])
-        >>> result = optimize_template(Quadratic(), rng=np.random.default_rng(5))
+        >>> result = optimize_template(Quadratic(), rng=np.random.default_rng())
         >>> result.params.round(6).tolist(), round(result.loss, 6)
         ([1.0, 0.0], 1.0)
     """

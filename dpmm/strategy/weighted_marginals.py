@@ -233,7 +233,7 @@ def optimize_marginal_weights(
 
     Example:
         >>> W = Marginals((2, 3, 4), {(0, 1): 1.0, (1, 2): 1.0})
-        >>> A, loss = optimize_marginal_weights(W, norm=2, rng=np.random.default_rng(0))
+        >>> A, loss = optimize_marginal_weights(W, norm=2, rng=np.random.default_rng())
         >>> from dpmm.error import expected_error
         >>> from dpmm.privacy import ZCDP
         >>> bool(abs(expected_error(W, A, ZCDP(0.5)) - loss) < 1e-6 * loss)

@@ -45,7 +45,7 @@ def wrange(m: int, n: int, rng: np.random.Generator) -> Dense:
     """``m`` interval counts ``x_a + … + x_b`` with ``a, b`` uniform on the domain.
 
     Example:
-        >>> W = wrange(4, 6, np.random.default_rng(0))
+        >>> W = wrange(4, 6, np.random.default_rng())
         >>> W.shape, bool(((W.array == 0) | (W.array == 1)).all())
         ((4, 6), True)
     """
@@ -60,7 +60,7 @@ def wrelated(m: int, n: int, s: int, rng: np.random.Generator) -> Dense:
     """``C A`` with ``C`` (``m × s``) and ``A`` (``s × n``) standard normal: rank ``min(s, m, n)``.
 
     Example:
-        >>> W = wrelated(6, 8, 2, np.random.default_rng(0))
+        >>> W = wrelated(6, 8, 2, np.random.default_rng())
         >>> W.shape, int(np.linalg.matrix_rank(W.array))
         ((6, 8), 2)
     """
