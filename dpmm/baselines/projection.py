@@ -151,6 +151,16 @@ def _vector(values: object, rows: int, what: str) -> np.ndarray:
     return array
 
 
+def _inputs(
+    M: object, name: str, values: object, what: str, total: object, noise_std: object
+) -> tuple[np.ndarray, float, float | None]:
+    """The checked vector, total and noise scale of a projection of ``values`` through M."""
+    if not isinstance(M, Matrix):
+        raise ConfigError(f"{name} must be a dpmm.linalg matrix, got {type(M).__name__}")
+    rows = M.shape[0]
+    return _vector(values, rows, what), _check_total(total), _noise_scale(noise_std, rows)
+
+
 def projection_mechanism(
     W: Matrix,
     noisy_answers: object,
@@ -177,11 +187,7 @@ def projection_mechanism(
         ConfigError: the answers do not match W, a negative total, a bad tolerance or
             noise level.
     """
-    if not isinstance(W, Matrix):
-        raise ConfigError(f"W must be a dpmm.linalg matrix, got {type(W).__name__}")
-    answers = _vector(noisy_answers, W.shape[0], "noisy_answers")
-    n = _check_total(total)
-    scale = _noise_scale(noise_std, W.shape[0])
+    answers, n, scale = _inputs(W, "W", noisy_answers, "noisy_answers", total, noise_std)
     fit = _solver(W).solve(
         answers, n, scale=scale, accuracy=tolerance, max_iterations=max_iterations
     )
@@ -209,11 +215,7 @@ def project_measurements(
         ConfigError: the measurements do not match A, a negative total, a bad tolerance or
             noise level.
     """
-    if not isinstance(A, Matrix):
-        raise ConfigError(f"A must be a dpmm.linalg matrix, got {type(A).__name__}")
-    values = _vector(y, A.shape[0], "y")
-    n = _check_total(total)
-    scale = _noise_scale(noise_std, A.shape[0])
+    values, n, scale = _inputs(A, "A", y, "y", total, noise_std)
     if scale is None:
         whitened, rhs = A, values
     else:

@@ -13,26 +13,7 @@ serializes this between processes. A :class:`~dpmm.measure.residual_record.Noise
 (:func:`residual_plan`, :func:`blocks_plan`) is everything the record holds that follows
 from the strategy and the budget; a stored record is reused only if its plan matches.
 
-Example:
-    >>> import pathlib, tempfile
-    >>> from dpmm.linalg.residuals import ResidualStrategy
-    >>> from dpmm.measure.residual_tables import measure_residuals
-    >>> from dpmm.privacy.ledger import Ledger
-    >>> folder = pathlib.Path(tempfile.mkdtemp())
-    >>> ledger = Ledger.init(folder / "ledger.sqlite")
-    >>> _ = ledger.grant("survey", ZCDP(1))
-    >>> reservation = ledger.reserve("survey", ZCDP("1/2"), release_id="survey-2026")
-    >>> A = ResidualStrategy((2, 3), {0: 1.0, 0b01: 1.0, 0b10: 1.0, 0b11: 1.0})
-    >>> y = measure_residuals(A, np.array([4, 0, 1, 2, 2, 3]), ZCDP("1/2"), store=folder,
-    ...                       measurement_id="residuals", ledger=ledger, reservation=reservation)
-    >>> y.rho, y.values.shape, ledger.status(reservation)
-    (Fraction(1, 2), (6,), 'spent')
-    >>> again = measure_residuals(A, np.array([4, 0, 1, 2, 2, 3]), ZCDP("1/2"), store=folder,
-    ...                           measurement_id="residuals", ledger=ledger,
-    ...                           reservation=reservation)
-    >>> again.values.tolist() == y.values.tolist()  # reused: nothing drawn, nothing spent
-    True
-    >>> ledger.close()
+The example in :mod:`dpmm.measure.residual_record` persists, reuses and reloads one.
 """
 
 from __future__ import annotations

@@ -27,6 +27,11 @@ Example:
     ('residual', True, Fraction(1, 2))
     >>> record.measurement.values.tolist() == y.values.tolist()
     True
+    >>> again = measure_residuals(A, np.array([4, 0, 1, 2, 2, 3]), ZCDP("1/2"), store=folder,
+    ...                           measurement_id="residuals", ledger=ledger,
+    ...                           reservation=reservation)
+    >>> again.values.tolist() == y.values.tolist()  # reused: nothing drawn, nothing spent
+    True
     >>> ledger.close()
 """
 
