@@ -63,6 +63,13 @@ SCREEN_ITERATIONS = 100
 #: Largest attribute OPT_0 takes on (its dense n × n workload Gram: 512 MB).
 MAX_DOMAIN = 8192
 
+#: Upper bound of every Θ entry. The Woodbury loss subtracts ``θ²/(1 + θ²)`` from 1 per
+#: column, so an unbounded θ loses every digit: on Prefix(6), whose optimum is the identity,
+#: L-BFGS-B drove one entry to 2·10⁹, where the computed loss of that column is 0 instead of
+#: its true share, and OPT_⊗ reported an error of 0. At 10³ the loss keeps ~10 digits, and
+#: optimized strategies sit far below it (Θ ≤ 21 on AllRange(256) and Prefix(256)).
+THETA_MAX = 1e3
+
 
 def _check_norm(norm: object) -> int:
     if norm not in (1, 2) or isinstance(norm, bool):
@@ -170,7 +177,7 @@ class PIdentityTemplate:
 
     def bounds(self) -> scipy.optimize.Bounds:
         size = self.p * self.n
-        return scipy.optimize.Bounds(np.zeros(size), np.full(size, np.inf))
+        return scipy.optimize.Bounds(np.zeros(size), np.full(size, THETA_MAX))
 
     def initial(self, rng: np.random.Generator) -> np.ndarray:
         return rng.uniform(size=self.p * self.n)

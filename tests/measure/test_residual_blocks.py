@@ -150,7 +150,7 @@ def test_bound_path_is_an_upper_bound(strategy, monkeypatch):
 
 def test_noise_has_the_recorded_variance():
     strategy = optimize(workloads()["mixed"], "residual", ZCDP(1))
-    quantized = quantize_blocks(strategy, bits=6)
+    quantized = quantize_blocks(strategy)
     x = data()
     exact = block_answers(quantized, x)
     draws = np.stack(

@@ -11,6 +11,7 @@ from dpmm.linalg.pidentity import PIdentity, column_scale
 from dpmm.privacy import ZCDP, PureDP
 from dpmm.strategy.pidentity import (
     SCREEN_ITERATIONS,
+    THETA_MAX,
     PIdentityTemplate,
     optimize_pidentity,
     select_pidentity,
@@ -187,3 +188,25 @@ def test_screened_restarts_keep_the_best_point_seen():
         template, restarts=3, rng=np.random.default_rng(3), max_iterations=SCREEN_ITERATIONS
     )
     assert loss <= screened.loss
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_loss_of_an_identity_optimal_workload_is_not_an_artifact_of_rounding(seed):
+    # The identity is optimal for Prefix(6) with p = 1; unbounded, L-BFGS-B pushed one Θ
+    # entry towards 10⁹, where the Woodbury loss cancels to less than the true error (0 for
+    # that column), and OPT_⊗ then reported a total error of 0.
+    G = Prefix(6).gram().dense()
+    G /= np.trace(G)
+    A, loss = optimize_pidentity(G, norm=1, rng=np.random.default_rng(seed))
+    assert A.theta.max() <= THETA_MAX
+    dense = A.dense()
+    assert loss == pytest.approx(np.trace(G @ np.linalg.inv(dense.T @ dense)), rel=1e-9)
+    assert loss >= 1 - 1e-9  # nothing beats the identity here
+
+
+def test_woodbury_loss_is_accurate_at_the_bound():
+    theta = np.array([[THETA_MAX, 0.5, 0.0, 2.0]])
+    G = AllRange(4).gram().dense()
+    loss, _ = PIdentityTemplate(G, 1, 1).loss_and_grad(theta.ravel())
+    dense = PIdentity(theta, 1).dense()
+    assert loss == pytest.approx(np.trace(G @ np.linalg.inv(dense.T @ dense)), rel=1e-9)
