@@ -40,6 +40,7 @@ def _release(folder: Path) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
+        start_new_session=True,  # its own process group: the kill below takes its children
     )
 
 
@@ -60,7 +61,9 @@ def test_a_flow_killed_after_measuring_is_resumed_with_its_measurement(tmp_path:
         records = list((tmp_path / "releases").glob("ranges/.runs/*/measurements/*.measurement"))
         time.sleep(0.005)
     assert records, "the flow ended or timed out before measuring"
-    process.send_signal(signal.SIGKILL)
+    # The whole group: a SIGKILL of the flow process alone would orphan the ephemeral
+    # Prefect server it started, which then outlives the test run.
+    os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     assert not list((tmp_path / "releases" / "ranges").glob("v*")), "killed too late"
     measured = load_measurement(records[0].parent, "strategy")
