@@ -33,7 +33,25 @@ from dpmm.linalg.elementary import Identity
 from dpmm.linalg.kron import Kron
 from dpmm.linalg.marginals import Marginals, MarginalsGram
 
-__all__ = ["nuclear_norm", "row_gram", "row_space_projector"]
+__all__ = ["nuclear_norm", "row_gram", "row_space_projector", "thin_svd"]
+
+
+def thin_svd(array: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``U, σ, Vᵀ`` of a dense array (``full_matrices=False``), robust to LAPACK's gesdd.
+
+    The divide-and-conquer driver (gesdd, SciPy's default) occasionally reports "SVD did
+    not converge" on matrices that QR-iteration (gesvd) factors without trouble, as an LRM
+    iterate did; gesvd is then used.
+
+    Example:
+        >>> U, s, Vt = thin_svd(np.array([[3.0, 0.0], [0.0, 4.0], [0.0, 0.0]]))
+        >>> s.tolist()
+        [4.0, 3.0]
+    """
+    try:
+        return scipy.linalg.svd(array, full_matrices=False)
+    except np.linalg.LinAlgError:
+        return scipy.linalg.svd(array, full_matrices=False, lapack_driver="gesvd")
 
 
 def nuclear_norm(W: Matrix) -> float:

@@ -17,11 +17,11 @@ Singular values below ``1e-10`` of the largest count as zero, as in
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg
 
 from dpmm.errors import DpmmError
 from dpmm.linalg import Matrix
 from dpmm.linalg.base import PINV_TOLERANCE, _check_norm, _pnorm
+from dpmm.linalg.spectral import thin_svd
 from dpmm.linalg.trace import linear_trace
 
 __all__ = ["LowRankGram", "LowRankStrategy"]
@@ -101,7 +101,7 @@ class LowRankStrategy(Matrix):
         super().__init__(array.shape)
         self.array = array
         # Thin SVD of the short side: O(r² n) for r ≤ n.
-        left, singular, right = scipy.linalg.svd(array, full_matrices=False)
+        left, singular, right = thin_svd(array)
         largest = float(singular[0]) if singular.size else 0.0
         keep = singular > PINV_TOLERANCE * largest if largest > 0 else singular > 0
         self.left = left[:, keep]

@@ -31,6 +31,7 @@ import scipy.optimize
 
 from dpmm.errors import UnsupportedQueryError
 from dpmm.linalg import Dense, Matrix
+from dpmm.linalg.spectral import thin_svd
 from dpmm.privacy import PrivacyParameter
 from dpmm.strategy.low_rank_matrix import LowRankStrategy
 from dpmm.strategy.lrm_solver import (
@@ -117,7 +118,7 @@ def complete_row_space(W: np.ndarray, L: np.ndarray, norm: int) -> np.ndarray:
         >>> bool(np.allclose(W @ np.linalg.pinv(A) @ A, W))
         True
     """
-    _, singular, right = scipy.linalg.svd(L, full_matrices=False)
+    _, singular, right = thin_svd(L)
     keep = singular > SUPPORT_RATIO * singular[0]
     kept = (right[keep].T * singular[keep]).T  # Σ Vᵀ; the left factor U is orthonormal
     # Rotating L's rows by Uᵀ keeps the row space but changes the column norms, so keep L
@@ -128,7 +129,7 @@ def complete_row_space(W: np.ndarray, L: np.ndarray, norm: int) -> np.ndarray:
     total = float(np.linalg.norm(W))
     if float(np.linalg.norm(outside)) <= NEGLIGIBLE_RESIDUAL * total:
         return scaled_into_balls(base, norm)
-    _, outside_singular, outside_right = scipy.linalg.svd(outside, full_matrices=False)
+    _, outside_singular, outside_right = thin_svd(outside)
     directions = outside_right[outside_singular > NEGLIGIBLE_RESIDUAL * total]
     inside_scale = float(np.sum((coefficients / singular[keep]) ** 2))  # ‖W L⁺‖_F²
     outside_scale = float(np.sum(outside_singular**2))
@@ -158,7 +159,7 @@ def _left(L: np.ndarray, right: np.ndarray, singular: np.ndarray, keep: np.ndarr
 
 
 def _check_support(W: np.ndarray, A: np.ndarray) -> None:
-    _, singular, right = scipy.linalg.svd(A, full_matrices=False)
+    _, singular, right = thin_svd(A)
     basis = right[singular > SUPPORT_RATIO * singular[0]]
     outside = float(np.linalg.norm(W - (W @ basis.T) @ basis))
     if outside > 1e-9 * float(np.linalg.norm(W)):

@@ -35,6 +35,7 @@ import scipy.linalg
 import scipy.optimize
 
 from dpmm.errors import ConfigError
+from dpmm.linalg.spectral import thin_svd
 from dpmm.privacy import PrivacyParameter
 from dpmm.strategy.l1_ball import project_columns
 
@@ -185,7 +186,7 @@ def scaled_into_balls(L: np.ndarray, norm: int) -> np.ndarray:
 
 def least_squares_scale(W: np.ndarray, L: np.ndarray) -> float:
     """``‖W L⁺‖_F²``: the least ``‖B‖_F²`` with ``B L = W``, or inf if W leaves L's row space."""
-    _, singular, right = scipy.linalg.svd(L, full_matrices=False)
+    _, singular, right = thin_svd(L)
     keep = singular > SUPPORT_RATIO * singular[0]
     coefficients = W @ right[keep].T
     outside = np.linalg.norm(W - coefficients @ right[keep]) > 1e-9 * np.linalg.norm(W)
@@ -286,7 +287,7 @@ def warm_start(W: np.ndarray, L: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     break ``BL = W`` by a wide margin, which the penalty then takes dozens of
     doublings to repair: Algorithm 1 stalls.
     """
-    left, singular, right = scipy.linalg.svd(L, full_matrices=False)
+    left, singular, right = thin_svd(L)
     keep = singular > SUPPORT_RATIO * singular[0]
     inverse_t = (left[:, keep] / singular[keep]) @ right[keep]  # (L⁺)ᵀ, r × n
     B = W @ inverse_t.T
@@ -360,7 +361,7 @@ def decompose_workload(
         raise ConfigError(f"max_iterations must be at least 1, got {max_iterations!r}")
     if not tolerance > 0:
         raise ConfigError(f"tolerance must be positive, got {tolerance!r}")
-    _, singular_values, right_vectors = scipy.linalg.svd(W, full_matrices=False)
+    _, singular_values, right_vectors = thin_svd(W)
     workload_rank = numerical_rank(singular_values, W.shape)
     if workload_rank == 0:
         raise ConfigError("The workload is zero: there is nothing to decompose")

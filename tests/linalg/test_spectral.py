@@ -2,9 +2,10 @@
 
 import numpy as np
 import pytest
+import scipy.linalg
 
 from dpmm.linalg import AllRange, Dense, Identity, Kron, Ones, Prefix, VStack, Weighted, spectral
-from dpmm.linalg.spectral import nuclear_norm, row_gram
+from dpmm.linalg.spectral import nuclear_norm, row_gram, thin_svd
 
 
 def _factor_pool(rng):
@@ -43,3 +44,21 @@ def test_union_with_a_non_kron_block_uses_the_dense_path():
 def test_row_gram_is_w_w_transpose():
     W = VStack([Kron([Prefix(3), Ones(1, 2)]), Weighted(2.0, Kron([Identity(3), AllRange(2)]))])
     np.testing.assert_allclose(row_gram(W), W.dense() @ W.dense().T)
+
+
+def test_thin_svd_falls_back_to_gesvd_when_gesdd_does_not_converge(monkeypatch):
+    calls = []
+    original = scipy.linalg.svd
+
+    def gesdd_fails(array, full_matrices=True, lapack_driver="gesdd"):
+        calls.append(lapack_driver)
+        if lapack_driver == "gesdd":
+            raise np.linalg.LinAlgError("SVD did not converge")
+        return original(array, full_matrices=full_matrices, lapack_driver=lapack_driver)
+
+    monkeypatch.setattr(scipy.linalg, "svd", gesdd_fails)
+    array = np.random.default_rng(3).normal(size=(5, 8))
+    U, s, Vt = thin_svd(array)
+    assert calls == ["gesdd", "gesvd"]
+    assert U.shape == (5, 5) and Vt.shape == (5, 8)
+    np.testing.assert_allclose((U * s) @ Vt, array, atol=1e-12)
