@@ -32,6 +32,7 @@ from dpmm.errors import DpmmError, TooLargeError, UnsupportedQueryError
 from dpmm.linalg import DENSE_LIMIT, Dense, Identity, Kron, Matrix, VStack
 from dpmm.linalg.eigen_strategy import EigenStrategy
 from dpmm.privacy import PrivacyParameter
+from dpmm.strategy.eigen_profile import reduce_eigen_l1
 from dpmm.strategy.eigen_weights import (
     DEFAULT_TOLERANCE,
     KronEigenvalues,
@@ -352,6 +353,9 @@ def complete_factor(A: EigenStrategy, norm: int) -> Matrix:
 def select_eigen(W: Matrix, privacy: PrivacyParameter) -> Matrix:
     """The ``eigen`` method of :func:`dpmm.strategy.optimize` (default settings).
 
+    Under Laplace noise the design's 1-norm is then lowered within its profile-equivalence
+    class (:func:`dpmm.strategy.eigen_profile.reduce_eigen_l1`).
+
     Refuses domains above :data:`IN_MEMORY_CELLS` cells, so selection (and ``auto``)
     stays interactive and within memory; call :func:`eigen_design` directly for
     the Kron-weight or block-wise Dask solve on larger domains.
@@ -364,4 +368,7 @@ def select_eigen(W: Matrix, privacy: PrivacyParameter) -> Matrix:
             f"The eigen method handles up to {IN_MEMORY_CELLS:,} cells, and {W!r} has "
             f"{W.shape[1]:,}; call dpmm.strategy.eigen.eigen_design for larger domains"
         )
-    return eigen_design(W, privacy)
+    design = eigen_design(W, privacy)
+    if privacy.norm == 1:  # seed 000: then lower ‖A‖₁ among strategies with the same Gram
+        return reduce_eigen_l1(design)
+    return design
