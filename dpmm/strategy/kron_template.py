@@ -18,12 +18,15 @@ from dpmm.privacy import PrivacyParameter
 from dpmm.strategy.gaussian_optimal import MAX_SIZE as MAX_GAUSSIAN_SIZE
 from dpmm.strategy.gaussian_optimal import optimal_gaussian_factor
 from dpmm.strategy.pidentity import optimize_pidentity
-from dpmm.strategy.product import best_kron_strategy
+from dpmm.strategy.product import best_kron_strategy, kron_terms
 
 __all__ = ["hdmm_factors", "kron_template", "select_kron_template"]
 
 #: Random restarts of each p-Identity fit (HDMM's anchors are the best of 3).
 RESTARTS = 3
+
+#: Independent runs of the attribute sweeps under Laplace noise (the best is kept).
+SWEEP_STARTS = 3
 
 #: Largest attribute a p-Identity is fitted to (its Gram is a dense n × n array).
 MAX_PIDENTITY_SIZE = 8192
@@ -76,5 +79,20 @@ def select_kron_template(W: Matrix, privacy: PrivacyParameter) -> Matrix:
 
 
 def kron_template(W: Matrix, norm: int) -> tuple[Matrix, float]:
-    """OPT_⊗'s strategy for ``W`` and its error at unit noise variance per unit sensitivity."""
-    return best_kron_strategy(W, hdmm_factors, norm, optimizer=_fit_factor)
+    """OPT_⊗'s strategy for ``W`` and its error at unit noise variance per unit sensitivity.
+
+    Under Laplace noise the sweeps over several attributes depend on the p-Identity fits'
+    random starts and end in different local optima: on the census SF1 workload 3 of 40
+    single runs were 1.007–1.011× HDMM's best-of-3 error (the rest 0.983–0.996×). The
+    sweeps are therefore run :data:`SWEEP_STARTS` times and the best kept, as HDMM keeps
+    the best of its restarts. One attribute (OPT_0 restarts inside the fit) and Gaussian
+    noise (certified per-attribute optima) need one run.
+    """
+    single = len(kron_terms(W)[0].factors) == 1
+    runs = 1 if single or norm != 1 else SWEEP_STARTS
+    best: tuple[Matrix, float] | None = None
+    for _ in range(runs):
+        found = best_kron_strategy(W, hdmm_factors, norm, optimizer=_fit_factor)
+        if best is None or found[1] < best[1]:
+            best = found
+    return best

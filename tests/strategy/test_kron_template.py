@@ -4,6 +4,7 @@ import pytest
 from dpmm.error import expected_error
 from dpmm.linalg import AllRange, Identity, Kron, Ones, Prefix, VStack, Weighted
 from dpmm.privacy import ZCDP, PureDP
+from dpmm.strategy import kron_template as kron_template_module
 from dpmm.strategy import optimize
 from dpmm.strategy.kron_template import hdmm_factors, kron_template, select_kron_template
 from dpmm.strategy.product import best_kron_strategy
@@ -54,3 +55,26 @@ def test_one_attribute_is_opt_0_and_beats_identity():
     W = AllRange(48)
     A = select_kron_template(W, PureDP(1))
     assert expected_error(W, A, PureDP(1)) < 0.9 * expected_error(W, Identity(48), PureDP(1))
+
+
+@pytest.mark.parametrize(
+    ("W", "norm", "runs"),
+    [
+        (Kron([Prefix(6), AllRange(5)]), 1, kron_template_module.SWEEP_STARTS),
+        (Kron([Prefix(6), AllRange(5)]), 2, 1),  # certified optima: nothing random
+        (AllRange(8), 1, 1),  # OPT_0 restarts inside the fit
+    ],
+)
+def test_laplace_sweeps_keep_the_best_of_several_runs(monkeypatch, W, norm, runs):
+    errors = iter([5.0, 3.0, 4.0])
+    calls = []
+
+    def fake_sweeps(workload, candidates, norm, optimizer=None):
+        calls.append(workload)
+        error = next(errors)
+        return Identity(workload.shape[1]), error
+
+    monkeypatch.setattr(kron_template_module, "best_kron_strategy", fake_sweeps)
+    _, error = kron_template(W, norm)
+    assert len(calls) == runs
+    assert error == min([5.0, 3.0, 4.0][:runs])
