@@ -112,6 +112,7 @@ GAUSSIAN_ROWS = [
     in (
         "allrange_256",
         "allrange_1024",
+        "allrange_4096",
         "prefix_1024",
         "range2d_64",
         "range2d_256",

@@ -28,6 +28,9 @@ RESTARTS = 3
 #: Independent runs of the attribute sweeps under Laplace noise (the best is kept).
 SWEEP_STARTS = 3
 
+#: Attributes from this size up solve their Gaussian optimum with every BLAS thread.
+THREADED_GAUSSIAN_SIZE = 512
+
 #: Largest attribute a p-Identity is fitted to (its Gram is a dense n × n array).
 MAX_PIDENTITY_SIZE = 8192
 
@@ -49,8 +52,10 @@ def _fit_factor(gram: np.ndarray, norm: int) -> tuple[Matrix, float]:
     if gram.shape[0] < 2 or gram.shape[0] > MAX_PIDENTITY_SIZE or not scale > 0:
         return Identity(gram.shape[0]), np.inf
     if norm == 2 and gram.shape[0] <= MAX_GAUSSIAN_SIZE:
+        # A few dense n × n eigendecompositions: BLAS threads help once n is large.
+        threads = None if gram.shape[0] >= THREADED_GAUSSIAN_SIZE else 1
         try:
-            with threadpool_limits(limits=1):
+            with threadpool_limits(limits=threads):
                 optimum = optimal_gaussian_factor(gram / scale)
             return optimum.strategy, optimum.error * scale
         except ValueError:  # a singular Gram: fit a p-Identity instead
