@@ -143,8 +143,9 @@ METHODS: dict[str, Callable[[Matrix, PrivacyParameter], Matrix]] = {
 STRATEGY_METHODS = (*METHODS, "auto")
 
 #: The candidates ``auto`` tries, in order; the first (identity) is the one to beat.
-#: LRM is left out: its solver does not yet beat identity on the seed's workloads
-#: and takes seconds even at n = 128.
+#: LRM is left out: on the seed's workloads (benchmarks/lrm.py, n = 128…8192) it beats
+#: identity only on large domains and never the best of the others (OPT_0, hierarchical,
+#: wavelet), and it takes seconds to minutes on a dense workload.
 AUTO_CANDIDATES = (
     "identity",
     "hierarchical",
