@@ -143,9 +143,10 @@ METHODS: dict[str, Callable[[Matrix, PrivacyParameter], Matrix]] = {
 STRATEGY_METHODS = (*METHODS, "auto")
 
 #: The candidates ``auto`` tries, in order; the first (identity) is the one to beat.
-#: LRM is left out: on the seed's workloads (benchmarks/lrm.py, n = 128…8192) it beats
-#: identity only on large domains and never the best of the others (OPT_0, hierarchical,
-#: wavelet), and it takes seconds to minutes on a dense workload.
+#: LRM is left out: on the seed's workloads (benchmarks/lrm.py, n = 128…8192) OPT_0,
+#: hierarchical or wavelet beat it wherever they ran, except WRelated at n ≥ 4096 (2.7x
+#: better than identity, where OPT_0 and the eigen-design were not run); it needs the
+#: workload densely and takes seconds to minutes. ``optimize(W, "lrm")`` runs it.
 AUTO_CANDIDATES = (
     "identity",
     "hierarchical",
