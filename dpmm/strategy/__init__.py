@@ -144,7 +144,7 @@ STRATEGY_METHODS = (*METHODS, "auto")
 
 #: The candidates ``auto`` tries, in order; the first (identity) is the one to beat.
 #: LRM is left out: on the seed's workloads (benchmarks/lrm.py, n = 128…8192) OPT_0,
-#: hierarchical or wavelet beat it wherever they ran, except WRelated at n ≥ 4096 (2.7x
+#: hierarchical or wavelet beat it wherever they ran, except WRelated at n ≥ 4096 (1.4-2.7x
 #: better than identity, where OPT_0 and the eigen-design were not run); it needs the
 #: workload densely and takes seconds to minutes. ``optimize(W, "lrm")`` runs it.
 AUTO_CANDIDATES = (
