@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from dpmm.linalg import (
     Dense,
+    Hierarchical,
     Identity,
     Kron,
     Marginal,
@@ -256,3 +257,19 @@ def test_other_factorizations_of_the_same_cells_fall_back_to_the_generic_path() 
     assert_variances(Marginals((3, 2), {(0,): 1.0, (1,): -1.0}), G.pinv())
     with pytest.raises(ValueError, match=r"over \(2, 3\) and \(3, 2\)"):
         G.dot_algebra(H)
+
+
+@pytest.mark.parametrize("dense_on_the_left", [True, False])
+def test_trace_of_a_dense_matrix_against_a_structured_one_in_blocks(monkeypatch, dense_on_the_left):
+    # Below the dense limit both sides are made dense; force the column-block path,
+    # where an explicit array is read row-block by row-block instead of multiplied.
+    from dpmm.linalg import trace as trace_module
+
+    monkeypatch.setattr(trace_module, "DENSE_LIMIT", 40)
+    rng = np.random.default_rng(11)
+    W = rng.normal(size=(5, 24))
+    gram = Dense(W.T @ W)
+    structured = Hierarchical(24, 3).gram().pinv()
+    expected = float(np.trace(gram.array @ structured.dense()))
+    pair = (gram, structured) if dense_on_the_left else (structured, gram)
+    assert trace_of_product(*pair) == pytest.approx(expected, rel=1e-12)
