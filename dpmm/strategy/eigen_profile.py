@@ -16,7 +16,7 @@ costs about ``n³`` per step.
 
 from __future__ import annotations
 
-from dpmm.linalg import Dense, Kron, Matrix, Weighted
+from dpmm.linalg import Kron, Matrix, Weighted
 from dpmm.linalg.eigen_strategy import EigenStrategy
 from dpmm.strategy.profile import reduce_l1
 
@@ -69,8 +69,4 @@ def reduce_eigen_l1(design: EigenStrategy) -> Matrix:
     if all(new is old for new, old in zip(reduced, factors, strict=True)):
         return design
     strategy = reduced[0] if len(reduced) == 1 else Kron(reduced)
-    sensitivity = strategy.sensitivity(1)
-    scale = design.sensitivity(1) / sensitivity
-    if len(reduced) == 1 and isinstance(strategy, Dense):
-        return Dense(strategy.array * scale, full_column_rank=strategy.known_full_column_rank)
-    return Weighted(scale, strategy)
+    return Weighted(design.sensitivity(1) / strategy.sensitivity(1), strategy)
