@@ -41,6 +41,7 @@ __all__ = [
     "FactorSplit",
     "ResidualBlockGram",
     "ResidualBlockStrategy",
+    "block_gram_pinv",
     "split_factor",
     "term_splits",
 ]
@@ -164,10 +165,19 @@ def term_splits(W: Matrix, shape: Sequence[int]) -> list[tuple[float, list[Facto
 
 def _block_inverse(block: Block) -> Block:
     if isinstance(block, np.ndarray):
-        # A solved block can be singular (a direction no workload query reads): the
+        # A Gram of a wide block is singular (directions no workload query reads): the
         # pseudo-inverse then gives the least-squares variances, as a dense pinv does.
         return np.linalg.pinv(block, hermitian=True)
     return 1.0 / block if block else 0.0
+
+
+def block_gram_pinv(block: Block) -> Block:
+    """``(LᵀL)⁺`` from the block L itself: a wide block of full row rank has no singular
+    value at the rounding level, where its Gram's pseudo-inverse would have to cut."""
+    if isinstance(block, np.ndarray):
+        inverse = np.linalg.pinv(block)
+        return inverse @ inverse.T
+    return 1.0 / (block * block) if block else 0.0
 
 
 def _kron_rows(parts: Sequence[np.ndarray]) -> np.ndarray:
@@ -200,8 +210,16 @@ class _Blocks:
 class ResidualBlockGram(_Blocks, Matrix):
     """``Σ_S R_Sᵀ M_S R_S``, each ``M_S`` a scalar (times I) or a dense matrix."""
 
-    def __init__(self, shape: Sequence[int], blocks: Mapping[int, Block]) -> None:
+    def __init__(
+        self,
+        shape: Sequence[int],
+        blocks: Mapping[int, Block],
+        *,
+        pseudo_inverses: Mapping[int, Block] | None = None,
+    ) -> None:
         self._setup(shape, blocks)
+        #: ``{S: M_S⁺}`` when known exactly (from a strategy's blocks ``L_S``).
+        self._pseudo_inverses = pseudo_inverses
         cells = self._sizes.cells
         super().__init__((cells, cells))
 
@@ -222,9 +240,10 @@ class ResidualBlockGram(_Blocks, Matrix):
     def pinv(self) -> ResidualBlockGram:
         # R_S R_Sᵀ = c_S I and the sets' row spaces are orthogonal: invert block by block.
         inverse: dict[int, Block] = {}
+        known = self._pseudo_inverses or {}
         for mask, block in self.blocks.items():
             scale = self._sizes.outside(mask) ** 2
-            inner = _block_inverse(block)
+            inner = known[mask] if mask in known else _block_inverse(block)
             inverse[mask] = inner / scale
         return ResidualBlockGram(self.domain_shape, inverse)
 
@@ -296,7 +315,8 @@ class ResidualBlockStrategy(_Blocks, Matrix):
     Args:
         shape: the domain's attribute sizes.
         blocks: ``{attribute mask: L_S}``, a scalar (``L_S = s I``) or a dense matrix
-            with ``Π_{i∈S}(n_i − 1)`` columns (square and invertible here).
+            with ``Π_{i∈S}(n_i − 1)`` columns (square and invertible, or wide of full row
+            rank when the set's workload leaves some directions unread).
 
     Example:
         >>> A = ResidualBlockStrategy((2, 3), {0: 1.0, 0b01: 1.0, 0b10: np.eye(2), 0b11: 1.0})
@@ -346,7 +366,9 @@ class ResidualBlockStrategy(_Blocks, Matrix):
 
     def gram(self) -> ResidualBlockGram:
         return ResidualBlockGram(
-            self.domain_shape, {m: self._inner(b) for m, b in self.blocks.items()}
+            self.domain_shape,
+            {m: self._inner(b) for m, b in self.blocks.items()},
+            pseudo_inverses={m: block_gram_pinv(b) for m, b in self.blocks.items()},
         )
 
     def pinv(self) -> Matrix:
@@ -361,12 +383,15 @@ class ResidualBlockStrategy(_Blocks, Matrix):
         return ResidualBlockStrategy(self.domain_shape, inverse).T
 
     def row_space_projector(self) -> ResidualBlockGram:
-        """``(AᵀA)⁺AᵀA = Σ_S R_SᵀR_S / c_S`` over the sets with an invertible block."""
-        support = {
-            m: 1.0 / self._sizes.outside(m)
-            for m, b in self.blocks.items()
-            if (np.linalg.matrix_rank(b) == b.shape[1] if isinstance(b, np.ndarray) else b)
-        }
+        """``(AᵀA)⁺AᵀA = Σ_S R_Sᵀ P_S R_S / c_S``, ``P_S = L_S⁺L_S`` the projector onto
+        the row space of block S (I for an invertible block)."""
+        support: dict[int, Block] = {}
+        for mask, block in self.blocks.items():
+            scale = 1.0 / self._sizes.outside(mask)
+            if isinstance(block, np.ndarray):
+                support[mask] = scale * (np.linalg.pinv(block) @ block)
+            elif block:
+                support[mask] = scale
         return ResidualBlockGram(self.domain_shape, support)
 
     def block_diagonals(self) -> dict[int, np.ndarray]:
@@ -375,7 +400,7 @@ class ResidualBlockStrategy(_Blocks, Matrix):
         for mask, block in self.blocks.items():
             if isinstance(block, np.ndarray):
                 basis = self._dense_basis(mask)
-                result[mask] = np.einsum("kn,kl,ln->n", basis, block.T @ block, basis)
+                result[mask] = np.sum(np.square(block @ basis), axis=0)
             else:
                 cells = self._sizes.inside(mask)
                 result[mask] = np.full(cells, block * block * self._sizes.column_norm_squared(mask))
@@ -479,7 +504,7 @@ class ResidualBlockStrategy(_Blocks, Matrix):
                 reads a residual set this strategy does not measure.
         """
         check_dense_size(1, W.shape[0], f"the per-query variances of {W!r}")
-        inverse = {m: _block_inverse(self._inner(b)) for m, b in self.blocks.items()}
+        inverse = {m: block_gram_pinv(b) for m, b in self.blocks.items()}
         out = []
         for weight, splits in self._term_parts(W):
             rows = math.prod(len(s.a) for s in splits)
@@ -522,7 +547,7 @@ class ResidualBlockStrategy(_Blocks, Matrix):
                     f"Strategy {self!r} does not measure residual set {mask}, which "
                     f"workload {W!r} reads"
                 )
-            block = _block_inverse(self._inner(self.blocks[mask]))
+            block = block_gram_pinv(self.blocks[mask])
             u = _kron_rows([p[j] for p, j in zip(self._sub_workload(s1, mask), i1, strict=True)])
             v = _kron_rows([p[j] for p, j in zip(self._sub_workload(s2, mask), i2, strict=True)])
             total += float(u @ block @ v) if isinstance(block, np.ndarray) else block * float(u @ v)

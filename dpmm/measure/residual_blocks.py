@@ -193,7 +193,7 @@ def _row_space(block: np.ndarray) -> np.ndarray:
         return block
     _, values, rows = np.linalg.svd(block, full_matrices=False)
     rank = int(np.count_nonzero(values > RANK_TOLERANCE * values[0]))
-    if rank == block.shape[1]:
+    if rank == block.shape[0]:  # already of full row rank (invertible, or wide)
         return block
     return values[:rank, None] * rows[:rank]
 

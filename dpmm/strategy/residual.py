@@ -41,6 +41,7 @@ from dpmm.linalg.residual_general import (
     Block,
     FactorSplit,
     ResidualBlockStrategy,
+    block_gram_pinv,
     split_factor,
 )
 from dpmm.linalg.residuals import DomainSizes
@@ -72,7 +73,8 @@ class ResidualOptimum:
 
     Attributes:
         shape: attribute sizes.
-        blocks: ``{S: L_S}`` (a scalar s meaning ``s I``, or a dense square matrix).
+        blocks: ``{S: L_S}`` (a scalar s meaning ``s I``, or a dense matrix of full row
+            rank over the directions the set's sub-workload reads).
         objective: the loss at unit noise variance.
         lower_bound: no strategy of this per-subspace form reaches less (sum losses).
         solved: how many distinct dense sub-problems were solved.
@@ -155,12 +157,13 @@ def _importance(terms: list, weights: Sequence[float] | None, loss: str) -> list
 def _solve_all(
     shape: tuple[int, ...], problems: dict[int, SubspaceWorkload]
 ) -> tuple[dict[int, Block], dict[int, float], dict[int, float], int]:
-    """Unit-sensitivity block Grams ``M_S``, their errors and lower bounds per set."""
+    """Unit-sensitivity blocks ``L_S`` (scalar, or of full row rank), their errors and lower
+    bounds per set."""
     sizes = DomainSizes(shape)
-    grams: dict[int, Block] = {}
+    factors: dict[int, Block] = {}
     errors: dict[int, float] = {}
     bounds: dict[int, float] = {}
-    solved: dict[tuple, tuple[np.ndarray, float, float, float]] = {}
+    solved: dict[tuple, tuple[np.ndarray, float, float]] = {}
     for mask, problem in problems.items():
         rank = sizes.multiplicity(mask)
         if not rank:
@@ -168,7 +171,7 @@ def _solve_all(
         if problem.is_scalar:
             # Ĝ = c I: the symmetric optimum M = I / p_S (p_S = Π(1 − 1/n_i)).
             p = sizes.column_norm_squared(mask)
-            grams[mask] = 1.0 / p
+            factors[mask] = 1.0 / math.sqrt(p)
             errors[mask] = bounds[mask] = problem.scalar * rank * p
             continue
         gram = problem.dense(rank)
@@ -177,34 +180,19 @@ def _solve_all(
         key = (members, np.round(gram / trace, 12).tobytes())
         if key not in solved:
             optimum = solve_subspace(gram / trace, subspace_basis(shape, mask))
-            solved[key] = (optimum.gram, optimum.error, optimum.lower_bound, optimum.spread)
-        matrix, error, bound, _ = solved[key]
-        grams[mask], errors[mask], bounds[mask] = matrix, error * trace, bound * trace
-    return grams, errors, bounds, len(solved)
-
-
-def _blocks(grams: dict[int, Block], shares: dict[int, float]) -> dict[int, Block]:
-    """``L_S`` with ``L_SᵀL_S = x_S M_S``."""
-    blocks: dict[int, Block] = {}
-    for mask, gram in grams.items():
-        if isinstance(gram, np.ndarray):
-            values, vectors = np.linalg.eigh(gram)
-            root = (vectors * np.sqrt(np.clip(values, 0.0, None))) @ vectors.T
-            blocks[mask] = math.sqrt(shares[mask]) * root
-        else:
-            blocks[mask] = math.sqrt(shares[mask] * gram)
-    return blocks
+            solved[key] = (optimum.factor, optimum.error, optimum.lower_bound)
+        factor, error, bound = solved[key]
+        factors[mask], errors[mask], bounds[mask] = factor, error * trace, bound * trace
+    return factors, errors, bounds, len(solved)
 
 
 def _variance_rows(
-    shape: tuple[int, ...], terms: list, grams: dict[int, Block], order: list[int]
+    shape: tuple[int, ...], terms: list, factors: dict[int, Block], order: list[int]
 ) -> np.ndarray:
     """Distinct rows ``k_q`` (per set, unit noise, x = 1) over every query of the workload."""
     column = {m: j for j, m in enumerate(order)}
-    inverse = {
-        m: (np.linalg.inv(g) if isinstance(g, np.ndarray) else 1.0 / g) for m, g in grams.items()
-    }
-    probe = ResidualBlockStrategy(shape, {m: 1.0 for m in grams})
+    inverse = {m: block_gram_pinv(f) for m, f in factors.items()}
+    probe = ResidualBlockStrategy(shape, {m: 1.0 for m in factors})
     rows = []
     for squared, splits in terms:
         count = math.prod(len(s.a) for s in splits)
@@ -265,13 +253,13 @@ def residual_optimum(
     shape, terms = workload_terms(W)
     terms = _importance(terms, weights, loss)
     problems = subspace_workloads(terms)
-    grams, errors, bounds, solved = _solve_all(shape, problems)
-    support = [m for m in grams if errors[m] > 0]
+    factors, errors, bounds, solved = _solve_all(shape, problems)
+    support = [m for m in factors if errors[m] > 0]
     if not support:
         raise UnsupportedQueryError(f"Workload {W!r} has no non-zero query to answer")
-    grams = {m: grams[m] for m in support}
+    factors = {m: factors[m] for m in support}
     if loss == "max_variance":
-        K = _variance_rows(shape, terms, grams, support)
+        K = _variance_rows(shape, terms, factors, support)
         x, objective, bound = _max_variance_split(K)
         shares = dict(zip(support, x.tolist(), strict=True))
     else:
@@ -283,7 +271,7 @@ def residual_optimum(
     # Rounding: the shares must sum to 1 to the last bit we can get (sensitivity exactly 1).
     norm = math.fsum(shares.values())
     shares = {m: s / norm for m, s in shares.items()}
-    blocks = _blocks(grams, shares)
+    blocks = {m: math.sqrt(shares[m]) * f for m, f in factors.items()}
     # A solved block may leave some cells' norms below 1 (slack constraints); where the
     # true sensitivity is known to be below 1, scale up to use the whole budget.
     squared = ResidualBlockStrategy(shape, blocks).squared_sensitivity()

@@ -22,6 +22,14 @@ for fixed λ the best M is ``H^{-1/2} (H^{1/2} Ĝ H^{1/2})^{1/2} H^{-1/2}`` scal
 gives the multiplicative update ``λ_x ← λ_x diag_x^STEP`` (renormalized); each step
 certifies a lower bound (the dual value) and an upper bound (the primal point
 scaled to ``max diag = 1``).
+
+A sub-workload may leave directions of the subspace unread (a predicate's null
+space): ``Ĝ_S = U Λ Uᵀ`` with rank r < K. The problem is then solved on the r read
+directions alone (``Ĝ → Λ``, ``D_S → UᵀD_S``, still with orthonormal rows), and
+the block is the wide ``L = N^{1/2} Uᵀ``: the unread directions get no budget at
+all, not a small share. Nothing is lost: with ``X = H^{1/2}Ĝ^{1/2}`` the dual
+value ``tr (XᵀX)^{1/2} = tr (XXᵀ)^{1/2}`` is the same on the r read directions,
+so the restricted optimum is the optimum.
 """
 
 from __future__ import annotations
@@ -54,10 +62,6 @@ ACCEPT = 1e-5
 
 #: Most steps of the subspace solver.
 MAX_STEPS = 1000
-
-#: Ridge (relative to the mean eigenvalue) that makes a singular sub-workload Gram
-#: invertible, so every direction of the subspace is measured a little.
-RIDGE = 1e-12
 
 
 @dataclass
@@ -140,28 +144,52 @@ def subspace_workloads(
 
 @dataclass(frozen=True)
 class SubspaceOptimum:
-    """A measurement ``M`` of one subspace with ``max diag(D_SᵀM D_S) = 1``.
+    """A measurement ``M = LᵀL`` of one subspace with ``max diag(D_SᵀM D_S) = 1``.
 
     Attributes:
-        gram: M (``K × K``), the strategy block's Gram.
-        error: ``tr(Ĝ M⁻¹)``.
+        factor: L (``r × K``, full row rank r = the rank of the sub-workload Gram): the
+            strategy block. Its rows span exactly the directions the sub-workload reads.
+        error: ``tr(Ĝ M⁺)``.
         lower_bound: the best dual value (no M with the same constraint does better).
         spread: ``1 − min diag(D_SᵀM D_S)``: how far the cells' norms are from constant.
         steps: solver steps.
     """
 
-    gram: np.ndarray
+    factor: np.ndarray
     error: float
     lower_bound: float
     spread: float
     steps: int
 
+    @property
+    def gram(self) -> np.ndarray:
+        """``M = LᵀL`` (``K × K``, of rank r)."""
+        return self.factor.T @ self.factor
 
-def _sqrt_psd(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(matrix^{1/2}, eigenvalues)`` of a symmetric PSD matrix."""
+
+def _eigh_psd(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(vectors, √values, 1/√values)`` of a symmetric PSD matrix; 0 where a value is
+    below the rounding level (so the inverse root is a pseudo-inverse root)."""
     values, vectors = np.linalg.eigh(matrix)
-    values = np.clip(values, 0.0, None)
-    return (vectors * np.sqrt(values)) @ vectors.T, values
+    floor = values[-1] * matrix.shape[0] * np.finfo(float).eps
+    kept = values > floor
+    root = np.sqrt(np.where(kept, values, 0.0))
+    inverse = np.divide(1.0, root, out=np.zeros_like(root), where=kept)
+    return vectors, root, inverse
+
+
+def read_directions(gram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(U, λ)``: the eigenvectors (columns) and eigenvalues of the directions a PSD Gram
+    reads, those above its rounding level (``K · eps`` of the largest, as matrix_rank).
+
+    Example:
+        >>> U, values = read_directions(np.diag([2.0, 0.0, 1.0]))
+        >>> U.shape, values.tolist()
+        ((3, 2), [1.0, 2.0])
+    """
+    values, vectors = np.linalg.eigh(gram)
+    kept = values > values[-1] * gram.shape[0] * np.finfo(float).eps
+    return vectors[:, kept], values[kept]
 
 
 def solve_subspace(
@@ -171,7 +199,8 @@ def solve_subspace(
     gap: float = GAP,
     max_steps: int = MAX_STEPS,
 ) -> SubspaceOptimum:
-    """``min tr(gram M⁻¹)`` over ``M ≻ 0`` with ``diag(basisᵀ M basis) ≤ 1``.
+    """``min tr(gram M⁺)`` over PSD M reading every direction of ``gram``, with
+    ``diag(basisᵀ M basis) ≤ 1``; M reads no other direction.
 
     Args:
         gram: the sub-workload Gram ``Ĝ_S`` (``K × K``, symmetric PSD, not zero).
@@ -187,28 +216,29 @@ def solve_subspace(
         >>> opt = solve_subspace(np.eye(2), D)   # identity: M = I / (1 − 1/3)
         >>> np.allclose(opt.gram, 1.5 * np.eye(2)), round(opt.error, 9)
         (True, 1.333333333)
+        >>> opt = solve_subspace(np.diag([1.0, 0.0]), D)   # one direction is never read
+        >>> opt.factor.shape, round(opt.error, 9)
+        ((1, 2), 0.5)
     """
-    dimension, cells = basis.shape
-    trace = float(np.trace(gram))
-    if trace <= 0:
+    if float(np.trace(gram)) <= 0:
         raise DpmmError("A residual sub-workload has a zero Gram; nothing to measure")
-    smallest = float(np.linalg.eigvalsh(gram)[0])
-    ridge = RIDGE * trace / dimension if smallest <= RIDGE * trace / dimension else 0.0
-    regular = gram + ridge * np.eye(dimension)
+    directions, values = read_directions(gram)
+    reduced = directions.T @ basis  # r × N, orthonormal rows
+    cells = basis.shape[1]
     weights = np.full(cells, 1.0 / cells)
     best_dual, best, step = 0.0, None, 0
     while step < max_steps:
         step += 1
-        half, spectrum = _sqrt_psd((basis * weights) @ basis.T)
-        inverse_half = np.linalg.pinv(half, hermitian=True)
-        root, values = _sqrt_psd(half @ regular @ half)
-        scale = float(np.sqrt(values).sum())
-        candidate = inverse_half @ root @ inverse_half / scale  # Σ λ_x diag_x = 1
+        vectors, root_h, inverse_h = _eigh_psd((reduced * weights) @ reduced.T)
+        half = (vectors * root_h) @ vectors.T
+        inverse_half = (vectors * inverse_h) @ vectors.T
+        inner, root_inner, _ = _eigh_psd((half * values) @ half)
+        scale = float(root_inner.sum())
+        # Σ λ_x diag_x = 1
+        candidate = inverse_half @ ((inner * root_inner) @ inner.T) @ inverse_half / scale
         candidate = (candidate + candidate.T) / 2
-        diagonal = np.einsum("kn,kl,ln->n", basis, candidate, basis)
-        # √ is operator concave: the ridge adds at most √ridge · tr H^{1/2} to the dual.
-        lower = max(scale - math.sqrt(ridge) * float(np.sqrt(spectrum).sum()), 0.0)
-        best_dual = max(best_dual, lower * lower)
+        diagonal = np.sum(reduced * (candidate @ reduced), axis=0)
+        best_dual = max(best_dual, scale * scale)
         peak = float(diagonal.max())
         primal = scale * scale * peak
         if best is None or primal < best[1]:
@@ -223,8 +253,10 @@ def solve_subspace(
             f"{max_steps} steps (gap {best[1] / best_dual - 1:.3g})"
         )
     matrix, _, low = best
-    error = float(np.sum(gram * np.linalg.inv(matrix)))
-    return SubspaceOptimum(matrix, error, best_dual, 1.0 - low, step)
+    vectors, root, _ = _eigh_psd(matrix)
+    factor = ((vectors * root) @ vectors.T) @ directions.T  # N^{1/2} Uᵀ
+    error = float(np.sum(values * np.diag(np.linalg.inv(matrix))))
+    return SubspaceOptimum(factor, error, best_dual, 1.0 - low, step)
 
 
 def subspace_basis(shape: Sequence[int], mask: int) -> np.ndarray:

@@ -220,6 +220,31 @@ def test_subspace_solver_certifies_its_optimum() -> None:
     assert subspace_basis((3, 4), 0b11).shape == (6, 12)
 
 
+def test_unread_directions_get_no_budget_and_the_optimum_is_kept() -> None:
+    # A sub-workload that reads 3 of the 5 directions of a 6-cell attribute's subspace.
+    D = helmert(6)
+    rng = np.random.default_rng(5)
+    reads = rng.normal(size=(4, 3)) @ np.linalg.qr(rng.normal(size=(5, 3)))[0].T
+    gram = reads.T @ reads
+    optimum = solve_subspace(gram, D)
+    assert optimum.factor.shape == (3, 5)
+    assert np.linalg.matrix_rank(optimum.factor) == 3
+    # Every row lies in the read directions: nothing of the budget goes elsewhere.
+    unread = np.linalg.svd(reads)[2][3:]
+    assert np.abs(optimum.factor @ unread.T).max() < 1e-12
+    assert optimum.lower_bound <= optimum.error <= optimum.lower_bound * (1 + 1e-8)
+    M = optimum.gram
+    assert optimum.error == pytest.approx(np.trace(gram @ np.linalg.pinv(M)), rel=1e-10)
+    assert np.einsum("kn,kl,ln->n", D, M, D).max() == pytest.approx(1.0, abs=1e-12)
+    # Measuring the unread directions as well can only cost budget: a full-rank design
+    # feasible for the same constraint is never better than the certified bound.
+    for _ in range(20):
+        L = rng.normal(size=(5, 5))
+        full = L.T @ L
+        full /= np.einsum("kn,kl,ln->n", D, full, D).max()
+        assert np.trace(gram @ np.linalg.inv(full)) >= optimum.lower_bound
+
+
 def test_bad_inputs_raise_clear_errors() -> None:
     W = _two_way(3, 4, Prefix)
     with pytest.raises(UnsupportedQueryError, match="Gaussian noise"):
