@@ -91,7 +91,15 @@ def test_json_is_one_object_with_the_required_keys(tmp_path: Path, capsys) -> No
     assert [group["name"] for group in data["groups"]] == ["age-cdf-by-sex", "age-ranges"]
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda path: path.name)
+#: Examples whose plan takes more than a few seconds (many candidates on large factors).
+SLOW_PLANS = {"ranges-1d.yaml", "census-sf1.yaml"}
+
+
+@pytest.mark.parametrize(
+    "path",
+    [pytest.param(p, marks=pytest.mark.slow) if p.name in SLOW_PLANS else p for p in EXAMPLES],
+    ids=lambda path: path.name,
+)
 def test_every_example_plans(path: Path, capsys) -> None:
     status, out, err = run(["plan", str(path), "--json"], capsys)
     assert status == 0, err

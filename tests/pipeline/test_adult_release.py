@@ -298,6 +298,7 @@ workload:
 """.replace("HOURS", ", ".join(str(edge) for edge in range(100)))
 
 
+@pytest.mark.slow
 def test_prefix_sum_release_is_audited_and_close_to_the_truncated_sums(
     tmp_path, adult_parquet, adult_frame
 ) -> None:

@@ -1,0 +1,138 @@
+"""deploy/prefect.yaml on a real ``prefect server start``: registered, listed and scheduled.
+
+Read back through the server's REST API. This is what breaks first when the registry
+serves a Prefect server dependency dpmm's pins leave out (see pyproject.toml): with
+SQLAlchemy 2.1 the scheduler fails on every loop and creates no run; with fastapi 0.151+
+``prefect deploy`` and ``prefect deployment ls`` fail with a 422.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+PREFECT_FILE = ROOT / "deploy" / "prefect.yaml"
+PREFECT = [sys.executable, "-m", "prefect"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _api(url: str, path: str, body: dict | None = None) -> object:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        f"{url}{path}", data=data, headers={"content-type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict, Path]]:
+    """A real Prefect server with its own home and database: ``(API URL, env, log)``."""
+    home = tmp_path_factory.mktemp("prefect-home")
+    url = f"http://127.0.0.1:{_free_port()}/api"
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(home),
+        "PREFECT_API_URL": url,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "1",
+    }
+    log = home / "server.log"
+    port = url.rsplit(":", 1)[1].split("/")[0]
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [*PREFECT, "server", "start", "--host", "127.0.0.1", "--port", port],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # the kill below takes its uvicorn children too
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                _api(url, "/health")
+                break
+            except OSError:
+                assert process.poll() is None, log.read_text()[-3000:]
+                assert time.monotonic() < deadline, "the Prefect server did not start"
+                time.sleep(0.5)
+        yield url, env, log
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _prefect(env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*PREFECT, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_deployments_register_list_and_get_scheduled_runs(server) -> None:
+    url, env, log = server
+    deployments = yaml.safe_load(PREFECT_FILE.read_text())["deployments"]
+    pools = {d["work_pool"]["name"] for d in deployments}
+    for pool in pools:
+        done = _prefect(env, "work-pool", "create", pool, "--type", "process")
+        assert done.returncode == 0, done.stderr[-2000:]
+    done = _prefect(env, "--no-prompt", "deploy", "--all", "--prefect-file", str(PREFECT_FILE))
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    done = _prefect(env, "deployment", "ls")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "census-monthly" in done.stdout and "audit" in done.stdout
+
+    deployments = {d["name"]: d for d in _api(url, "/deployments/filter", {"limit": None})}
+    assert set(deployments) == {"census-monthly", "audit"}
+    monthly = deployments["census-monthly"]
+    assert monthly["global_concurrency_limit"]["limit"] == 1  # one release at a time
+    assert monthly["concurrency_options"]["collision_strategy"] == "ENQUEUE"
+    assert monthly["parameters"] == {"config_path": "deploy/configs/census-monthly.yaml"}
+    (schedule,) = monthly["schedules"]
+    assert schedule["active"]
+    assert schedule["schedule"]["cron"] == "0 6 1 * *"
+    assert schedule["schedule"]["timezone"] == "America/New_York"
+
+    # The server's scheduler (a loop every second here) creates the coming runs.
+    query = {
+        "deployments": {"id": {"any_": [monthly["id"]]}},
+        "flow_runs": {"state": {"type": {"any_": ["SCHEDULED"]}}},
+    }
+    deadline = time.monotonic() + 90
+    runs: list = []
+    while not runs and time.monotonic() < deadline:
+        runs = _api(url, "/flow_runs/filter", query)
+        time.sleep(1)
+    assert runs, "the scheduler created no run; its log ends:\n" + log.read_text()[-3000:]
+    starts = sorted(
+        datetime.fromisoformat(run["expected_start_time"]).astimezone(ZoneInfo("America/New_York"))
+        for run in runs
+    )
+    assert all((s.day, s.hour, s.minute) == (1, 6, 0) for s in starts)
+    assert len({(s.year, s.month) for s in starts}) == len(starts)  # one run per month
+    assert "Traceback" not in log.read_text()
