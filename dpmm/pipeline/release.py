@@ -283,7 +283,6 @@ def rerun_post_processing(
     integer = load_matrix(folder / manifest["strategy"]["file"])
     quantized = QuantizedStrategy(integer, int(manifest["strategy"]["quantization_scale"]))
     strategy = ChosenStrategy(
-        quantized.matrix,
         quantized,
         manifest["strategy"]["method"],
         manifest["strategy"]["selected"],

@@ -5,6 +5,11 @@ on (the domain's attributes and sizes, the workload groups' specs, the noise nor
 method and dpmm's version), so a scheduled release with an unchanged workload reuses the
 strategy instead of optimizing again. A run keeps its own copy: a resumed run measures
 exactly the strategy it selected, even if the cache changed since.
+
+What is stored is the quantized strategy, the integer matrix that is measured and its
+power-of-two scale, never the real-valued one: every later use (cache, resume, re-run)
+measures and reconstructs with exactly the grid that was chosen when it was selected,
+instead of deriving a grid again.
 """
 
 from __future__ import annotations
@@ -40,19 +45,16 @@ TABLE_METHODS = ("marginals", "hdmm_marginals")
 
 @dataclass(frozen=True, eq=False)
 class ChosenStrategy:
-    """The selected strategy and its quantization.
+    """The selected strategy on its integer grid.
 
     Attributes:
-        matrix: The strategy as selected (real-valued in general).
-        quantized: ``matrix`` on an integer grid: ``quantized.integer`` is measured and
-            ``quantized.matrix`` reconstructs.
+        quantized: ``quantized.integer`` is measured and ``quantized.matrix`` reconstructs.
         method: The config's method (``auto``, ``hdmm``, ...).
         selected: The candidate that was chosen (the method itself unless ``auto``).
         seconds: Selection time (0 for a cached or resumed strategy).
-        source: ``selected``, ``cache`` or ``run``.
+        source: ``selected``, ``cache``, ``run`` or ``release``.
     """
 
-    matrix: Matrix
     quantized: QuantizedStrategy
     method: str
     selected: str
@@ -110,21 +112,25 @@ def _load(folder: Path, stem: str, config: ReleaseConfig, source: str) -> Chosen
     if not (matrix_file.is_file() and facts_file.is_file()):
         return None
     try:
-        matrix = load_matrix(matrix_file)
+        integer = load_matrix(matrix_file)
         facts = json.loads(facts_file.read_text())
-    except (SerializationError, ValueError, OSError):
-        return None  # a damaged cache entry is selected again, never trusted
-    if matrix.shape[1] != config.domain.size:
+        quantized = QuantizedStrategy(integer, facts["quantization_scale"])
+    except (SerializationError, MeasurementError, ValueError, KeyError, TypeError, OSError):
+        return None  # a damaged (or older) entry is selected again, never trusted
+    if integer.shape[1] != config.domain.size:
         return None
-    return ChosenStrategy(
-        matrix, quantize(matrix), config.strategy_method, facts["selected"], 0.0, source
-    )
+    return ChosenStrategy(quantized, config.strategy_method, facts["selected"], 0.0, source)
 
 
 def _store(folder: Path, stem: str, chosen: ChosenStrategy) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    save_matrix(chosen.matrix, folder / f"{stem}.npz")
-    _write_json(folder / f"{stem}.json", {"selected": chosen.selected, "seconds": chosen.seconds})
+    save_matrix(chosen.quantized.integer, folder / f"{stem}.npz")
+    facts = {
+        "selected": chosen.selected,
+        "seconds": chosen.seconds,
+        "quantization_scale": chosen.quantized.scale,
+    }
+    _write_json(folder / f"{stem}.json", facts)
 
 
 def _countable(config: ReleaseConfig, candidate: Candidate) -> bool:
@@ -161,7 +167,6 @@ def _select(config: ReleaseConfig, progress: Progress | None) -> ChosenStrategy:
             continue
         seconds = time.perf_counter() - started
         return ChosenStrategy(
-            candidate.strategy,
             quantized,
             config.strategy_method,
             candidate.method,

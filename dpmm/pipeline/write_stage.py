@@ -82,7 +82,7 @@ def build_manifest(
         "strategy": {
             "method": strategy.method,
             "selected": strategy.selected,
-            "description": repr(strategy.matrix)[:2000],
+            "description": repr(strategy.quantized.matrix)[:2000],
             "file": "strategy.npz",
             "digest": matrix_digest(integer),
             "fingerprint": record.strategy_fingerprint,
