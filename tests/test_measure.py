@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from dpmm.linalg import (
     Dense,
@@ -22,8 +23,10 @@ from dpmm.linalg import (
     Matrix,
     Prefix,
     Product,
+    Sparse,
     Weighted,
 )
+from dpmm.linalg.serialize import load_matrix, save_matrix
 from dpmm.measure import (
     MeasurementError,
     MeasurementMismatch,
@@ -121,6 +124,24 @@ def test_exact_sensitivities_equal_the_dense_matrix(A: Matrix) -> None:
     assert np.array_equal(exact.column_l1, np.abs(dense).sum(axis=0))
     assert np.array_equal(exact.column_l2_squared, (dense**2).sum(axis=0))
     assert np.all(np.abs(dense) <= exact.entry_bound)
+
+
+def test_duplicate_sparse_entries_count_as_their_sum(tmp_path: Path) -> None:
+    # Column 0 is stored as two entries 1 and 1: its entry is 2, so Δ₂² is 4, not 2.
+    csr = sp.csr_array((np.ones(3), np.array([0, 0, 1]), np.array([0, 3])), shape=(1, 2))
+    assert not csr.has_canonical_format
+    A = Sparse(csr)
+    assert analyze_strategy(A).sensitivity_l2_squared == 4
+    assert analyze_strategy(A).sensitivity_l1 == 2
+    assert A.column_norms(2).tolist() == [2.0, 1.0]
+    assert csr.data.tolist() == [1.0, 1.0, 1.0]  # the caller's array is left as it was
+    # A file holding the duplicated form (written before construction summed them, or by
+    # hand) loads canonical too.
+    stored = Sparse(sp.csr_array((1, 2)))
+    stored.matrix = csr
+    save_matrix(stored, tmp_path / "duplicates.npz")
+    loaded = load_matrix(tmp_path / "duplicates.npz")
+    assert analyze_strategy(loaded).sensitivity_l2_squared == 4
 
 
 @pytest.mark.parametrize(

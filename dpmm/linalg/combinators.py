@@ -65,11 +65,23 @@ class Dense(Matrix):
 
 
 class Sparse(Matrix):
-    """A matrix held as a scipy sparse array (CSR)."""
+    """A matrix held as a scipy sparse array, in canonical CSR form.
+
+    Canonical: duplicate entries are summed and indices sorted (on a copy), so everything
+    that reads the stored entries (column norms, the exact sensitivity, the file format)
+    sees the matrix's entries, never the pieces they were given as.
+
+    Example:
+        >>> import scipy.sparse as sp
+        >>> duplicates = sp.csr_array(([1.0, 1.0, 1.0], [0, 0, 1], [0, 3]), shape=(1, 2))
+        >>> Sparse(duplicates).column_norms(2).tolist()
+        [2.0, 1.0]
+    """
 
     def __init__(self, matrix: sp.sparray | sp.spmatrix, *, full_column_rank: bool = False) -> None:
         """``full_column_rank=True`` promises independent columns (inverses skip the SVD)."""
-        matrix = sp.csr_array(matrix, dtype=np.float64)
+        matrix = sp.csr_array(matrix, dtype=np.float64, copy=True)
+        matrix.sum_duplicates()
         super().__init__(matrix.shape)
         self.matrix = matrix
         self._full_column_rank = full_column_rank
