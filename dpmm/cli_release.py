@@ -46,8 +46,16 @@ DEMO_RELEASES = 10
 
 
 def error_summary(release_dir: Path) -> str:
-    """The release's expected error per query group, as a text table."""
+    """The release's strategy and solver, then its expected error per query group (a table)."""
     manifest = load_manifest(release_dir)
+    strategy = manifest["strategy"]
+    description = strategy["description"]
+    if len(description) > 80:
+        description = description[:79] + "…"
+    header = (
+        f"strategy: {strategy['selected']} ({description}), chosen by "
+        f"'{strategy['method']}'\nreconstruction: {manifest['reconstruction']['method']}\n\n"
+    )
     rows = [("group", "queries", "expected RMSE", "mean std. error")]
     for group in manifest["error"]["groups"]:
         rows.append(
@@ -64,7 +72,7 @@ def error_summary(release_dir: Path) -> str:
         for row in rows
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines) + "\n"
+    return header + "\n".join(lines) + "\n"
 
 
 def _quiet_engines() -> None:

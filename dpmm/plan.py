@@ -41,8 +41,11 @@ from dpmm.domain import Domain
 from dpmm.error import expected_error, identity_error, svd_bound
 from dpmm.errors import ConfigError, TooLargeError, UnsupportedQueryError
 from dpmm.linalg import Matrix
+from dpmm.linalg.serialize import matrix_digest
+from dpmm.measure.exact import MeasurementError
+from dpmm.pipeline.strategy_stage import ChosenStrategy, save_decision, select_releasable
 from dpmm.privacy import ZCDP, PureDP
-from dpmm.strategy import Candidate, select_strategy
+from dpmm.strategy import Candidate
 from dpmm.workload import WorkloadGroup, stack
 
 __all__ = ["GroupReport", "PlanReport", "plan", "plan_workload"]
@@ -129,6 +132,9 @@ class GroupReport:
 class PlanReport:
     """What a release would cost in accuracy: the chosen strategy and the error per group.
 
+    ``strategy`` is the quantized strategy a release measures; ``strategy_digest`` and
+    ``quantization_scale`` are the ones its manifest will show.
+
     ``total`` is the row for the whole workload; its ``seconds`` is the whole
     plan's time, strategy selection included.
     """
@@ -143,6 +149,9 @@ class PlanReport:
     total: GroupReport
     chosen_method: str = ""
     candidates: tuple[Candidate, ...] = ()
+    strategy_digest: str = ""
+    quantization_scale: int = 1
+    decision: ChosenStrategy | None = None
     config_path: str | None = None
     config_sha256: str | None = None
 
@@ -176,6 +185,8 @@ class PlanReport:
             "chosen_method": self.chosen_method,
             "strategy": self.strategy_repr,
             "strategy_shape": list(self.strategy.shape),
+            "strategy_digest": self.strategy_digest,
+            "quantization_scale": self.quantization_scale,
             "strategy_seconds": self.strategy_seconds,
             **totals,
             "seconds": self.seconds,
@@ -233,7 +244,9 @@ def plan_workload(
     domain: Domain,
     name: str = "workload",
 ) -> PlanReport:
-    """Pick the strategy for ``groups`` and compute the expected error of every group.
+    """Pick the strategy a release of ``groups`` measures, and the expected error of every
+    group: the selection rule is the release's (:func:`select_releasable`), and the errors
+    are those of the quantized strategy that is measured.
 
     Args:
         groups: The workload's query groups, all over ``domain``.
@@ -257,8 +270,11 @@ def plan_workload(
         f"{domain.size:,}",
         method,
     )
-    selection = select_strategy(W, method, privacy)
-    A = selection.strategy
+    try:
+        chosen, selection = select_releasable(W, method, privacy, domain.size)
+    except MeasurementError as error:
+        raise TooLargeError(str(error)) from error
+    A = chosen.quantized.matrix  # what the release measures and reconstructs with
     strategy_seconds = time.perf_counter() - start
     logger.info("%s: strategy %s selected in %.2f s", name, _short(repr(A)), strategy_seconds)
     reports = tuple(_group_report(group, A, privacy) for group in groups)
@@ -288,7 +304,10 @@ def plan_workload(
         strategy=A,
         strategy_seconds=strategy_seconds,
         groups=reports,
-        chosen_method=selection.chosen.method,
+        chosen_method=chosen.selected,
+        decision=chosen,
+        strategy_digest=matrix_digest(chosen.quantized.integer),
+        quantization_scale=chosen.quantized.scale,
         candidates=selection.candidates,
         total=total,
     )
@@ -296,6 +315,10 @@ def plan_workload(
 
 def plan(config: ReleaseConfig) -> PlanReport:
     """Plan a release: its strategy and expected error per query group. Touches no data.
+
+    The decision (the quantized strategy) is saved where the release looks for its
+    strategy (the strategy cache under the release root), so ``dpmm release`` measures
+    exactly what the latest plan of an unchanged config chose, without selecting again.
 
     Args:
         config: A configuration from :func:`dpmm.config.load_config`.
@@ -326,4 +349,12 @@ def plan(config: ReleaseConfig) -> PlanReport:
     if notes:
         total = replace(report.total, notes=(*report.total.notes, *notes))
         report = replace(report, total=total)
+    if report.decision is not None:
+        try:
+            save_decision(config, report.decision)
+        except OSError as error:
+            raise ConfigError(
+                f"{config.path}: release.root: the plan's decision cannot be saved under "
+                f"{config.release.root} ({error.strerror or error})"
+            ) from error
     return replace(report, config_path=str(config.path), config_sha256=config.sha256)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from dpmm.linalg import (
     AllRange,
@@ -26,6 +29,25 @@ from dpmm.linalg import (
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "config" / "examples").glob("*.yaml"))
+#: Where planning an example in place would write (its release root, relative to it).
+_EXAMPLE_RELEASES = [ROOT / "config" / "examples" / "releases", ROOT / "deploy" / "releases"]
+
+
+def example_copy(name: str, folder: Path) -> Path:
+    """Example config ``name`` copied with the files beside it into ``folder``: a plan saves
+    its decision under the config's release root, which must not be the repository."""
+    shutil.copytree(ROOT / "config" / "examples", folder / "examples", dirs_exist_ok=True)
+    return folder / "examples" / name
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _repository_stays_clean() -> Iterator[None]:
+    """No test writes a release root into the repository's example folders."""
+    before = [path.exists() for path in _EXAMPLE_RELEASES]
+    yield
+    written = [p for p, was in zip(_EXAMPLE_RELEASES, before, strict=True) if p.exists() > was]
+    assert not written, f"tests wrote into the repository: {written}"
+
 
 #: Keys every ``dpmm plan --json`` object (``PlanReport.to_dict()``) has at its top level.
 PLAN_KEYS = {

@@ -20,7 +20,7 @@ from dpmm.cli import main
 from dpmm.config import load_config
 from dpmm.errors import TooLargeError
 
-from .conftest import EXAMPLES, ROOT, assert_plan_keys
+from .conftest import EXAMPLES, ROOT, assert_plan_keys, example_copy
 
 ADULT = ROOT / "config" / "examples" / "adult-marginals.yaml"
 SMALL = {
@@ -100,7 +100,8 @@ SLOW_PLANS = {"ranges-1d.yaml", "census-sf1.yaml"}
     [pytest.param(p, marks=pytest.mark.slow) if p.name in SLOW_PLANS else p for p in EXAMPLES],
     ids=lambda path: path.name,
 )
-def test_every_example_plans(path: Path, capsys) -> None:
+def test_every_example_plans(path: Path, capsys, tmp_path: Path) -> None:
+    path = example_copy(path.name, tmp_path)
     status, out, err = run(["plan", str(path), "--json"], capsys)
     assert status == 0, err
     data = json.loads(out)
@@ -183,12 +184,12 @@ def _console_script() -> str | None:
     return str(beside) if beside.exists() else shutil.which("dpmm")
 
 
-def test_installed_console_script_runs_plan() -> None:
+def test_installed_console_script_runs_plan(tmp_path: Path) -> None:
     script = _console_script()
     if script is None:
         pytest.fail("the dpmm console script is not installed (pip install -e .)")
     result = subprocess.run(
-        [script, "plan", str(ADULT), "--json"],
+        [script, "plan", str(example_copy(ADULT.name, tmp_path)), "--json"],
         capture_output=True,
         text=True,
         timeout=300,

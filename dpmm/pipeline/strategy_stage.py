@@ -19,7 +19,7 @@ import json
 import os
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dpmm import __version__
@@ -28,12 +28,20 @@ from dpmm.linalg import Marginals, Matrix
 from dpmm.linalg.serialize import SerializationError, load_matrix, save_matrix
 from dpmm.measure.exact import MeasurementError, analyze_strategy
 from dpmm.measure.quantize import QuantizedStrategy, quantize
-from dpmm.privacy.params import PureDP
-from dpmm.strategy import METHODS, select_strategy
+from dpmm.privacy.params import PrivacyParameter, PureDP
+from dpmm.strategy import AUTO_CANDIDATES, METHODS, select_strategy
 from dpmm.strategy.selection import Candidate, Progress, Selection, select
 from dpmm.workload import stack
 
-__all__ = ["TABLE_METHODS", "VECTOR_LIMIT", "ChosenStrategy", "choose_strategy", "strategy_key"]
+__all__ = [
+    "TABLE_METHODS",
+    "VECTOR_LIMIT",
+    "ChosenStrategy",
+    "choose_strategy",
+    "save_decision",
+    "select_releasable",
+    "strategy_key",
+]
 
 CACHE_FOLDER = ".strategy-cache"
 #: Largest domain whose full count vector is built (cells; int64, 2 GiB).
@@ -133,47 +141,106 @@ def _store(folder: Path, stem: str, chosen: ChosenStrategy) -> None:
     _write_json(folder / f"{stem}.json", facts)
 
 
-def _countable(config: ReleaseConfig, candidate: Candidate) -> bool:
+def _unreleasable(candidate: Candidate, cells: int) -> str | None:
+    """Why a tried candidate cannot be released on a domain of ``cells`` cells, or None."""
     # Above the vector limit the input is counted as marginal tables, which measure only a
     # union of marginals (a residual strategy's tables path is not wired into releases).
-    return config.domain.size <= VECTOR_LIMIT or isinstance(candidate.strategy, Marginals)
+    if cells > VECTOR_LIMIT and not isinstance(candidate.strategy, Marginals):
+        return (
+            f"not releasable: it needs the data vector, and {cells:,} cells are more than "
+            f"the {VECTOR_LIMIT:,} a release counts as a vector"
+        )
+    return None
+
+
+def _first_releasable(
+    selection: Selection, cells: int
+) -> tuple[ChosenStrategy | None, Candidate | None, dict[int, str], MeasurementError | None]:
+    """The least-error candidate a release can count and quantize exactly (the selection's
+    own choice first), with why each candidate ranked above it cannot be released."""
+    reasons: dict[int, str] = {}
+    problem: MeasurementError | None = None
+    ranked = sorted(
+        (c for c in selection.candidates if c.strategy is not None),
+        key=lambda c: (c is not selection.chosen, c.error),
+    )
+    for candidate in ranked:
+        reason = _unreleasable(candidate, cells)
+        if reason is None:
+            try:
+                quantized = measurable(candidate.strategy)
+            except MeasurementError as error:
+                problem = problem or error
+                reason = f"not releasable: {error}"
+            else:
+                chosen = ChosenStrategy(quantized, "", candidate.method, 0.0, "selected")
+                return chosen, candidate, reasons, problem
+        reasons[id(candidate)] = reason
+    return None, None, reasons, problem
+
+
+def select_releasable(
+    workload: Matrix,
+    method: str,
+    privacy: PrivacyParameter,
+    cells: int,
+    *,
+    progress: Progress | None = None,
+) -> tuple[ChosenStrategy, Selection]:
+    """The least-error candidate a release can count and measure exactly, quantized.
+
+    The one selection rule of ``dpmm plan`` and ``dpmm release``: the candidates that
+    ``method`` tries are ranked by exact expected error, the method's own choice first;
+    those that a release cannot count on this domain or quantize to an exactly measurable
+    integer strategy are passed over and marked with the reason in the returned
+    selection's candidates. When ``auto`` stopped at a proven optimum that cannot be
+    released, every other candidate is tried (on a domain counted as marginal tables, the
+    union-of-marginals methods).
+
+    Raises:
+        MeasurementError: no candidate can be measured exactly.
+    """
+    started = time.perf_counter()
+    selection = select_strategy(workload, method, privacy, progress=progress)
+    found = _first_releasable(selection, cells)
+    if method == "auto" and found[1] is not selection.chosen:
+        order = TABLE_METHODS if cells > VECTOR_LIMIT else AUTO_CANDIDATES
+        wider = select(workload, privacy, METHODS, order, progress=progress)
+        tried = {c.method for c in wider.candidates}
+        earlier = tuple(c for c in selection.candidates if c.method not in tried)
+        selection = Selection(wider.chosen, (*earlier, *wider.candidates))
+        found = _first_releasable(selection, cells)
+    chosen, best, reasons, problem = found
+    if chosen is None or best is None:
+        raise problem or MeasurementError(
+            f"none of the strategies '{method}' tried can be released on this domain"
+        )
+    chosen = replace(chosen, method=method, seconds=time.perf_counter() - started)
+    candidates = tuple(
+        replace(c, skipped=reasons[id(c)]) if id(c) in reasons else c for c in selection.candidates
+    )
+    return chosen, Selection(best, candidates)
 
 
 def _select(config: ReleaseConfig, progress: Progress | None) -> ChosenStrategy:
-    """The least-error candidate that can be counted and measured exactly.
-
-    ``auto`` may pass over candidates; on a domain counted as marginal tables, when every
-    candidate it tried (e.g. only the proven optimum, a residual strategy) needs the data
-    vector, the union-of-marginals methods are tried as well.
-    """
-    started = time.perf_counter()
-    workload = stack(config.workload)
-    selection = select_strategy(workload, config.strategy_method, config.privacy, progress=progress)
-    candidates = [c for c in selection.candidates if c.strategy is not None]
-    if config.strategy_method == "auto" and not any(_countable(config, c) for c in candidates):
-        tables = select(workload, config.privacy, METHODS, TABLE_METHODS, progress=progress)
-        selection = Selection(tables.chosen, (*selection.candidates, *tables.candidates))
-        candidates = [c for c in selection.candidates if c.strategy is not None]
-    ranked = sorted(
-        (c for c in candidates if _countable(config, c)),
-        key=lambda c: (c is not selection.chosen, c.error),
+    chosen, _ = select_releasable(
+        stack(config.workload),
+        config.strategy_method,
+        config.privacy,
+        config.domain.size,
+        progress=progress,
     )
-    problem: MeasurementError | None = None
-    for candidate in ranked:
-        try:
-            quantized = measurable(candidate.strategy)
-        except MeasurementError as error:
-            problem = problem or error
-            continue
-        seconds = time.perf_counter() - started
-        return ChosenStrategy(
-            quantized,
-            config.strategy_method,
-            candidate.method,
-            seconds,
-            "selected",
-        )
-    raise problem or MeasurementError(f"{config.path}: no strategy was selected")
+    return chosen
+
+
+def save_decision(config: ReleaseConfig, chosen: ChosenStrategy) -> None:
+    """Keep ``chosen`` as the strategy of every later release of this config (until its
+    domain, workload, noise, method or dpmm's version changes): ``dpmm plan`` calls this.
+
+    Raises:
+        OSError: the release root cannot be written.
+    """
+    _store(config.release.root / CACHE_FOLDER, strategy_key(config), chosen)
 
 
 def choose_strategy(
