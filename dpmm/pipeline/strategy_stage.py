@@ -155,9 +155,9 @@ def _unreleasable(candidate: Candidate, cells: int) -> str | None:
 
 def _first_releasable(
     selection: Selection, cells: int
-) -> tuple[ChosenStrategy | None, Candidate | None, dict[int, str], MeasurementError | None]:
+) -> tuple[Candidate | None, QuantizedStrategy | None, dict[int, str], MeasurementError | None]:
     """The least-error candidate a release can count and quantize exactly (the selection's
-    own choice first), with why each candidate ranked above it cannot be released."""
+    own choice first) with its grid, and why each candidate ranked above it cannot be."""
     reasons: dict[int, str] = {}
     problem: MeasurementError | None = None
     ranked = sorted(
@@ -168,13 +168,10 @@ def _first_releasable(
         reason = _unreleasable(candidate, cells)
         if reason is None:
             try:
-                quantized = measurable(candidate.strategy)
+                return candidate, measurable(candidate.strategy), reasons, problem
             except MeasurementError as error:
                 problem = problem or error
                 reason = f"not releasable: {error}"
-            else:
-                chosen = ChosenStrategy(quantized, "", candidate.method, 0.0, "selected")
-                return chosen, candidate, reasons, problem
         reasons[id(candidate)] = reason
     return None, None, reasons, problem
 
@@ -203,19 +200,20 @@ def select_releasable(
     started = time.perf_counter()
     selection = select_strategy(workload, method, privacy, progress=progress)
     found = _first_releasable(selection, cells)
-    if method == "auto" and found[1] is not selection.chosen:
+    if method == "auto" and found[0] is not selection.chosen:
         order = TABLE_METHODS if cells > VECTOR_LIMIT else AUTO_CANDIDATES
         wider = select(workload, privacy, METHODS, order, progress=progress)
         tried = {c.method for c in wider.candidates}
         earlier = tuple(c for c in selection.candidates if c.method not in tried)
         selection = Selection(wider.chosen, (*earlier, *wider.candidates))
         found = _first_releasable(selection, cells)
-    chosen, best, reasons, problem = found
-    if chosen is None or best is None:
+    best, quantized, reasons, problem = found
+    if best is None or quantized is None:
         raise problem or MeasurementError(
             f"none of the strategies '{method}' tried can be released on this domain"
         )
-    chosen = replace(chosen, method=method, seconds=time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    chosen = ChosenStrategy(quantized, method, best.method, seconds, "selected")
     candidates = tuple(
         replace(c, skipped=reasons[id(c)]) if id(c) in reasons else c for c in selection.candidates
     )

@@ -178,20 +178,6 @@ def _eigh_psd(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return vectors, root, inverse
 
 
-def read_directions(gram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(U, λ)``: the eigenvectors (columns) and eigenvalues of the directions a PSD Gram
-    reads, those above its rounding level (``K · eps`` of the largest, as matrix_rank).
-
-    Example:
-        >>> U, values = read_directions(np.diag([2.0, 0.0, 1.0]))
-        >>> U.shape, values.tolist()
-        ((3, 2), [1.0, 2.0])
-    """
-    values, vectors = np.linalg.eigh(gram)
-    kept = values > values[-1] * gram.shape[0] * np.finfo(float).eps
-    return vectors[:, kept], values[kept]
-
-
 def solve_subspace(
     gram: np.ndarray,
     basis: np.ndarray,
@@ -222,7 +208,8 @@ def solve_subspace(
     """
     if float(np.trace(gram)) <= 0:
         raise DpmmError("A residual sub-workload has a zero Gram; nothing to measure")
-    directions, values = read_directions(gram)
+    vectors, root, _ = _eigh_psd(gram)  # the directions read: above the rounding level
+    directions, values = vectors[:, root > 0], root[root > 0] ** 2
     reduced = directions.T @ basis  # r × N, orthonormal rows
     cells = basis.shape[1]
     weights = np.full(cells, 1.0 / cells)
