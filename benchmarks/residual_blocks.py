@@ -7,9 +7,12 @@ elsewhere), ρ = 1 zCDP. Each row runs in a fresh child process:
 * select: ``optimize(W, "residual", ZCDP(1))`` (a ``ResidualBlockStrategy``);
 * count: the marginal tables of every measured set from 100,000 synthetic records in one
   pass (``count_marginals``);
-* measure: quantize the blocks, exact integer answers from the tables, exact sensitivity
-  bound and discrete Gaussian noise (``measure_blocks``, OS CSPRNG);
-* reconstruct: every workload answer and its exact variance (``block_workload_answers``).
+* measure: quantize the blocks to integer residual blocks ``[Q_S H_S]`` (``quantize``,
+  ``--bits`` significant bits), exact integer answers from the tables, exact sensitivity
+  (or its bound above ``EXACT_CELLS`` cells) and discrete Gaussian noise (in-memory
+  ``measure``, OS CSPRNG);
+* reconstruct: every workload answer and its exact variance (``BlockEstimate`` and
+  ``block_workload_answers``).
 
 Phase times are medians over ``--repeats`` runs; each phase's peak traced memory
 (tracemalloc, one extra run) and the child's peak RSS are shown. Sum-vars: the exact sum of
@@ -43,10 +46,11 @@ import numpy as np
 
 from dpmm.linalg import AllRange, Kron, Matrix, Ones, Prefix, VStack
 from dpmm.linalg.marginals import mask_members
-from dpmm.measure.residual_blocks import measure_blocks, quantize_blocks
+from dpmm.measure import DEFAULT_BITS, MeasurementRecord, QuantizedStrategy, measure, quantize
+from dpmm.measure.exact import analyze_strategy
 from dpmm.measure.residual_tables import count_marginals
 from dpmm.privacy import ZCDP
-from dpmm.reconstruct.residual_blocks import block_workload_answers
+from dpmm.reconstruct.residual_blocks import BlockEstimate, block_workload_answers
 from dpmm.strategy import optimize
 from dpmm.strategy.residual import residual_optimum
 
@@ -112,7 +116,12 @@ def traced(function: Callable[[], object]) -> float:
     return peak / 1e6
 
 
-def run_row(index: int, repeats: int, records: int, trials: int) -> dict:
+def estimate(quantized: QuantizedStrategy, record: MeasurementRecord) -> BlockEstimate:
+    """The least-squares estimate of a measurement of integer residual blocks."""
+    return BlockEstimate(quantized.integer, record.values, record.noise_variance())
+
+
+def run_row(index: int, repeats: int, records: int, trials: int, bits: int) -> dict:
     row = ROWS[index]
     W, pairs, Q = build(row.query)
     result: dict[str, object] = {"queries": W.shape[0]}
@@ -130,23 +139,37 @@ def run_row(index: int, repeats: int, records: int, trials: int) -> dict:
 
     result["count"], counts = timed(count, repeats)
     result["count_mb"] = traced(count)
-    result["measure"], measurement = timed(lambda: measure_blocks(A, counts, RHO), repeats)
-    result["measure_mb"] = traced(lambda: measure_blocks(A, counts, RHO))
-    result["reconstruct"], answers = timed(lambda: block_workload_answers(measurement, W), repeats)
-    result["reconstruct_mb"] = traced(lambda: block_workload_answers(measurement, W))
-    result["rows"] = int(measurement.values.size)
-    result["scale_bits"] = measurement.quantized.scale.bit_length() - 1
-    result["rho"] = float(measurement.rho)
-    result["rho_exact"] = str(measurement.rho)
-    result["sensitivity_exact"] = measurement.sensitivity_exact
+
+    def measured() -> tuple[QuantizedStrategy, MeasurementRecord]:
+        quantized = quantize(A, bits=bits)
+        return quantized, measure(quantized, counts, RHO)
+
+    result["measure"], (quantized, record) = timed(measured, repeats)
+    result["measure_mb"] = traced(measured)
+
+    def reconstruct():
+        return block_workload_answers(estimate(quantized, record), W)
+
+    result["reconstruct"], answers = timed(reconstruct, repeats)
+    result["reconstruct_mb"] = traced(reconstruct)
+    rho = record.sensitivity / (2 * record.sigma2)  # the cost of the noise drawn
+    exact = analyze_strategy(quantized.integer)
+    result["rows"] = int(record.values.size)
+    result["scale_bits"] = quantized.scale.bit_length() - 1
+    result["rho"] = float(rho)
+    result["rho_exact"] = str(rho)
+    result["sensitivity_exact"] = exact.column_l2_squared.size == quantized.integer.shape[1]
     result["exact_sumvar"] = float(answers.variances.sum())
 
     truth = true_answers(counts, pairs, Q)
-    quantized = quantize_blocks(A)
     errors = []
     for _ in range(trials):
-        noisy = measure_blocks(quantized, counts, RHO)
-        errors.append(float(((block_workload_answers(noisy, W).values - truth) ** 2).sum()))
+        noisy = measure(quantized, counts, RHO)
+        errors.append(
+            float(
+                ((block_workload_answers(estimate(quantized, noisy), W).values - truth) ** 2).sum()
+            )
+        )
     result["sse"] = errors
     result["rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
     return result
@@ -160,14 +183,15 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--bits", type=int, default=DEFAULT_BITS, help="quantization bits")
     args = parser.parse_args()
     if args.row is not None:
-        print(json.dumps(run_row(args.row, args.repeats, args.records, args.trials)))
+        print(json.dumps(run_row(args.row, args.repeats, args.records, args.trials, args.bits)))
         return
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     print(
-        f"{args.records:,} records, ρ = 1 zCDP; times are medians of {args.repeats}, "
-        "MB = peak traced memory of the phase\n"
+        f"{args.records:,} records, ρ = 1 zCDP, quantized at {args.bits} bits; times are "
+        f"medians of {args.repeats}, MB = peak traced memory of the phase\n"
     )
     print(
         "| workload | #queries | select s (MB) | count s (MB) | measure s (MB) | "
@@ -188,6 +212,8 @@ def main() -> None:
             str(args.records),
             "--trials",
             str(args.trials),
+            "--bits",
+            str(args.bits),
         ]
         try:
             done = subprocess.run(

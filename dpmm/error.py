@@ -95,8 +95,14 @@ def _check_supported(W: Matrix, A: Matrix, workload_gram: Matrix) -> None:
         )
 
 
-def expected_error(W: Matrix, A: Matrix, privacy: PrivacyParameter) -> float:
+def expected_error(
+    W: Matrix, A: Matrix, privacy: PrivacyParameter, *, variance: float | None = None
+) -> float:
     """Total expected squared error over all queries of ``W``, measuring ``A``.
+
+    ``variance`` is the noise variance per answer of ``A``; by default the continuous one
+    for ``privacy`` at A's sensitivity (a release states the exact discrete one, see
+    :func:`dpmm.measure.mechanism.planned_noise_variance`).
 
     Example:
         >>> from dpmm.linalg import Identity, Prefix
@@ -111,7 +117,7 @@ def expected_error(W: Matrix, A: Matrix, privacy: PrivacyParameter) -> float:
         trace = _algebra_trace(workload_gram, A.gram(), -1)
     else:
         trace = trace_of_product(workload_gram, A.gram().pinv())
-    return noise_variance(A, privacy) * trace
+    return (noise_variance(A, privacy) if variance is None else variance) * trace
 
 
 def per_query_variance(W: Matrix, A: Matrix, privacy: PrivacyParameter) -> np.ndarray:
@@ -126,9 +132,13 @@ def rmse(W: Matrix, A: Matrix, privacy: PrivacyParameter) -> float:
     return math.sqrt(expected_error(W, A, privacy) / W.shape[0])
 
 
-def identity_error(W: Matrix, privacy: PrivacyParameter) -> float:
-    """Total expected squared error of the Identity strategy: ``v₁ · ‖W‖_F²``."""
-    return privacy.noise_variance(1.0) * W.gram().trace()
+def identity_error(W: Matrix, privacy: PrivacyParameter, *, variance: float | None = None) -> float:
+    """Total expected squared error of the Identity strategy: ``v₁ · ‖W‖_F²``.
+
+    ``variance`` is the noise variance of one count (``v₁``); by default the continuous one.
+    """
+    unit = privacy.noise_variance(1.0) if variance is None else variance
+    return unit * W.gram().trace()
 
 
 def svd_bound(W: Matrix, privacy: PrivacyParameter) -> float:

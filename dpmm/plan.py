@@ -5,11 +5,13 @@ Planning reads only the configuration (public facts): it builds the workload
 the strategy ``A``, and for each group computes, exactly (DESIGN.md §4):
 
 * the expected total squared error of answering the group through ``A``
-  (least-squares reconstruction), and the RMSE per query ``√(error / queries)``;
+  (least-squares reconstruction), and the RMSE per query ``√(error / queries)``,
+  with the exact variance of the discrete noise the release will add (what its
+  manifest and standard errors state);
 * the SVD bound of the group on its own, the least total squared error any
   strategy built for that group alone could reach under Gaussian noise (a lower
   bound under Laplace noise);
-* the error of the Identity strategy (one noisy count per cell).
+* the error of the Identity strategy (one noisy count per cell, discrete noise).
 
 Errors add up over groups (the trace of ``W (AᵀA)⁺ Wᵀ`` is a sum over rows),
 so the totals are the sums; the SVD bound of the whole workload is computed on
@@ -22,8 +24,10 @@ Example:
     >>> domain = Domain.from_dict({"age": 16})
     >>> groups = from_config([{"name": "cdf", "kind": "prefix", "attribute": "age"}], domain)
     >>> report = plan_workload(groups, PureDP(1), "identity", domain)
-    >>> report.strategy_repr, report.total.total_squared_error  # 2 · (1 + 2 + … + 16)
-    ('Identity(16)', 272.0)
+    >>> report.strategy_repr   # errors use the discrete Laplace's variance 2e/(e - 1)²
+    'Identity(16)'
+    >>> round(report.total.total_squared_error, 4)   # 1.8413 · (1 + 2 + … + 16)
+    250.4232
 """
 
 from __future__ import annotations
@@ -40,9 +44,13 @@ from dpmm.config import ReleaseConfig
 from dpmm.domain import Domain
 from dpmm.error import expected_error, identity_error, svd_bound
 from dpmm.errors import ConfigError, TooLargeError, UnsupportedQueryError
-from dpmm.linalg import Matrix
+from dpmm.linalg import Identity, Matrix
 from dpmm.linalg.serialize import matrix_digest
 from dpmm.measure.exact import MeasurementError
+from dpmm.measure.mechanism import planned_noise_variance
+from dpmm.measure.quantize import QuantizedStrategy
+from dpmm.pipeline.ingest_stage import counting_plan
+from dpmm.pipeline.reconstruct_stage import check_reconstructable
 from dpmm.pipeline.strategy_stage import ChosenStrategy, save_decision, select_releasable
 from dpmm.privacy import ZCDP, PureDP
 from dpmm.strategy import Candidate
@@ -207,14 +215,23 @@ def _figure(what: str, where: str, compute: Callable[[], float], notes: list[str
         return None
 
 
-def _group_report(group: WorkloadGroup, A: Matrix, privacy: PureDP | ZCDP) -> GroupReport:
+def _group_report(
+    group: WorkloadGroup, A: Matrix, privacy: PureDP | ZCDP, variances: tuple[float, float]
+) -> GroupReport:
+    """The group's figures; ``variances`` are the exact noise variances the release adds
+    to an answer of ``A`` and to one count of the Identity strategy."""
     start = time.perf_counter()
     W = group.matrix
     notes: list[str] = []
     where = f"group '{group.name}'"
-    error = _figure("expected error", where, lambda: expected_error(W, A, privacy), notes)
+    strategy, identity = variances
+    error = _figure(
+        "expected error", where, lambda: expected_error(W, A, privacy, variance=strategy), notes
+    )
     bound = _figure("SVD bound", where, lambda: svd_bound(W, privacy), notes)
-    baseline = _figure("identity error", where, lambda: identity_error(W, privacy), notes)
+    baseline = _figure(
+        "identity error", where, lambda: identity_error(W, privacy, variance=identity), notes
+    )
     seconds = time.perf_counter() - start
     logger.info("%s: %d queries, figures in %.2f s", where, W.shape[0], seconds)
     return GroupReport(
@@ -275,9 +292,14 @@ def plan_workload(
     except MeasurementError as error:
         raise TooLargeError(str(error)) from error
     A = chosen.quantized.matrix  # what the release measures and reconstructs with
+    # The exact discrete noise the release's record will state, and an identity release's.
+    variances = (
+        planned_noise_variance(chosen.quantized, privacy),
+        planned_noise_variance(QuantizedStrategy(Identity(1), 1), privacy),
+    )
     strategy_seconds = time.perf_counter() - start
     logger.info("%s: strategy %s selected in %.2f s", name, _short(repr(A)), strategy_seconds)
-    reports = tuple(_group_report(group, A, privacy) for group in groups)
+    reports = tuple(_group_report(group, A, privacy, variances) for group in groups)
     notes = [f"group '{r.name}': {note}" for r in reports for note in r.notes]
     if len(reports) == 1:
         bound = reports[0].svd_bound
@@ -311,6 +333,21 @@ def plan_workload(
         candidates=selection.candidates,
         total=total,
     )
+
+
+def _check_releasable(config: ReleaseConfig, decision: ChosenStrategy) -> None:
+    """What the release checks before it reserves budget, checked now: how the input is
+    counted and that every group's answers and standard errors can be computed.
+
+    Raises:
+        ConfigError: the release of this decision would be refused.
+    """
+    try:
+        check_reconstructable(config, decision, counting_plan(config, decision))
+    except TooLargeError as error:
+        raise ConfigError(
+            f"{config.path}: the strategy {decision.selected!r} cannot be released: {error}"
+        ) from error
 
 
 def plan(config: ReleaseConfig) -> PlanReport:
@@ -350,6 +387,7 @@ def plan(config: ReleaseConfig) -> PlanReport:
         total = replace(report.total, notes=(*report.total.notes, *notes))
         report = replace(report, total=total)
     if report.decision is not None:
+        _check_releasable(config, report.decision)
         try:
             save_decision(config, report.decision)
         except OSError as error:

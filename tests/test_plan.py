@@ -15,6 +15,9 @@ import dpmm.plan
 from dpmm.config import load_config
 from dpmm.error import expected_error, identity_error, svd_bound
 from dpmm.errors import ConfigError, TooLargeError
+from dpmm.linalg import Identity
+from dpmm.measure.mechanism import planned_noise_variance
+from dpmm.measure.quantize import QuantizedStrategy
 from dpmm.plan import PlanReport, plan
 from dpmm.privacy import PureDP
 from dpmm.workload import stack
@@ -53,6 +56,16 @@ def dense_error(W: np.ndarray, A: np.ndarray, privacy) -> float:
     return privacy.noise_variance(float(sensitivity)) * trace
 
 
+def _noise(report: PlanReport) -> float:
+    """The exact noise variance per answer of the planned strategy, as its record states."""
+    return planned_noise_variance(report.decision.quantized, report.privacy)
+
+
+def _unit(privacy) -> float:
+    """The exact noise variance of one count of the Identity strategy."""
+    return planned_noise_variance(QuantizedStrategy(Identity(1), 1), privacy)
+
+
 @pytest.mark.parametrize("privacy", PRIVACY)
 @pytest.mark.parametrize("method", METHODS)
 def test_group_figures_equal_the_error_functions(tmp_path: Path, method: str, privacy: str) -> None:
@@ -64,12 +77,14 @@ def test_group_figures_equal_the_error_functions(tmp_path: Path, method: str, pr
     assert [g.name for g in report.groups] == [g["name"] for g in WORKLOAD]
     for group, figures in zip(config.workload, report.groups, strict=True):
         matrix = group.matrix
-        expected = expected_error(matrix, report.strategy, config.privacy)
+        expected = expected_error(matrix, report.strategy, config.privacy, variance=_noise(report))
         assert figures.kind == group.kind
         assert figures.queries == matrix.shape[0]
         assert figures.total_squared_error == pytest.approx(expected, rel=1e-9)
         assert figures.svd_bound == pytest.approx(svd_bound(matrix, config.privacy), rel=1e-9)
-        assert figures.identity_error == pytest.approx(identity_error(matrix, config.privacy))
+        assert figures.identity_error == pytest.approx(
+            identity_error(matrix, config.privacy, variance=_unit(config.privacy))
+        )
         assert figures.rmse == pytest.approx(math.sqrt(expected / matrix.shape[0]))
         assert figures.identity_rmse == pytest.approx(
             math.sqrt(figures.identity_error / figures.queries)
@@ -97,9 +112,10 @@ def test_totals_are_sums_and_match_the_whole_workload(
     )
     assert total.identity_error == pytest.approx(sum(g.identity_error for g in report.groups))
     # the sum over groups is the whole workload's error, computed in one piece
-    whole = expected_error(W, report.strategy, config.privacy)
+    whole = expected_error(W, report.strategy, config.privacy, variance=_noise(report))
     assert total.total_squared_error == pytest.approx(whole, rel=1e-9)
-    assert total.identity_error == pytest.approx(identity_error(W, config.privacy))
+    unit = _unit(config.privacy)
+    assert total.identity_error == pytest.approx(identity_error(W, config.privacy, variance=unit))
     assert total.svd_bound == pytest.approx(svd_bound(W, config.privacy), rel=1e-9)
     assert total.rmse == pytest.approx(math.sqrt(whole / W.shape[0]))
     assert total.ratio_to_identity == pytest.approx(total.rmse / total.identity_rmse)
@@ -112,10 +128,15 @@ def test_figures_match_numpy_on_dense_matrices(tmp_path: Path, privacy: str) -> 
     A = report.strategy.dense()
     for group, figures in zip(config.workload, report.groups, strict=True):
         W = group.matrix.dense()
-        assert figures.total_squared_error == pytest.approx(
-            dense_error(W, A, config.privacy), rel=1e-8
+        # The plan states the exact discrete noise; the dense error, the continuous one.
+        discrete = _noise(report) / config.privacy.noise_variance(
+            report.strategy.sensitivity(config.privacy.norm)
         )
-        identity = dense_error(W, np.eye(W.shape[1]), config.privacy)
+        assert figures.total_squared_error == pytest.approx(
+            discrete * dense_error(W, A, config.privacy), rel=1e-8
+        )
+        ratio = _unit(config.privacy) / config.privacy.noise_variance(1.0)
+        identity = ratio * dense_error(W, np.eye(W.shape[1]), config.privacy)
         assert figures.identity_error == pytest.approx(identity, rel=1e-10)
         singular = np.linalg.svd(W, compute_uv=False)
         bound = config.privacy.noise_variance(1.0) * singular.sum() ** 2 / W.shape[1]
@@ -187,10 +208,10 @@ def test_a_missing_group_error_leaves_the_total_unknown(
 ) -> None:
     real = dpmm.plan.expected_error
 
-    def refuse_marginals(W, A, privacy):
+    def refuse_marginals(W, A, privacy, **options):
         if W.shape[0] == 2 * 3 + 2 * 8 + 3 * 8:  # the 'pairs' group
             raise TooLargeError("too large")
-        return real(W, A, privacy)
+        return real(W, A, privacy, **options)
 
     monkeypatch.setattr(dpmm.plan, "expected_error", refuse_marginals)
     report = plan(load_config(write_config(tmp_path, "hierarchical")))
@@ -245,6 +266,8 @@ def test_a_private_threshold_is_planned_on_the_measurement_budget_with_a_note(
     config = load_config(path)
     report = plan(config)
     W = config.workload[0].matrix.dense()
-    expected = dense_error(W, np.eye(4), PureDP("3/4"))
+    measured = PureDP("3/4")  # the measurement's share of ε, with its discrete noise
+    ratio = _unit(measured) / measured.noise_variance(1.0)
+    expected = ratio * dense_error(W, np.eye(4), measured)
     assert report.total.total_squared_error == pytest.approx(expected, rel=1e-9)
     assert any("chosen from the data by svt with 1/4 of ε" in note for note in report.total.notes)

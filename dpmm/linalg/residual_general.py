@@ -3,8 +3,9 @@
 The residual ``R_S = ⊗_{i∈S} D_i ⊗_{i∉S} 1ᵀ`` (see :mod:`dpmm.linalg.residuals`)
 reads the part of the data vector in the subspace of attribute set S. A
 *residual block strategy* stacks ``L_S R_S`` over the sets S, where ``L_S`` is
-either a scalar times the identity (a plain weighted residual) or a small dense
-matrix with ``Π_{i∈S}(n_i − 1)`` columns. With ``M_S = L_SᵀL_S`` and
+a scalar times the identity (a plain weighted residual), a diagonal matrix (given by
+its diagonal: a quantized weighted residual) or a small dense matrix with
+``Π_{i∈S}(n_i − 1)`` columns. With ``M_S = L_SᵀL_S`` and
 ``c_S = Π_{i∉S} n_i`` (so ``R_S R_Sᵀ = c_S I`` and ``R_S R_Tᵀ = 0`` for S ≠ T):
 
 * ``AᵀA = Σ_S R_Sᵀ M_S R_S`` and ``(AᵀA)⁺ = Σ_S R_Sᵀ M_S⁻¹ R_S / c_S²``;
@@ -52,8 +53,30 @@ MAX_FACTOR_SIZE = 4096
 #: Most cells over which the L2 sensitivity is found by visiting every cell.
 EXACT_CELLS = 10_000_000
 
-#: A block: a scalar s (meaning s · I) or a dense square matrix.
+#: A block: a scalar s (meaning s · I), a 1-D array g (meaning diag(g)) or a 2-D matrix.
 Block = float | np.ndarray
+
+
+def _is_matrix(block: Block) -> bool:
+    return isinstance(block, np.ndarray) and block.ndim == 2
+
+
+def _is_diagonal(block: Block) -> bool:
+    return isinstance(block, np.ndarray) and block.ndim == 1
+
+
+def _times(block: Block, piece: np.ndarray) -> np.ndarray:
+    """``L piece`` for a block L (``Lᵀ = L`` for a scalar or diagonal block)."""
+    if _is_matrix(block):
+        return block @ piece
+    return block[:, None] * piece if _is_diagonal(block) else block * piece
+
+
+def _reciprocal(values: np.ndarray) -> np.ndarray:
+    """``1 / v`` where ``v ≠ 0``, else 0: the pseudo-inverse of a diagonal."""
+    result = np.zeros_like(values, dtype=np.float64)
+    np.divide(1.0, values, out=result, where=values != 0)
+    return result
 
 
 @dataclass(frozen=True)
@@ -164,6 +187,8 @@ def term_splits(W: Matrix, shape: Sequence[int]) -> list[tuple[float, list[Facto
 
 
 def _block_inverse(block: Block) -> Block:
+    if _is_diagonal(block):
+        return _reciprocal(block)
     if isinstance(block, np.ndarray):
         # A Gram of a wide block is singular (directions no workload query reads): the
         # pseudo-inverse then gives the least-squares variances, as a dense pinv does.
@@ -174,6 +199,8 @@ def _block_inverse(block: Block) -> Block:
 def block_gram_pinv(block: Block) -> Block:
     """``(LᵀL)⁺`` from the block L itself: a wide block of full row rank has no singular
     value at the rounding level, where its Gram's pseudo-inverse would have to cut."""
+    if _is_diagonal(block):
+        return _reciprocal(block * block)
     if isinstance(block, np.ndarray):
         inverse = np.linalg.pinv(block)
         return inverse @ inverse.T
@@ -195,7 +222,7 @@ class _Blocks:
             if not isinstance(mask, int | np.integer) or mask < 0 or mask & ~self._sizes.full:
                 raise DomainError(f"Residual set {mask!r} is not a bit mask of the domain")
             rank = self._sizes.multiplicity(int(mask))
-            if isinstance(block, np.ndarray) and block.shape[1] != rank:
+            if isinstance(block, np.ndarray) and block.shape[-1] != rank:
                 raise DomainError(f"Block of set {mask} needs {rank} columns, got {block.shape}")
             self.blocks[int(mask)] = block
         self._stack = ResidualStrategy(self.domain_shape, dict.fromkeys(self.blocks, 1.0))
@@ -208,7 +235,7 @@ class _Blocks:
 
 
 class ResidualBlockGram(_Blocks, Matrix):
-    """``Σ_S R_Sᵀ M_S R_S``, each ``M_S`` a scalar (times I) or a dense matrix."""
+    """``Σ_S R_Sᵀ M_S R_S``, each ``M_S`` a scalar (times I), a diagonal or a dense matrix."""
 
     def __init__(
         self,
@@ -228,10 +255,7 @@ class ResidualBlockGram(_Blocks, Matrix):
         for (_, block), start, stop in zip(
             self.blocks.items(), self._stack.offsets[:-1], self._stack.offsets[1:], strict=True
         ):
-            piece = residuals[start:stop]
-            residuals[start:stop] = (
-                block @ piece if isinstance(block, np.ndarray) else block * piece
-            )
+            residuals[start:stop] = _times(block, residuals[start:stop])
         return self._stack._rmatmat(residuals)
 
     def _adjoint(self) -> ResidualBlockGram:
@@ -262,6 +286,8 @@ class ResidualBlockGram(_Blocks, Matrix):
 
     def _block_trace(self, mask: int) -> float:
         block = self.blocks[mask]
+        if _is_diagonal(block):
+            return float(block.sum())
         if isinstance(block, np.ndarray):
             return float(np.trace(block))
         return block * self._sizes.multiplicity(mask)
@@ -298,7 +324,9 @@ class ResidualBlockGram(_Blocks, Matrix):
             block = self.blocks[mask]
             outside = math.prod(s for i, s in enumerate(sums) if not mask >> i & 1)
             pieces = [projected[i] for i in mask_members(mask)]
-            if isinstance(block, np.ndarray):
+            if _is_diagonal(block):
+                inner = float(_kron_rows([np.diag(p) for p in pieces]) @ block)
+            elif isinstance(block, np.ndarray):
                 inner = float(np.sum(_kron_rows(pieces) * block))
             else:
                 inner = block * math.prod(float(np.trace(p)) for p in pieces)
@@ -314,7 +342,8 @@ class ResidualBlockStrategy(_Blocks, Matrix):
 
     Args:
         shape: the domain's attribute sizes.
-        blocks: ``{attribute mask: L_S}``, a scalar (``L_S = s I``) or a dense matrix
+        blocks: ``{attribute mask: L_S}``, a scalar (``L_S = s I``), a 1-D array (its
+            diagonal: ``L_S = diag(g)``) or a dense matrix
             with ``Π_{i∈S}(n_i − 1)`` columns (square and invertible, or wide of full row
             rank when the set's workload leaves some directions unread).
 
@@ -327,7 +356,7 @@ class ResidualBlockStrategy(_Blocks, Matrix):
     def __init__(self, shape: Sequence[int], blocks: Mapping[int, Block]) -> None:
         self._setup(shape, blocks)
         self.block_rows = [
-            b.shape[0] if isinstance(b, np.ndarray) else self._sizes.multiplicity(m)
+            b.shape[0] if _is_matrix(b) else self._sizes.multiplicity(m)
             for m, b in self.blocks.items()
         ]
         self.offsets = np.cumsum([0, *self.block_rows])
@@ -348,21 +377,18 @@ class ResidualBlockStrategy(_Blocks, Matrix):
         residuals = self._stack._matmat(X)
         out = np.empty((self.shape[0], X.shape[1]))
         for (_, block), start, stop, low, high in self._spans():
-            piece = residuals[start:stop]
-            out[low:high] = block @ piece if isinstance(block, np.ndarray) else block * piece
+            out[low:high] = _times(block, residuals[start:stop])
         return out
 
     def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         residuals = np.empty((self._stack.shape[0], Y.shape[1]))
         for (_, block), start, stop, low, high in self._spans():
             piece = Y[low:high]
-            residuals[start:stop] = (
-                block.T @ piece if isinstance(block, np.ndarray) else block * piece
-            )
+            residuals[start:stop] = block.T @ piece if _is_matrix(block) else _times(block, piece)
         return self._stack._rmatmat(residuals)
 
     def _inner(self, block: Block) -> Block:
-        return block.T @ block if isinstance(block, np.ndarray) else block * block
+        return block.T @ block if _is_matrix(block) else block * block
 
     def gram(self) -> ResidualBlockGram:
         return ResidualBlockGram(
@@ -376,7 +402,9 @@ class ResidualBlockStrategy(_Blocks, Matrix):
         inverse: dict[int, Block] = {}
         for mask, block in self.blocks.items():
             scale = self._sizes.outside(mask)
-            if isinstance(block, np.ndarray):
+            if _is_diagonal(block):
+                inverse[mask] = _reciprocal(block) / scale
+            elif isinstance(block, np.ndarray):
                 inverse[mask] = np.linalg.pinv(block).T / scale
             else:
                 inverse[mask] = 1.0 / (block * scale) if block else 0.0
@@ -388,7 +416,9 @@ class ResidualBlockStrategy(_Blocks, Matrix):
         support: dict[int, Block] = {}
         for mask, block in self.blocks.items():
             scale = 1.0 / self._sizes.outside(mask)
-            if isinstance(block, np.ndarray):
+            if _is_diagonal(block):
+                support[mask] = scale * (block != 0)
+            elif isinstance(block, np.ndarray):
                 support[mask] = scale * (np.linalg.pinv(block) @ block)
             elif block:
                 support[mask] = scale
@@ -400,7 +430,7 @@ class ResidualBlockStrategy(_Blocks, Matrix):
         for mask, block in self.blocks.items():
             if isinstance(block, np.ndarray):
                 basis = self._dense_basis(mask)
-                result[mask] = np.sum(np.square(block @ basis), axis=0)
+                result[mask] = np.sum(np.square(_times(block, basis)), axis=0)
             else:
                 cells = self._sizes.inside(mask)
                 result[mask] = np.full(cells, block * block * self._sizes.column_norm_squared(mask))
@@ -475,7 +505,7 @@ class ResidualBlockStrategy(_Blocks, Matrix):
         return np.sqrt(self._squared_column_norms(self.block_diagonals()))
 
     def __repr__(self) -> str:
-        dense = sum(isinstance(b, np.ndarray) for b in self.blocks.values())
+        dense = sum(_is_matrix(b) for b in self.blocks.values())
         return (
             f"ResidualBlockStrategy({len(self.blocks)} residual sets, {dense} dense, "
             f"over {self.domain_shape})"
@@ -519,7 +549,10 @@ class ResidualBlockStrategy(_Blocks, Matrix):
                     )
                 block = inverse[mask]
                 pieces = self._sub_workload(splits, mask)
-                if isinstance(block, np.ndarray):
+                if _is_diagonal(block):
+                    V = _kron_rows(pieces)
+                    variances += (V * V) @ block
+                elif isinstance(block, np.ndarray):
                     V = _kron_rows(pieces)
                     variances += np.einsum("qk,kl,ql->q", V, block, V)
                 else:
@@ -550,5 +583,9 @@ class ResidualBlockStrategy(_Blocks, Matrix):
             block = block_gram_pinv(self.blocks[mask])
             u = _kron_rows([p[j] for p, j in zip(self._sub_workload(s1, mask), i1, strict=True)])
             v = _kron_rows([p[j] for p, j in zip(self._sub_workload(s2, mask), i2, strict=True)])
-            total += float(u @ block @ v) if isinstance(block, np.ndarray) else block * float(u @ v)
+            total += (
+                float(u @ _times(block, v[:, None])[:, 0])
+                if isinstance(block, np.ndarray)
+                else block * float(u @ v)
+            )
         return w1 * w2 * total

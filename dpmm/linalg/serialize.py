@@ -52,6 +52,7 @@ from dpmm.linalg.combinators import (
 )
 from dpmm.linalg.eigen_strategy import EigenGram, EigenStrategy, is_dask
 from dpmm.linalg.elementary import AllRange, Identity, Ones, Prefix, RangeQueries
+from dpmm.linalg.helmert_blocks import HelmertBlocks
 from dpmm.linalg.hierarchy import Haar, Hierarchical
 from dpmm.linalg.kron import Kron
 from dpmm.linalg.marginals import Marginal, Marginals, MarginalsGram, mask_members
@@ -209,6 +210,13 @@ _ENCODERS: dict[type, _Encode] = {
             if isinstance(block, np.ndarray)
             else {"attributes": mask_members(mask), "scalar": float(block).hex()}
             for mask, block in m.blocks.items()
+        ],
+    },
+    HelmertBlocks: lambda m, e: {
+        "domain": list(m.domain_shape),
+        "blocks": [
+            {"attributes": mask_members(mask), "integers": e.array(m.integers[mask])}
+            for mask in m.sets
         ],
     },
 }
@@ -382,6 +390,20 @@ def _decode_residual_blocks(node: Node, d: _Decoder, where: str) -> ResidualBloc
     )
 
 
+def _decode_helmert_blocks(node: Node, d: _Decoder, where: str) -> HelmertBlocks:
+    integers: dict[int, np.ndarray] = {}
+    entries = d.field(node, "blocks", where)
+    if not isinstance(entries, list):
+        d.fail(f"{where}.blocks must be a list, got {entries!r}")
+    for k, entry in enumerate(entries):
+        at = f"{where}.blocks[{k}]"
+        if not isinstance(entry, dict) or not {"attributes", "integers"} <= set(entry):
+            d.fail(f"{at} must be an object with 'attributes' and 'integers'")
+        mask = sum(1 << i for i in d.integers(entry["attributes"], f"{at}.attributes"))
+        integers[mask] = d.array(entry["integers"], at, "i")
+    return HelmertBlocks(d.integers(d.field(node, "domain", where), f"{where}.domain"), integers)
+
+
 def _decode_sparse(node: Node, d: _Decoder, where: str) -> Sparse:
     shape = d.integers(d.field(node, "shape", where), f"{where}.shape")
     matrix = sp.csr_array(
@@ -457,6 +479,7 @@ _DECODERS: dict[str, _Decode] = {
         d.integers(d.field(n, "domain", w), f"{w}.domain"), d.masks(n, "residuals", w)
     ),
     "ResidualBlockStrategy": _decode_residual_blocks,
+    "HelmertBlocks": _decode_helmert_blocks,
 }
 
 

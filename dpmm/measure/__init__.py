@@ -3,9 +3,9 @@
 :func:`measure` charges a ledger reservation, adds exact discrete Laplace or discrete
 Gaussian noise to ``A x`` and writes a :class:`MeasurementRecord` atomically to a store
 folder; :func:`load_measurement` reads one back. It measures integer-valued strategies;
-:func:`quantize` puts a real-valued strategy on an integer grid first. Residual and block
-measurements (:func:`measure_residuals`, :func:`measure_blocks`) are persisted the same way
-as a :class:`ResidualRecord`; :func:`load_residual_measurement` reads one back.
+:func:`quantize` puts a real-valued strategy on an integer grid first (a residual strategy
+becomes integer residual blocks read from marginal tables). Without a store and ledger,
+:func:`measure` draws in memory, for research use.
 
 Example:
     >>> import pathlib, tempfile
@@ -43,19 +43,6 @@ from dpmm.measure.quantize import (
     quantize,
 )
 from dpmm.measure.record import FORMAT, MeasurementRecord, load_measurement, record_path
-from dpmm.measure.residual_blocks import (
-    BlockMeasurement,
-    QuantizedBlocks,
-    block_answers,
-    block_sensitivity,
-    measure_blocks,
-    quantize_blocks,
-)
-from dpmm.measure.residual_record import (
-    ResidualRecord,
-    load_residual_measurement,
-    load_residual_record,
-)
 from dpmm.measure.residual_tables import (
     ResidualMeasurement,
     count_marginals,
@@ -68,32 +55,23 @@ from dpmm.measure.tables import MarginalCounts, marginal_answers, strategy_table
 __all__ = [
     "DEFAULT_BITS",
     "FORMAT",
-    "BlockMeasurement",
     "ExactStrategy",
     "MarginalCounts",
     "MeasurementError",
     "MeasurementMismatch",
     "MeasurementRecord",
     "QuantizationError",
-    "QuantizedBlocks",
     "QuantizedStrategy",
     "ResidualMeasurement",
-    "ResidualRecord",
     "analyze_strategy",
-    "block_answers",
-    "block_sensitivity",
     "count_marginals",
     "exact_answers",
     "load_measurement",
-    "load_residual_measurement",
-    "load_residual_record",
     "marginal_answers",
     "measure",
-    "measure_blocks",
     "measure_residuals",
     "quantization_error_change",
     "quantize",
-    "quantize_blocks",
     "record_path",
     "residual_answers",
     "residual_sigma2",

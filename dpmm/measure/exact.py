@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpmm.errors import DpmmError
+from dpmm.errors import DomainError, DpmmError, TooLargeError
 from dpmm.linalg import (
     Dense,
     Identity,
@@ -40,6 +40,7 @@ from dpmm.linalg import (
     VStack,
     Weighted,
 )
+from dpmm.linalg.helmert_blocks import HelmertBlocks
 
 __all__ = [
     "ExactStrategy",
@@ -100,6 +101,8 @@ class ExactStrategy:
         with a different one; it is not a cryptographic commitment to the matrix.
         """
         rows, cols = self.matrix.shape
+        if isinstance(self.matrix, HelmertBlocks):  # its integers are its identity
+            return self.matrix.digest()
         if isinstance(self.matrix, Marginals) and cols > PROBE_LIMIT:
             return self._structural_fingerprint()
         if type(self.matrix) is Kron and rows > PROBE_ROWS:
@@ -158,6 +161,8 @@ def exact_answers(strategy: ExactStrategy, x: np.ndarray) -> np.ndarray:
     Raises:
         MeasurementError: The counts are too large for exact float64 arithmetic.
     """
+    if isinstance(strategy.matrix, HelmertBlocks):  # exact int64 from its tables
+        return helmert_answers(strategy.matrix, strategy.matrix.marginal_tables(x))
     total = int(x.sum(dtype=object)) if x.size else 0
     if strategy.entry_bound * total >= FLOAT_EXACT:
         raise MeasurementError(
@@ -182,9 +187,28 @@ def exact_answers(strategy: ExactStrategy, x: np.ndarray) -> np.ndarray:
     return integers
 
 
+def helmert_answers(matrix: HelmertBlocks, tables: dict) -> np.ndarray:
+    """The exact int64 answers of an integer residual strategy from its marginal tables.
+
+    Raises:
+        MeasurementError: a table is missing or invalid, or an answer could overflow int64.
+    """
+    try:
+        return matrix.table_answers(tables)
+    except (DomainError, TooLargeError) as error:
+        raise MeasurementError(str(error)) from None
+
+
 def _norms(matrix: Matrix) -> tuple[np.ndarray, np.ndarray, int]:
     """(column L1 norms, column sums of squares, entry bound) from the matrix's structure."""
     rows, cols = matrix.shape
+    if isinstance(matrix, HelmertBlocks):
+        try:
+            return matrix.integer_column_norms()
+        except TooLargeError as error:
+            raise MeasurementError(
+                f"the sensitivity of {matrix!r} cannot be found: {error}"
+            ) from None
     # Subclasses first: Hierarchical and Haar are Sparse, Marginal is Kron, Marginals and
     # AllRange are VStack and RangeQueries, so each is covered by its parent's rule.
     if isinstance(matrix, Identity):

@@ -12,9 +12,7 @@ The order of events is what makes the guarantee hold across crashes and retries
 5. the record is written atomically, and what is returned is the record read back from disk.
 
 A lock file in the store serializes steps 2 to 5 between processes sharing the store.
-:func:`draw_once` runs steps 2 to 5 and :func:`check_reservation` the budget part of step 1
-for every persisted measurement, residual ones included
-(:func:`~dpmm.measure.residual_persist.measure_once`).
+:func:`draw_once` runs steps 2 to 5 and :func:`check_reservation` the budget part of step 1.
 """
 
 from __future__ import annotations
@@ -43,6 +41,7 @@ from dpmm.measure.record import (
     LOCK_NAME,
     MeasurementRecord,
     check_measurement_id,
+    discrete_noise_variance,
     record_path,
     store_folder,
 )
@@ -53,7 +52,7 @@ from dpmm.privacy.params import ZCDP, PureDP
 from dpmm.privacy.randomness import RandomSource
 from dpmm.privacy.samplers import discrete_gaussian, discrete_laplace
 
-__all__ = ["check_reservation", "draw_once", "measure"]
+__all__ = ["check_reservation", "draw_once", "measure", "planned_noise_variance"]
 
 _LAPLACE_THEOREM = (
     "Ghosh, Roughgarden, Sundararajan 2009 (the geometric mechanism): independent discrete "
@@ -67,6 +66,25 @@ _MATCHED += ("scale", "sigma2", "quantization_scale")
 _NOISE_LIMIT = 2**62
 #: Noise is drawn and added this many samples at a time.
 NOISE_BATCH = 2**22
+#: The id of a record drawn in memory (neither persisted nor charged).
+IN_MEMORY = "in-memory"
+_PERSIST_ARGUMENTS = ("store", "measurement_id", "ledger", "reservation")
+
+
+def _persistence_requested(**arguments: object) -> bool:
+    """Whether a persisted measurement was asked for: all four arguments, or none of them.
+
+    Raises:
+        MeasurementError: Some but not all of them were given.
+    """
+    given = [name for name in _PERSIST_ARGUMENTS if arguments.get(name) is not None]
+    if given and len(given) != len(_PERSIST_ARGUMENTS):
+        missing = [name for name in _PERSIST_ARGUMENTS if name not in given]
+        raise MeasurementError(
+            f"a persisted measurement needs store, measurement_id, ledger and reservation "
+            f"together; {', '.join(missing)} missing"
+        )
+    return bool(given)
 
 
 def measure(
@@ -74,10 +92,10 @@ def measure(
     x: np.ndarray | MarginalCounts,
     privacy: PureDP | ZCDP,
     *,
-    store: str | os.PathLike[str],
-    measurement_id: str,
-    ledger: Ledger,
-    reservation: Reservation,
+    store: str | os.PathLike[str] | None = None,
+    measurement_id: str | None = None,
+    ledger: Ledger | None = None,
+    reservation: Reservation | None = None,
     rng: RandomSource | np.random.Generator | None = None,
 ) -> MeasurementRecord:
     """``A x`` plus exact discrete noise calibrated to ``privacy``, persisted before returned.
@@ -86,6 +104,10 @@ def measure(
     of variance parameter ``Δ₂²/(2ρ)``. Calling again with the same ``measurement_id``
     returns the stored record unchanged, drawing nothing, if the request matches it; a fresh
     reservation passed with such a retry (a re-run of the release) is cancelled, unspent.
+
+    Without ``store``, ``measurement_id``, ``ledger`` and ``reservation`` (all four are
+    given together or not at all) the record is drawn in memory, not persisted and not
+    charged: research use, where the caller accounts for the budget.
 
     Args:
         A: the strategy: a matrix with integer entries (see :mod:`dpmm.measure.exact`), or a
@@ -110,14 +132,18 @@ def measure(
         MeasurementMismatch: A record with this id exists for another strategy or privacy,
             or is a dpmm record of another format (a residual measurement).
     """
-    measurement_id = check_measurement_id(measurement_id)
-    folder = store_folder(store)
+    persisted = _persistence_requested(
+        store=store, measurement_id=measurement_id, ledger=ledger, reservation=reservation
+    )
     quantization_scale = 1
     if isinstance(A, QuantizedStrategy):
         A, quantization_scale = A.integer, A.scale
     exact = analyze_strategy(A)
     counts = x if isinstance(x, MarginalCounts) else _counts(x, A.shape[1])
-    check_reservation(privacy, reservation)
+    if persisted:
+        check_reservation(privacy, reservation)
+    elif not isinstance(privacy, PureDP | ZCDP):
+        raise MeasurementError(f"privacy must be PureDP or ZCDP, got {privacy!r:.80}")
     expected = {**_plan(exact, privacy), "quantization_scale": quantization_scale}
 
     def answers() -> np.ndarray:
@@ -127,14 +153,18 @@ def measure(
 
     def draw(values: np.ndarray) -> MeasurementRecord:
         return MeasurementRecord(
-            measurement_id=measurement_id,
+            measurement_id=measurement_id or IN_MEMORY,
             values=_add_noise(expected, values, rng),
-            reservation_id=reservation.id,
-            release_id=reservation.release_id,
+            reservation_id=reservation.id if persisted else "",
+            release_id=reservation.release_id if persisted else "",
             created=datetime.now(UTC).isoformat(timespec="microseconds"),
             **expected,
         )
 
+    if not persisted:
+        return draw(answers())
+    measurement_id = check_measurement_id(measurement_id)
+    folder = store_folder(store)
     return draw_once(
         folder,
         measurement_id,
@@ -212,6 +242,17 @@ def draw_once(
         write(record, path)
         del record  # what is returned is the copy on disk: free the drawn one first
         return load()
+
+
+def planned_noise_variance(A: QuantizedStrategy, privacy: PureDP | ZCDP) -> float:
+    """The variance of the noise :func:`measure` adds to each answer of ``A_q``, exactly
+    as its record will state it (strategy units: divided by the quantization scale²).
+
+    Raises:
+        MeasurementError: the strategy is not exactly measurable.
+    """
+    plan = _plan(analyze_strategy(A.integer), privacy)
+    return discrete_noise_variance(plan["noise"], plan["scale"], plan["sigma2"]) / A.scale**2
 
 
 def _plan(exact: ExactStrategy, privacy: PureDP | ZCDP) -> dict[str, object]:

@@ -58,6 +58,10 @@ from dpmm.linalg import (
     VStack,
     Weighted,
 )
+from dpmm.linalg.helmert_blocks import HelmertBlocks, helmert_row_norms
+from dpmm.linalg.marginals import mask_members
+from dpmm.linalg.residual_general import ResidualBlockStrategy
+from dpmm.linalg.residuals import ResidualStrategy
 from dpmm.measure.exact import MeasurementError
 from dpmm.privacy import PrivacyParameter
 
@@ -73,6 +77,8 @@ __all__ = [
 DEFAULT_BITS = 13
 #: Rounded values must stay integers that float64 holds exactly.
 _MAX_BITS = 52
+#: Singular values of a dense residual block below this fraction of its largest are dropped.
+RANK_TOLERANCE = 1e-8
 
 
 class QuantizationError(MeasurementError):
@@ -99,7 +105,10 @@ class QuantizedStrategy:
 
     @property
     def matrix(self) -> Matrix:
-        """The quantized strategy ``A_q = integer / scale``."""
+        """The quantized strategy ``A_q = integer / scale`` (a residual block strategy for
+        integer residual blocks, so its Gram keeps the residual structure)."""
+        if isinstance(self.integer, HelmertBlocks):
+            return self.integer.divided(self.scale)
         return self.integer if self.scale == 1 else Weighted(1 / self.scale, self.integer)
 
 
@@ -155,6 +164,10 @@ def _quantize(A: Matrix, bits: int) -> tuple[Matrix, int]:
         return _quantize_marginals(A, bits)
     if isinstance(A, VStack):
         return _quantize_stack(A, bits)
+    if isinstance(A, ResidualStrategy):  # scaled residuals: a block strategy of scalars
+        return _quantize_residual(ResidualBlockStrategy(A.domain_shape, A.weights), bits)
+    if isinstance(A, ResidualBlockStrategy):
+        return _quantize_residual(A, bits)
     return _quantize_other(A, bits)
 
 
@@ -243,3 +256,88 @@ def _quantize_other(A: Matrix, bits: int) -> tuple[Matrix, int]:
         ) from None
     rounded, exponent = _round(array, bits)
     return Dense(rounded), exponent
+
+
+def _row_space(block: np.ndarray) -> np.ndarray:
+    """A full-row-rank block with the same Gram ``LᵀL``, when L is rank deficient.
+
+    A solved block may leave a direction unmeasured (a predicate's null space). Rounding
+    would turn that zero singular value into a tiny one, and least squares would then read
+    the direction with enormous variance; ``Σ_r V_rᵀ`` measures the same row space only.
+    """
+    if not block.size:
+        return block
+    _, values, rows = np.linalg.svd(block, full_matrices=False)
+    rank = int(np.count_nonzero(values > RANK_TOLERANCE * values[0]))
+    if rank == block.shape[0]:  # already of full row rank (invertible, or wide)
+        return block
+    return values[:rank, None] * rows[:rank]
+
+
+def _quantize_residual(A: ResidualBlockStrategy, bits: int) -> tuple[Matrix, int]:
+    """Round every block ``L_S diag(1/√c)`` of A to integers ``Q_S`` over one power of two.
+
+    Each block gets its own grid, ``bits`` significant bits relative to its largest entry
+    (every entry of a diagonal block: its rows are scaled by ``1/√c_r``, which spans
+    orders of magnitude), and all are brought to the finest grid by power-of-two factors,
+    so a lightly weighted block keeps its precision and the blocks keep their relative
+    weights. A scalar block ``s I`` becomes a diagonal one; a rank-deficient dense block
+    is first replaced by a full-row-rank factor of its Gram (:func:`_row_space`). The
+    result is the integer
+    strategy ``[Q_S H_S]`` (:class:`~dpmm.linalg.helmert_blocks.HelmertBlocks`).
+    """
+    shape = A.domain_shape
+    rounded: dict[int, tuple[np.ndarray, int]] = {}
+    reduced: dict[tuple, np.ndarray] = {}
+    for mask, block in A.blocks.items():
+        sizes = [shape[i] for i in mask_members(mask)]
+        if not math.prod(n - 1 for n in sizes):
+            continue
+        norms = helmert_row_norms(sizes)
+        inverse_root = 1.0 / np.sqrt(norms.astype(np.float64))
+        if isinstance(block, np.ndarray) and block.ndim == 1:  # a diagonal block
+            values = np.asarray(block, dtype=np.float64) * inverse_root
+        elif isinstance(block, np.ndarray):
+            dense = np.asarray(block, dtype=np.float64)
+            key = (dense.shape, dense.tobytes())  # symmetric domains repeat one block
+            if key not in reduced:
+                reduced[key] = _row_space(dense)
+            values = reduced[key] * inverse_root[None, :]
+        else:
+            values = float(block) * inverse_root
+        if not np.all(np.isfinite(values)):
+            raise QuantizationError(f"the block of residual set {mask} is not finite")
+        magnitudes = np.abs(values)
+        if not magnitudes.any():
+            continue  # a zero block measures nothing
+        # A diagonal row is its own query: each keeps ``bits`` significant bits (its
+        # weight 1/√c_r spans orders of magnitude); a dense block is rounded as a whole.
+        reference = magnitudes[magnitudes > 0].min() if values.ndim == 1 else magnitudes.max()
+        exponent = max(0, bits - math.frexp(float(reference))[1])
+        rounded[mask] = (np.rint(np.ldexp(values, exponent)), exponent)
+    if not rounded:
+        raise QuantizationError(f"{A!r} has no block with rows and a non-zero entry")
+    common = max(exponent for _, exponent in rounded.values())
+    integers: dict[int, np.ndarray] = {}
+    full_rank: dict[tuple, bool] = {}
+    for mask, (values, exponent) in rounded.items():
+        scaled = np.ldexp(values, common - exponent)
+        if float(np.abs(scaled).max()) >= 2**62:  # int64, with room for sums
+            raise QuantizationError(
+                f"the blocks of {A!r} differ too much in scale to share one integer grid "
+                f"at {bits} bits; use fewer bits"
+            )
+        Q = scaled.astype(np.int64)
+        key = (Q.shape, Q.tobytes())
+        if Q.ndim == 2 and key not in full_rank:
+            full_rank[key] = np.linalg.matrix_rank(Q.astype(np.float64)) == min(Q.shape)
+        if Q.ndim == 2 and not full_rank[key]:
+            raise QuantizationError(
+                f"the block of residual set {mask} loses rank at {bits} bits; use more bits"
+            )
+        if Q.ndim == 1 and not Q.all():
+            raise QuantizationError(
+                f"the scalar block of residual set {mask} rounds to zero at {bits} bits"
+            )
+        integers[mask] = Q
+    return HelmertBlocks(shape, integers), common

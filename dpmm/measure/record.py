@@ -8,15 +8,16 @@ on reading. Reading uses ``json`` and ``numpy.frombuffer`` only: nothing is unpi
 
 A file is written with :func:`dpmm.durable.atomic_write` (temporary file, fsync, rename,
 fsync of the folder): a reader sees either no record or the whole record, even across a
-crash. The store's lock file :data:`LOCK_NAME` serializes the writers of one store. The
-helpers here (the store, the id, the header line, :func:`read_record`) are shared with the
-residual records of :mod:`dpmm.measure.residual_record`, which live in the same id namespace.
+crash. The store's lock file :data:`LOCK_NAME` serializes the writers of one store. Every
+kind of strategy (a vector strategy, marginal tables, integer residual blocks) is recorded
+in this one format.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 from collections.abc import Callable
@@ -37,6 +38,7 @@ __all__ = [
     "MeasurementRecord",
     "RecordFormat",
     "check_measurement_id",
+    "discrete_noise_variance",
     "header_line",
     "int64_view",
     "load_measurement",
@@ -59,6 +61,10 @@ _DPMM_TAG = "dpmm-"
 _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 #: The longest header accepted when reading (a guard against reading a wrong file whole).
 _MAX_HEADER = 1 << 20
+#: Terms of the discrete Gaussian's variance series beyond this many σ are below 1e-300.
+_TAIL_SIGMAS = 40
+#: Above this σ² the discrete Gaussian's variance is σ² to double precision.
+_SERIES_LIMIT = 100.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,6 +93,11 @@ class MeasurementRecord:
     #: The strategy measured is ``integer / quantization_scale`` (1 for integer strategies):
     #: divide the values by it, and reconstruct with that quantized strategy.
     quantization_scale: int = 1
+
+    def noise_variance(self) -> float:
+        """The exact variance of one noise draw (integer units, before dividing by the
+        quantization scale): see :func:`discrete_noise_variance`."""
+        return discrete_noise_variance(self.noise, self.scale, self.sigma2)
 
     def header(self) -> dict[str, object]:
         """Every field but the values, JSON-ready, with exact fractions as strings."""
@@ -121,6 +132,29 @@ class MeasurementRecord:
         return self.to_bytes() == other.to_bytes()
 
     __hash__ = None  # type: ignore[assignment]  # holds an array
+
+
+def discrete_noise_variance(noise: str, scale: Fraction | None, sigma2: Fraction | None) -> float:
+    """The exact variance of one draw of a record's noise.
+
+    Discrete Laplace of scale t: ``2 e^{-1/t} / (1 - e^{-1/t})²``; discrete Gaussian of
+    parameter σ²: ``Σ k² e^{-k²/2σ²} / Σ e^{-k²/2σ²}`` (slightly below σ²).
+
+    Example:
+        >>> round(discrete_noise_variance("discrete_gaussian", None, Fraction(100)), 6)
+        100.0
+    """
+    if noise == "discrete_laplace":
+        q = math.exp(-1.0 / float(scale))
+        return 2.0 * q / (1.0 - q) ** 2
+    variance = float(sigma2)
+    if variance >= _SERIES_LIMIT:
+        # For σ ≥ 10 the variance equals σ² up to a relative e^(−2π²σ²) < 1e-800.
+        return variance
+    limit = int(_TAIL_SIGMAS * math.sqrt(variance)) + 2
+    k = np.arange(-limit, limit + 1, dtype=np.float64)
+    weights = np.exp(-(k**2) / (2.0 * variance))
+    return float((k**2 * weights).sum() / weights.sum())
 
 
 def check_measurement_id(measurement_id: object) -> str:

@@ -26,18 +26,17 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
 
+from dpmm.linalg.helmert_blocks import helmert_norms, helmert_row_norms, integer_helmert
 from dpmm.linalg.marginals import mask_members
 from dpmm.linalg.residuals import ResidualStrategy
 from dpmm.measure.exact import MeasurementError
 from dpmm.measure.tables import MarginalCounts
-from dpmm.privacy.ledger import Ledger, Reservation
 from dpmm.privacy.params import ZCDP
 from dpmm.privacy.randomness import RandomSource
 from dpmm.privacy.samplers import discrete_gaussian, sampler_sigma2
@@ -93,38 +92,6 @@ class ResidualMeasurement:
         mask = self.sets[index]
         shape = [self.domain_shape[i] - 1 for i in mask_members(mask)]
         return self.values[self.offsets[index] : self.offsets[index + 1]].reshape(shape)
-
-
-def helmert_norms(n: int) -> np.ndarray:
-    """``k(k+1)`` for k = 1 … n − 1: the squared norms of the integer Helmert rows.
-
-    Example:
-        >>> helmert_norms(4).tolist()
-        [2, 6, 12]
-    """
-    k = np.arange(1, n, dtype=np.int64)
-    return k * (k + 1)
-
-
-def integer_helmert(table: np.ndarray, axis: int) -> np.ndarray:
-    """``H`` along ``axis`` (length n → n − 1): row k is ``x_0 + … + x_{k−1} − k x_k``.
-
-    Example:
-        >>> integer_helmert(np.array([3, 1, 2]), 0).tolist()
-        [2, 0]
-    """
-    moved = np.moveaxis(table, axis, -1)
-    k = np.arange(1, moved.shape[-1], dtype=moved.dtype)
-    result = np.cumsum(moved, axis=-1)[..., :-1] - k * moved[..., 1:]
-    return np.moveaxis(result, -1, axis)
-
-
-def _row_norms(sizes: Sequence[int]) -> np.ndarray:
-    """``c_r = Π k_i(k_i + 1)`` for every row of a set with these attribute sizes (C order)."""
-    norms = np.ones(1, dtype=np.int64)
-    for n in sizes:
-        norms = np.multiply.outer(norms, helmert_norms(n)).reshape(-1)
-    return norms
 
 
 def residual_sigma2(A: ResidualStrategy, privacy: ZCDP) -> tuple[dict[int, Fraction], Fraction]:
@@ -351,73 +318,37 @@ def measure_residuals(
     counts: MarginalCounts | np.ndarray,
     privacy: ZCDP,
     *,
-    store: str | os.PathLike[str] | None = None,
-    measurement_id: str | None = None,
-    ledger: Ledger | None = None,
-    reservation: Reservation | None = None,
     rng: RandomSource | np.random.Generator | None = None,
 ) -> ResidualMeasurement:
-    """``H_S m_S`` plus exact discrete Gaussian noise of variance ``σ_S² c_r`` per row.
+    """``H_S m_S`` plus exact discrete Gaussian noise of variance ``σ_S² c_r`` per row, in memory.
 
     Noise is drawn once per distinct row variance (rows grouped across all sets), so a
-    symmetric domain of 10⁸ rows needs a few hundred sampler calls.
-
-    With ``store``, ``measurement_id``, ``ledger`` and ``reservation`` (all four, as for
-    :func:`~dpmm.measure.mechanism.measure`), the measurement is drawn once and persisted
-    before it is returned (:func:`~dpmm.measure.residual_persist.measure_once`): the
-    reservation is spent before the noise is drawn, the record is written atomically, and
-    what is returned is read back from the store. A second call with the same id returns
-    the stored measurement without drawing or spending. Without them, nothing is persisted
-    or charged: the caller accounts for the budget.
+    symmetric domain of 10⁸ rows needs a few hundred sampler calls. Nothing is persisted
+    or charged: the caller accounts for the budget. A release measures a residual strategy
+    through :func:`~dpmm.measure.measure` (quantized to integer residual blocks), which
+    persists the record before anything reads it.
 
     Args:
         A: the residual strategy (its weights fix the σ_S², see :func:`residual_sigma2`).
         counts: the marginal tables of every measured set, or a small data vector.
         privacy: the zCDP budget; the exact cost is returned as ``rho`` (at most this).
-            With a reservation, exactly its budget.
-        store: an existing folder holding the measurement records.
-        measurement_id: the record's name in the store: letters, digits, '.', '_', '-'.
-        ledger: the open ledger holding ``reservation``.
-        reservation: the budget reserved for this measurement; marked spent before drawing.
         rng: tests only: a ``numpy.random.Generator``. The default is the OS CSPRNG.
 
     Raises:
-        MeasurementError: see :func:`residual_answers` and :func:`residual_sigma2`; with a
-            store, also a reservation that is not *reserved* while no record exists, or
-            only some of the four persistence arguments.
-        MeasurementMismatch: a record with this id was taken with another strategy or budget.
+        MeasurementError: see :func:`residual_answers` and :func:`residual_sigma2`.
     """
-    # Imported here: the persistence modules import this one for ResidualMeasurement.
-    from dpmm.measure import residual_persist
-
-    persisted = residual_persist.persistence_requested(
-        store=store, measurement_id=measurement_id, ledger=ledger, reservation=reservation
-    )
     sigma2, rho = residual_sigma2(A, privacy)
     sets, offsets = _layout(A)
-
-    def draw(values: np.ndarray) -> ResidualMeasurement:
-        rounded = _add_noise(A.domain_shape, sets, offsets, sigma2, values, rng)
-        return ResidualMeasurement(
-            domain_shape=A.domain_shape,
-            sets=tuple(sets),
-            offsets=offsets,
-            values=values,
-            sigma2={mask: sigma2[mask] for mask in sets},
-            rho=rho,
-            rounded_rows=rounded,
-        )
-
-    if not persisted:
-        return draw(residual_answers(A, counts))
-    return residual_persist.measure_once(
-        residual_persist.residual_plan(A, privacy, sets, sigma2, rho),
-        store=store,
-        measurement_id=measurement_id,
-        ledger=ledger,
-        reservation=reservation,
-        answers=lambda: residual_answers(A, counts),
-        draw=draw,
+    values = residual_answers(A, counts)
+    rounded = _add_noise(A.domain_shape, sets, offsets, sigma2, values, rng)
+    return ResidualMeasurement(
+        domain_shape=A.domain_shape,
+        sets=tuple(sets),
+        offsets=offsets,
+        values=values,
+        sigma2={mask: sigma2[mask] for mask in sets},
+        rho=rho,
+        rounded_rows=rounded,
     )
 
 
@@ -435,7 +366,7 @@ def _add_noise(
     plan: dict[Fraction, list[tuple[np.ndarray, np.ndarray]]] = {}
     rounded = 0
     for sizes, indices in _classes(shape, sets).items():
-        distinct, inverse = np.unique(_row_norms(sizes), return_inverse=True)
+        distinct, inverse = np.unique(helmert_row_norms(sizes), return_inverse=True)
         positions = [np.flatnonzero(inverse == j) for j in range(distinct.size)]
         by_sigma: dict[Fraction, list[int]] = {}
         for t in indices:

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpmm.linalg import Marginals
-from dpmm.measure.exact import FLOAT_EXACT, ExactStrategy, MeasurementError
+from dpmm.linalg.helmert_blocks import HelmertBlocks
+from dpmm.measure.exact import FLOAT_EXACT, ExactStrategy, MeasurementError, helmert_answers
 
 __all__ = ["MarginalCounts", "marginal_answers", "strategy_tables"]
 
@@ -43,8 +44,10 @@ class MarginalCounts:
     tables: Mapping[tuple[int, ...], np.ndarray]
 
 
-def strategy_tables(A: Marginals) -> list[tuple[int, ...]]:
-    """The attribute sets a marginal strategy measures, in its block order."""
+def strategy_tables(A: Marginals | HelmertBlocks) -> list[tuple[int, ...]]:
+    """The marginal tables a strategy's answers are computed from, in its block order."""
+    if isinstance(A, HelmertBlocks):
+        return A.table_sets()
     dims = len(A.domain_shape)
     return [tuple(i for i in range(dims) if mask >> i & 1) for mask in A.weights]
 
@@ -67,7 +70,8 @@ def _table(counts: MarginalCounts, attrs: tuple[int, ...]) -> np.ndarray:
 
 
 def marginal_answers(strategy: ExactStrategy, counts: MarginalCounts) -> np.ndarray:
-    """``A x`` as int64 for an integer-weighted :class:`~dpmm.linalg.Marginals` strategy.
+    """``A x`` as int64 for an integer-weighted :class:`~dpmm.linalg.Marginals` strategy or
+    an integer residual strategy (:class:`~dpmm.linalg.helmert_blocks.HelmertBlocks`).
 
     Raises:
         MeasurementError: The strategy is not a weighted union of marginals, the tables do
@@ -75,6 +79,13 @@ def marginal_answers(strategy: ExactStrategy, counts: MarginalCounts) -> np.ndar
             exceed exact arithmetic.
     """
     A = strategy.matrix
+    if isinstance(A, HelmertBlocks):
+        if tuple(counts.domain_shape) != tuple(A.domain_shape):
+            raise MeasurementError(
+                f"the tables are over a domain of shape {tuple(counts.domain_shape)}, the "
+                f"strategy over {tuple(A.domain_shape)}"
+            )
+        return helmert_answers(A, dict(counts.tables))
     if not isinstance(A, Marginals):
         raise MeasurementError(
             f"answers from marginal tables need a Marginals strategy, got {A!r:.120}"

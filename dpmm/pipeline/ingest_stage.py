@@ -1,8 +1,9 @@
 """Count a release's input: the data vector, or only the marginal tables its strategy measures.
 
-The full vector is counted when the domain has at most :data:`VECTOR_LIMIT` cells. Larger
-domains are released only through a union-of-marginals strategy whose workload groups
-all read marginal tables: then only those tables are counted, never the vector.
+A residual strategy (integer residual blocks) is always measured from marginal tables.
+Otherwise the full vector is counted when the domain has at most :data:`VECTOR_LIMIT`
+cells; larger domains are released only through a union-of-marginals strategy whose
+workload groups all read marginal tables: then only those tables are counted.
 :func:`counting_plan` decides this from the config and strategy alone, so an impossible
 release is refused before any budget is reserved.
 
@@ -21,8 +22,10 @@ import numpy as np
 from dpmm.config import ReleaseConfig
 from dpmm.data import IngestReport, histogram, marginal_tables, open_source
 from dpmm.data.execute import Progress
-from dpmm.errors import ConfigError
+from dpmm.errors import ConfigError, UnsupportedQueryError
 from dpmm.linalg import Marginals
+from dpmm.linalg.helmert_blocks import HelmertBlocks
+from dpmm.linalg.residual_general import term_splits
 from dpmm.measure.tables import MarginalCounts, strategy_tables
 from dpmm.pipeline.persons import count_people, summed_attributes
 from dpmm.pipeline.strategy_stage import VECTOR_LIMIT, ChosenStrategy
@@ -50,8 +53,9 @@ class Counts:
     partitions: int
 
 
-#: Methods that can return a union of marginals (needed above VECTOR_LIMIT cells).
-MARGINAL_METHODS = ("auto", "marginals", "hdmm", "hdmm_marginals")
+#: Methods that can return a strategy measured from marginal tables (a union of marginals
+#: or a residual strategy), needed above VECTOR_LIMIT cells.
+MARGINAL_METHODS = ("auto", "marginals", "hdmm", "hdmm_marginals", "marginal_optimal", "residual")
 
 
 def check_countable(config: ReleaseConfig) -> None:
@@ -70,14 +74,26 @@ def check_countable(config: ReleaseConfig) -> None:
     if config.strategy_method not in MARGINAL_METHODS:
         raise ConfigError(
             where + f"a data vector can hold, and strategy.method {config.strategy_method!r} "
-            f"does not give a union of marginals (use one of: {', '.join(MARGINAL_METHODS)})"
+            "does not give a strategy measured from marginal tables (use one of: "
+            f"{', '.join(MARGINAL_METHODS)})"
         )
     for group in config.workload:
-        if table_form(group.matrix, config.domain.shape) is None:
+        shape = config.domain.shape
+        answerable = table_form(group.matrix, shape) is not None
+        if not answerable and not _residual_answerable(group.matrix, shape):
             raise ConfigError(
                 where + f"a data vector can hold, and workload group {group.name!r} cannot be "
                 "answered from marginal tables"
             )
+
+
+def _residual_answerable(W: object, shape: tuple[int, ...]) -> bool:
+    """Whether ``W`` is a union of Kron products that a residual strategy can answer."""
+    try:
+        term_splits(W, shape)
+    except UnsupportedQueryError:
+        return False
+    return True
 
 
 def counting_plan(config: ReleaseConfig, strategy: ChosenStrategy) -> str:
@@ -88,13 +104,16 @@ def counting_plan(config: ReleaseConfig, strategy: ChosenStrategy) -> str:
             workload group cannot be served by marginal tables.
     """
     cells = config.domain.size
+    if isinstance(strategy.quantized.integer, HelmertBlocks):
+        return "tables"
     if cells <= VECTOR_LIMIT:
         return "vector"
     where = f"{config.path}: the domain has {cells:,} cells, more than the {VECTOR_LIMIT:,} "
     if not isinstance(strategy.quantized.integer, Marginals):
         raise ConfigError(
-            where + f"a data vector can hold, and the strategy {strategy.selected!r} is not a "
-            "union of marginals; use strategy.method marginals or hdmm_marginals"
+            where + f"a data vector can hold, and the strategy {strategy.selected!r} is not "
+            "measured from marginal tables; use strategy.method marginals, hdmm_marginals, "
+            "marginal_optimal or residual"
         )
     for group in config.workload:
         if table_form(group.matrix, config.domain.shape) is None:

@@ -4,8 +4,9 @@ Reads only the measurement record, the strategy and public facts (DESIGN §5 rul
 measured answers are ``B x + noise`` with ``B`` the integer strategy; divided by the
 quantization scale ``D`` they estimate ``A_q x`` with noise of standard deviation
 ``sd / D``. With the full vector the estimate is least squares or NNLS (constrained to
-the least-squares total); on marginal
-tables it is least squares in the marginal algebra, table by table.
+the least-squares total); on marginal tables it is least squares in the marginal algebra,
+table by table, and for integer residual blocks least squares per residual set
+(:mod:`dpmm.reconstruct.residual_blocks`), never touching the domain.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpmm.config import ReleaseConfig
+from dpmm.errors import ConfigError, UnsupportedQueryError
 from dpmm.linalg import MarginalsGram, query_variances
+from dpmm.linalg.helmert_blocks import HelmertBlocks
 from dpmm.measure.record import MeasurementRecord
 from dpmm.measure.tables import strategy_tables
-from dpmm.pipeline.strategy_stage import ChosenStrategy
+from dpmm.pipeline.strategy_stage import VECTOR_LIMIT, ChosenStrategy
 from dpmm.reconstruct import (
     MarginalMeasurement,
     covariance_factor,
@@ -30,28 +33,33 @@ from dpmm.reconstruct import (
     workload_answers,
 )
 from dpmm.reconstruct.choice import prefers_nnls
+from dpmm.reconstruct.residual_blocks import (
+    BlockEstimate,
+    block_histogram,
+    block_workload_answers,
+    check_answerable,
+)
 from dpmm.strategy.selection import Progress
 from dpmm.workload.labels import query_labels
 from dpmm.workload.table_form import answer_from_tables, needed_tables, table_form
 
 __all__ = [
+    "HISTOGRAM_LIMIT",
     "NNLS_LIMIT",
     "GroupAnswers",
     "Reconstruction",
     "check_reconstructable",
-    "noise_variance",
     "reconstruct",
+    "wants_histogram",
 ]
 
+#: ``histogram: auto`` writes the reconstructed histogram up to this many cells.
+HISTOGRAM_LIMIT = 10**7
 #: ``auto`` reconstruction may use NNLS up to this many cells (when the strategy and the
 #: least-squares estimate call for it, see :mod:`dpmm.reconstruct.choice`), least squares
 #: above (NNLS on 1.2·10⁶ cells takes minutes; least squares in the strategy's structure,
 #: seconds).
 NNLS_LIMIT = 10**5
-#: Terms of the discrete Gaussian's variance series beyond this many σ are below 1e-300.
-_TAIL_SIGMAS = 40
-#: Above this σ² the discrete Gaussian's variance is σ² to double precision.
-_SERIES_LIMIT = 100.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,37 +89,25 @@ class Reconstruction:
     seconds: float
 
 
-def noise_variance(record: MeasurementRecord) -> float:
-    """The exact variance of one noise draw of a record (integer units, before scaling).
-
-    Discrete Laplace of scale t: ``2 e^{-1/t} / (1 - e^{-1/t})²``; discrete Gaussian of
-    parameter σ²: ``Σ k² e^{-k²/2σ²} / Σ e^{-k²/2σ²}`` (slightly below σ²).
-
-    Example:
-        >>> class R: noise, scale, sigma2 = "discrete_gaussian", None, 100
-        >>> round(noise_variance(R()), 6)
-        100.0
-    """
-    if record.noise == "discrete_laplace":
-        q = math.exp(-1.0 / float(record.scale))
-        return 2.0 * q / (1.0 - q) ** 2
-    sigma2 = float(record.sigma2)
-    if sigma2 >= _SERIES_LIMIT:
-        # For σ ≥ 10 the variance equals σ² up to a relative e^(−2π²σ²) < 1e-800.
-        return sigma2
-    limit = int(_TAIL_SIGMAS * math.sqrt(sigma2)) + 2
-    k = np.arange(-limit, limit + 1, dtype=np.float64)
-    weights = np.exp(-(k**2) / (2.0 * sigma2))
-    return float((k**2 * weights).sum() / weights.sum())
-
-
-def check_reconstructable(strategy: ChosenStrategy, plan: str) -> None:
-    """Fail now, before any noise is drawn, if the answers' standard errors cannot be had.
+def check_reconstructable(config: ReleaseConfig, strategy: ChosenStrategy, plan: str) -> None:
+    """Fail now, before any noise is drawn, if the answers or their standard errors cannot
+    be had.
 
     Raises:
         TooLargeError: The strategy has no structured Gram inverse and too many cells.
+        ConfigError: A workload group cannot be answered from the residual sets measured.
     """
-    if plan == "vector":
+    integer = strategy.quantized.integer
+    if isinstance(integer, HelmertBlocks):
+        for group in config.workload:
+            try:
+                check_answerable(integer, group.matrix)
+            except UnsupportedQueryError as error:
+                raise ConfigError(
+                    f"{config.path}: workload group {group.name!r} cannot be answered from the "
+                    f"residual strategy {strategy.selected!r}: {error}"
+                ) from None
+    elif plan == "vector":
         covariance_factor(strategy.quantized.matrix, None)
 
 
@@ -204,6 +200,38 @@ def _from_tables(
     return groups
 
 
+def wants_histogram(config: ReleaseConfig) -> bool:
+    """Whether the release writes the estimated histogram (``release.histogram``)."""
+    setting, cells = config.release.histogram, config.domain.size
+    return cells <= VECTOR_LIMIT and (
+        setting == "always" or (setting == "auto" and cells <= HISTOGRAM_LIMIT)
+    )
+
+
+def _from_blocks(
+    config: ReleaseConfig, blocks: HelmertBlocks, record: MeasurementRecord, progress: Progress
+) -> tuple[list[GroupAnswers], np.ndarray | None]:
+    """Least-squares answers per residual set (the quantization scale cancels), and the
+    least-squares histogram when the release writes one."""
+    estimate = BlockEstimate(blocks, record.values, record.noise_variance())
+    groups = []
+    for done, group in enumerate(config.workload):
+        progress(done, len(config.workload), group.name)
+        answers = block_workload_answers(estimate, group.matrix)
+        groups.append(
+            GroupAnswers(
+                group.name,
+                group.kind,
+                query_labels(group, config.domain),
+                answers.values,
+                np.sqrt(np.maximum(answers.variances, 0.0)),
+                True,
+            )
+        )
+    progress(len(config.workload), len(config.workload), "")
+    return groups, block_histogram(estimate) if wants_histogram(config) else None
+
+
 def _silent(done: int, total: int, what: str) -> None:
     pass
 
@@ -230,9 +258,11 @@ def reconstruct(
     started = time.perf_counter()
     scale = strategy.quantized.scale
     y = record.values.astype(np.float64) / scale
-    std = math.sqrt(noise_variance(record)) / scale
+    std = math.sqrt(record.noise_variance()) / scale
     method = _method(config, plan)
-    if plan == "tables":
+    if isinstance(strategy.quantized.integer, HelmertBlocks):
+        groups, histogram = _from_blocks(config, strategy.quantized.integer, record, progress)
+    elif plan == "tables":
         groups, histogram = _from_tables(config, strategy, y, std, progress), None
     else:
         groups, histogram, method = _from_vector(config, strategy, y, std, method, progress)

@@ -208,7 +208,7 @@ def run_release(
                 config = _thresholds(config, run, ledger, stage, client, rng)
             strategy = stage("select-strategy", choose_strategy)(config, run_folder=run.folder)
             plan = counting_plan(config, strategy)
-            check_reconstructable(strategy, plan)
+            check_reconstructable(config, strategy, plan)
             record = _measurement(config, strategy, run, ledger, stage, client, progress, rng)
         except BaseException:
             _abandon(run, ledger)  # cancels only if no noise was drawn

@@ -25,6 +25,8 @@ from pathlib import Path
 from dpmm import __version__
 from dpmm.config import ReleaseConfig
 from dpmm.linalg import Marginals, Matrix
+from dpmm.linalg.residual_general import ResidualBlockStrategy
+from dpmm.linalg.residuals import ResidualStrategy
 from dpmm.linalg.serialize import SerializationError, load_matrix, save_matrix
 from dpmm.measure.exact import MeasurementError, analyze_strategy
 from dpmm.measure.quantize import QuantizedStrategy, quantize
@@ -46,9 +48,9 @@ __all__ = [
 CACHE_FOLDER = ".strategy-cache"
 #: Largest domain whose full count vector is built (cells; int64, 2 GiB).
 VECTOR_LIMIT = 2**28
-#: What ``auto`` falls back to above :data:`VECTOR_LIMIT` when none of its candidates is a
-#: union of marginals (the first must apply; OPT_M may beat it).
-TABLE_METHODS = ("marginals", "hdmm_marginals")
+#: What ``auto`` falls back to above :data:`VECTOR_LIMIT` when none of its candidates is
+#: measured from marginal tables (the first must apply; the others may beat it).
+TABLE_METHODS = ("marginals", "hdmm_marginals", "marginal_optimal", "residual")
 
 
 @dataclass(frozen=True, eq=False)
@@ -141,11 +143,15 @@ def _store(folder: Path, stem: str, chosen: ChosenStrategy) -> None:
     _write_json(folder / f"{stem}.json", facts)
 
 
+#: Strategies measured from marginal tables, on any domain: never the data vector.
+TABLE_STRATEGIES = (Marginals, ResidualStrategy, ResidualBlockStrategy)
+
+
 def _unreleasable(candidate: Candidate, cells: int) -> str | None:
     """Why a tried candidate cannot be released on a domain of ``cells`` cells, or None."""
-    # Above the vector limit the input is counted as marginal tables, which measure only a
-    # union of marginals (a residual strategy's tables path is not wired into releases).
-    if cells > VECTOR_LIMIT and not isinstance(candidate.strategy, Marginals):
+    # Above the vector limit the input is counted as marginal tables: a union of marginals
+    # or a residual strategy (its integer blocks are read from the tables).
+    if cells > VECTOR_LIMIT and not isinstance(candidate.strategy, TABLE_STRATEGIES):
         return (
             f"not releasable: it needs the data vector, and {cells:,} cells are more than "
             f"the {VECTOR_LIMIT:,} a release counts as a vector"

@@ -20,7 +20,7 @@ from dpmm import __version__
 from dpmm.config import ReleaseConfig
 from dpmm.linalg.serialize import matrix_digest, save_matrix
 from dpmm.measure.record import MeasurementRecord
-from dpmm.pipeline.reconstruct_stage import Reconstruction
+from dpmm.pipeline.reconstruct_stage import HISTOGRAM_LIMIT, Reconstruction
 from dpmm.pipeline.strategy_stage import ChosenStrategy
 from dpmm.release import AnswerColumns, write_answers, write_histogram, write_measurements
 from dpmm.release import write_release as write_version
@@ -28,8 +28,6 @@ from dpmm.release.manifest import measurement_sections
 
 __all__ = ["HISTOGRAM_LIMIT", "ReleaseInput", "build_manifest", "write_release"]
 
-#: ``histogram: auto`` writes the reconstructed histogram up to this many cells.
-HISTOGRAM_LIMIT = 10**7
 _SOFTWARE = ("numpy", "scipy", "pyarrow", "dask")
 
 

@@ -1,6 +1,7 @@
 """Least-squares workload answers from residual block measurements, without the data vector.
 
-A block measurement (:mod:`dpmm.measure.residual_blocks`) holds, per set S, integer answers
+A measurement of integer residual blocks ``[Q_S H_S]``
+(:class:`~dpmm.linalg.helmert_blocks.HelmertBlocks`) holds, per set S, integer answers
 ``y_S = G_S z_S + e_S`` with ``z_S = R_S x`` (the data's coordinates in the residual
 subspace of S), ``G_S = Q_S diag(√c)`` and i.i.d. noise of variance σ² on every row. The
 row spaces of different ``R_S`` are orthogonal and ``R_S R_Sᵀ = c_S I``
@@ -24,13 +25,14 @@ attributes a is the term with identities on a and totals elsewhere.
 
 Example:
     >>> from dpmm.linalg import Identity, Kron, Ones, Prefix
-    >>> from dpmm.measure.residual_blocks import measure_blocks
+    >>> from dpmm.measure import measure, quantize
     >>> from dpmm.privacy import ZCDP
     >>> from dpmm.strategy import optimize
     >>> W = Kron([Prefix(2), Identity(3)])
-    >>> A = optimize(W, "residual", ZCDP(1))
-    >>> y = measure_blocks(A, np.array([4, 0, 1, 2, 2, 3]), ZCDP(10**8))
-    >>> np.rint(block_workload_answers(y, W).values).astype(int).tolist()
+    >>> quantized = quantize(optimize(W, "residual", ZCDP(1)))
+    >>> record = measure(quantized, np.array([4, 0, 1, 2, 2, 3]), ZCDP(10**8))
+    >>> estimate = BlockEstimate(quantized.integer, record.values, record.noise_variance())
+    >>> np.rint(block_workload_answers(estimate, W).values).astype(int).tolist()
     [4, 0, 1, 6, 2, 4]
 """
 
@@ -44,15 +46,19 @@ import numpy as np
 
 from dpmm.errors import UnsupportedQueryError
 from dpmm.linalg import Identity, Matrix, Ones
+from dpmm.linalg.base import check_dense_size
+from dpmm.linalg.helmert_blocks import HelmertBlocks
 from dpmm.linalg.residual_general import FactorSplit, split_factor, term_splits
-from dpmm.measure.residual_blocks import BlockMeasurement
+from dpmm.linalg.residuals import ResidualStrategy
 
 __all__ = [
     "BlockAnswers",
     "BlockEstimate",
     "BlockMarginal",
+    "block_histogram",
     "block_marginals",
     "block_workload_answers",
+    "check_answerable",
 ]
 
 
@@ -103,14 +109,21 @@ class BlockEstimate:
     """Per-set least-squares coefficients ``ẑ_S`` and covariance factors, made on demand.
 
     Args:
-        measurement: the block measurement.
+        blocks: the integer strategy that was measured.
+        values: its noisy integer answers, blocks in ``blocks.sets`` order.
+        noise_variance: the variance of the noise on every answer (integer units).
     """
 
-    def __init__(self, measurement: BlockMeasurement) -> None:
-        self.measurement = measurement
-        self.domain_shape = measurement.quantized.domain_shape
-        self._index = {mask: t for t, mask in enumerate(measurement.quantized.sets)}
-        self._sigma = math.sqrt(float(measurement.sigma2))
+    def __init__(self, blocks: HelmertBlocks, values: np.ndarray, noise_variance: float) -> None:
+        if np.shape(values) != (blocks.shape[0],):
+            raise UnsupportedQueryError(
+                f"{blocks!r} has {blocks.shape[0]} answers, the measurement {np.shape(values)}"
+            )
+        self.blocks = blocks
+        self.values = values
+        self.domain_shape = blocks.domain_shape
+        self._index = {mask: t for t, mask in enumerate(blocks.sets)}
+        self._sigma = math.sqrt(noise_variance)
         self._cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._inverses: dict[tuple, np.ndarray] = {}
 
@@ -129,29 +142,20 @@ class BlockEstimate:
         t = self._index.get(mask)
         if t is None:
             raise UnsupportedQueryError(f"The residual on set {mask} was not measured")
-        m = self.measurement
-        y = m.values[m.offsets[t] : m.offsets[t + 1]].astype(np.float64)
-        G = m.quantized.normalized(mask)
+        offsets = self.blocks.offsets
+        y = self.values[offsets[t] : offsets[t + 1]].astype(np.float64)
+        G = self.blocks.normalized(mask)
         if G.ndim == 1:
             result = (y / G, self._sigma / np.abs(G))
         else:
             # Symmetric domains repeat one integer block over many sets: invert it once.
-            key = (G.shape, m.quantized.integers[mask].tobytes())
+            key = (G.shape, self.blocks.integers[mask].tobytes())
             inverse = self._inverses.get(key)
             if inverse is None:
                 inverse = self._inverses[key] = np.linalg.pinv(G)
             result = (inverse @ y, self._sigma * inverse)
         self._cache[mask] = result
         return result
-
-    def _needed(self, splits: Sequence[FactorSplit]) -> list[int]:
-        # B ≠ 0 on S and a ≠ 0 off S; an attribute of size 1 has no residual.
-        masks = [0]
-        for i, split in enumerate(splits):
-            inside = split.has_residual and self.domain_shape[i] > 1
-            outside = split.total_squared > 0
-            masks = [m | 1 << i for m in masks if inside] + (masks if outside else [])
-        return masks
 
     def term(self, weight: float, splits: Sequence[FactorSplit]) -> BlockAnswers:
         """Answers and variances of the term ``weight · ⊗_i W_i`` (given by its splits).
@@ -161,12 +165,7 @@ class BlockEstimate:
         """
         rows = math.prod(len(split.a) for split in splits)
         values, variances = np.zeros(rows), np.zeros(rows)
-        for mask in self._needed(splits):
-            if mask not in self._index:
-                raise UnsupportedQueryError(
-                    f"The workload reads the residual on attributes "
-                    f"{[i for i in range(len(splits)) if mask >> i & 1]}, which was not measured"
-                )
+        for mask in _read_sets(splits, self.domain_shape, self._index):
             pieces = [
                 split.B if mask >> i & 1 else split.a[:, None] for i, split in enumerate(splits)
             ]
@@ -181,20 +180,68 @@ class BlockEstimate:
         return BlockAnswers(weight * values, weight * weight * variances)
 
 
-def block_workload_answers(
-    measurement: BlockMeasurement | BlockEstimate, W: Matrix
-) -> BlockAnswers:
+def block_histogram(estimate: BlockEstimate) -> np.ndarray:
+    """The least-squares data vector ``x̂ = Σ_S R_Sᵀ ẑ_S / c_S`` (one value per cell).
+
+    Raises:
+        TooLargeError: the domain has too many cells for a dense vector.
+    """
+    shape = estimate.domain_shape
+    check_dense_size(1, math.prod(shape), "the least-squares histogram")
+    sets = estimate.blocks.sets
+    outside = {
+        mask: math.prod(n for i, n in enumerate(shape) if not mask >> i & 1) for mask in sets
+    }
+    stack = ResidualStrategy(shape, {mask: 1.0 / outside[mask] for mask in sets})
+    z = np.concatenate([estimate.coefficients(mask)[0] for mask in sets])
+    return stack.rmatvec(z)
+
+
+def _read_sets(
+    splits: Sequence[FactorSplit], shape: Sequence[int], measured: Iterable[int]
+) -> list[int]:
+    """The residual sets a term reads (B ≠ 0 on S, a ≠ 0 off S), all of them measured.
+
+    Raises:
+        UnsupportedQueryError: the term reads a set that is not in ``measured``.
+    """
+    masks = [0]
+    for i, split in enumerate(splits):
+        inside = split.has_residual and shape[i] > 1  # an attribute of size 1 has no residual
+        outside = split.total_squared > 0
+        masks = [m | 1 << i for m in masks if inside] + (masks if outside else [])
+    for mask in masks:
+        if mask not in measured:
+            raise UnsupportedQueryError(
+                f"The workload reads the residual on attributes "
+                f"{[i for i in range(len(splits)) if mask >> i & 1]}, which was not measured"
+            )
+    return masks
+
+
+def check_answerable(blocks: HelmertBlocks, W: Matrix) -> None:
+    """Refuse, before anything is measured, a workload the blocks cannot answer.
+
+    Raises:
+        UnsupportedQueryError: W is not a union of Kron products over the domain, or
+            reads a residual set the blocks do not measure.
+    """
+    measured = set(blocks.sets)
+    for _, splits in term_splits(W, blocks.domain_shape):
+        _read_sets(splits, blocks.domain_shape, measured)
+
+
+def block_workload_answers(estimate: BlockEstimate, W: Matrix) -> BlockAnswers:
     """``W x̂`` and its per-query variances, for a union of Kron products W.
 
     Args:
-        measurement: the block measurement (or an estimate to share coefficients).
+        estimate: the measurement's estimate (shared across workloads).
         W: a (weighted) stack of Kron products of per-attribute query matrices over the
             measurement's domain (Marginal, Marginals and single Kron products included).
 
     Raises:
         UnsupportedQueryError: W is not such a union, or reads an unmeasured residual set.
     """
-    estimate = measurement if isinstance(measurement, BlockEstimate) else BlockEstimate(measurement)
     parts = [
         estimate.term(weight, splits) for weight, splits in term_splits(W, estimate.domain_shape)
     ]
@@ -204,14 +251,13 @@ def block_workload_answers(
 
 
 def block_marginals(
-    measurement: BlockMeasurement | BlockEstimate, queries: Iterable[Sequence[int]]
+    estimate: BlockEstimate, queries: Iterable[Sequence[int]]
 ) -> dict[tuple[int, ...], BlockMarginal]:
     """``{sorted attrs: BlockMarginal}``: least-squares marginal tables and cell variances.
 
     Raises:
         UnsupportedQueryError: a query is outside the domain or needs an unmeasured set.
     """
-    estimate = measurement if isinstance(measurement, BlockEstimate) else BlockEstimate(measurement)
     shape = estimate.domain_shape
     keep = {n: split_factor(Identity(n)) for n in set(shape)}
     drop = {n: split_factor(Ones(1, n)) for n in set(shape)}

@@ -24,10 +24,10 @@ SHAPE = (3, 4)
 
 
 def _random_blocks(rng: np.random.Generator) -> dict[int, object]:
-    # ∅ and {0} scalar, {1} and {0, 1} dense (random invertible squares).
+    # ∅ scalar, {0} diagonal, {1} and {0, 1} dense (random invertible squares).
     return {
         0: 0.7,
-        0b01: 1.3,
+        0b01: rng.uniform(0.5, 2.0, size=2),
         0b10: rng.normal(size=(3, 3)) + 2 * np.eye(3),
         0b11: rng.normal(size=(6, 6)) + 3 * np.eye(6),
     }
@@ -38,7 +38,10 @@ def _dense_strategy(blocks: dict[int, object]) -> np.ndarray:
     rows = []
     for mask, block in blocks.items():
         R = ResidualStrategy(SHAPE, {mask: 1.0}).dense()
-        L = block if isinstance(block, np.ndarray) else block * np.eye(R.shape[0])
+        if isinstance(block, np.ndarray):
+            L = np.diag(block) if block.ndim == 1 else block
+        else:
+            L = block * np.eye(R.shape[0])
         rows.append(L @ R)
     return np.concatenate(rows)
 

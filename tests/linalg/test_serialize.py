@@ -38,6 +38,7 @@ from dpmm.linalg import (
     Weighted,
 )
 from dpmm.linalg.eigen_strategy import EigenGram, EigenStrategy
+from dpmm.linalg.helmert_blocks import HelmertBlocks
 from dpmm.linalg.pidentity import PIdentity
 from dpmm.linalg.residual_general import ResidualBlockStrategy
 from dpmm.linalg.residuals import ResidualStrategy
@@ -114,7 +115,16 @@ CATALOGUE: dict[str, Callable[[], Matrix]] = {
     "eigen-gram": lambda: EigenGram([_orthonormal(4, 16)], [_rng(17).uniform(size=4)]),
     "residuals": lambda: ResidualStrategy((2, 3, 4), {0: 0.5, 0b011: 1 / 3, 0b110: 2.0}),
     "residual blocks": lambda: ResidualBlockStrategy(
-        (2, 3, 4), {0: 0.5, 0b011: np.array([[1.0, 0.5], [0.0, 2.0]]), 0b100: np.eye(3) / 3}
+        (2, 3, 4),
+        {
+            0: 0.5,
+            0b011: np.array([[1.0, 0.5], [0.0, 2.0]]),
+            0b100: np.eye(3) / 3,
+            0b110: np.arange(1.0, 7.0),  # a diagonal block
+        },
+    ),
+    "helmert blocks": lambda: HelmertBlocks(
+        (2, 3, 4), {0: np.array([5]), 0b010: np.array([[3, 1], [0, 2]]), 0b101: np.arange(1, 4)}
     ),
     "nested": lambda: Kron(
         [

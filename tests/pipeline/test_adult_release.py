@@ -9,12 +9,12 @@ import shutil
 import sqlite3
 from fractions import Fraction
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from dpmm.measure.record import discrete_noise_variance
 from dpmm.pipeline import (
     VECTOR_LIMIT,
     counting_plan,
@@ -22,7 +22,6 @@ from dpmm.pipeline import (
     rerun_post_processing,
     run_release,
 )
-from dpmm.pipeline.reconstruct_stage import noise_variance
 from dpmm.privacy.ledger import Ledger
 from dpmm.privacy.params import ZCDP
 from dpmm.release import audit_release, list_releases, read_answers, read_measurements
@@ -122,12 +121,11 @@ def test_full_adult_domain_counts_marginal_tables_never_the_vector(
     _close_to(one_way["estimate"].to_numpy(), truth, one_way["standard_error"].to_numpy())
 
 
-def test_full_domain_marginals_under_rho_fall_back_to_a_union_of_marginals(
+def test_full_domain_marginals_under_rho_release_the_proven_optimum_from_tables(
     tmp_path, adult_parquet, adult_frame, adult_domain
 ) -> None:
-    # auto's proven optimum on marginals under zCDP is a residual strategy, which releases
-    # measure only through the data vector; above the vector limit auto falls back to the
-    # union-of-marginals methods instead of failing.
+    # auto's proven optimum on marginals under zCDP is a residual strategy: a release
+    # measures its integer residual blocks from the marginal tables, whatever the domain.
     body = (
         f"name: adult-one-way\ndomain: {{file: '{ADULT_DOMAIN}'}}\nprivacy: {{rho: 1}}\n"
         "workload: [{name: one-way, kind: marginals, k: 1}]\nstrategy: {method: auto}\n"
@@ -135,7 +133,7 @@ def test_full_domain_marginals_under_rho_fall_back_to_a_union_of_marginals(
     config = write_config(tmp_path, body, data=adult_parquet, budget=ZCDP(1))
     assert config.domain.size > VECTOR_LIMIT
     result = run_release(config, rng=_rng(2))
-    assert result.strategy.selected in ("marginals", "hdmm_marginals")
+    assert result.strategy.selected == "marginal_optimal"
     assert counting_plan(config, result.strategy) == "tables"
     assert audit_release(result.path).ok
     truth = np.concatenate(
@@ -188,9 +186,9 @@ def test_kron_range_release_with_an_optimized_strategy(tmp_path, adult_parquet) 
 
 
 def test_discrete_gaussian_variance_of_a_large_sigma() -> None:
-    record = SimpleNamespace(noise="discrete_gaussian", scale=None, sigma2=Fraction(10**30))
     # For σ ≥ 10 the discrete Gaussian's variance is σ² to within a factor 1 - e^(-1900).
-    assert noise_variance(record) == pytest.approx(1e30, rel=1e-12)
+    variance = discrete_noise_variance("discrete_gaussian", None, Fraction(10**30))
+    assert variance == pytest.approx(1e30, rel=1e-12)
 
 
 def test_rerun_writes_a_new_version_and_leaves_the_first_untouched(make_small) -> None:

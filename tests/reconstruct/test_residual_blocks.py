@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
+from dataclasses import dataclass
 from functools import reduce
 
 import numpy as np
@@ -10,17 +10,20 @@ import pytest
 
 from dpmm.errors import UnsupportedQueryError
 from dpmm.linalg import AllRange, Dense, Identity, Kron, Marginals, Ones, Prefix, VStack, Weighted
-from dpmm.measure.residual_blocks import block_answers as exact_answers
-from dpmm.measure.residual_blocks import measure_blocks, quantize_blocks
+from dpmm.measure import measure, quantize
+from dpmm.measure.exact import analyze_strategy, exact_answers
 from dpmm.privacy import ZCDP
 from dpmm.reconstruct.residual_blocks import (
     BlockEstimate,
     block_marginals,
     block_workload_answers,
+    check_answerable,
 )
 from dpmm.strategy import optimize
 
 SHAPE = (4, 5, 3)
+#: The grid of the quantized strategies (fine enough to compare with the unquantized one).
+BITS = 20
 
 
 def _predicate() -> Dense:
@@ -61,13 +64,14 @@ def marginal_map(shape, attrs) -> np.ndarray:
     return reduce(np.kron, factors, np.ones((1, 1)))
 
 
-def dense_integer_strategy(quantized) -> np.ndarray:
-    shape = quantized.domain_shape
+def dense_integer_strategy(blocks) -> np.ndarray:
+    """``B = [Q_S H_S P_S]`` of a HelmertBlocks, from the definition (float64)."""
+    shape = blocks.domain_shape
     rows = []
-    for mask in quantized.sets:
+    for mask in blocks.sets:
         members = [i for i in range(len(shape)) if mask >> i & 1]
         H = reduce(np.kron, [helmert_integer(shape[i]) for i in members], np.ones((1, 1), int))
-        Q = quantized.integers[mask]
+        Q = blocks.integers[mask]
         Q = np.diag(Q) if Q.ndim == 1 else Q
         rows.append(Q @ H @ marginal_map(shape, members))
     return np.vstack(rows).astype(np.float64)
@@ -78,63 +82,88 @@ def data(records=300, seed=0) -> np.ndarray:
     return rng.multinomial(records, rng.dirichlet(np.ones(int(np.prod(SHAPE)))))
 
 
+@dataclass(frozen=True)
+class Case:
+    name: str
+    W: object
+    A: object
+    x: np.ndarray
+    quantized: object
+    record: object
+    estimate: BlockEstimate
+
+    @property
+    def blocks(self):
+        return self.quantized.integer
+
+    @property
+    def variance(self) -> float:
+        """The variance of every noisy integer answer."""
+        return self.record.noise_variance()
+
+
+def estimate_of(quantized, record) -> BlockEstimate:
+    return BlockEstimate(quantized.integer, record.values, record.noise_variance())
+
+
 @pytest.fixture(scope="module", params=sorted(WORKLOADS))
-def case(request):
+def case(request) -> Case:
     W = WORKLOADS[request.param]
     A = optimize(W, "residual", ZCDP(1))
     x = data()
-    m = measure_blocks(A, x, ZCDP(1), rng=np.random.default_rng(3))
-    return request.param, W, A, x, m
+    quantized = quantize(A, bits=BITS)
+    record = measure(quantized, x, ZCDP(1), rng=np.random.default_rng(3))
+    return Case(request.param, W, A, x, quantized, record, estimate_of(quantized, record))
 
 
 def test_answers_equal_dense_least_squares(case):
-    _, W, _, _, m = case
-    B = dense_integer_strategy(m.quantized)
-    x_hat = np.linalg.pinv(B) @ m.values
-    result = block_workload_answers(m, W)
-    np.testing.assert_allclose(result.values, W.dense() @ x_hat, rtol=1e-9, atol=1e-8)
+    B = dense_integer_strategy(case.blocks)
+    x_hat = np.linalg.pinv(B) @ case.record.values
+    result = block_workload_answers(case.estimate, case.W)
+    np.testing.assert_allclose(result.values, case.W.dense() @ x_hat, rtol=1e-9, atol=1e-8)
+    # The quantization scale cancels: least squares on A_q with the answers / scale agree.
+    A_q = case.quantized.matrix.dense()
+    x_q = np.linalg.pinv(A_q) @ (case.record.values / case.quantized.scale)
+    np.testing.assert_allclose(result.values, case.W.dense() @ x_q, rtol=1e-7, atol=1e-6)
 
 
 def test_variances_equal_dense_covariance(case):
-    _, W, _, _, m = case
-    B = dense_integer_strategy(m.quantized)
-    Wd = W.dense()
+    B = dense_integer_strategy(case.blocks)
+    Wd = case.W.dense()
     spread = Wd @ np.linalg.pinv(B)  # (BᵀB)⁺ = B⁺B⁺ᵀ, without squaring the condition
-    covariance = float(m.sigma2) * spread @ spread.T
-    result = block_workload_answers(m, W)
+    covariance = case.variance * spread @ spread.T
+    result = block_workload_answers(case.estimate, case.W)
     np.testing.assert_allclose(result.variances, np.diag(covariance), rtol=1e-7)
 
 
 def test_sum_of_variances_is_near_the_unquantized_strategy(case):
-    _, W, A, _, m = case
-    quantized_sum = block_workload_answers(m, W).variances.sum() / float(m.sigma2)
-    quantized_sum *= m.squared_sensitivity  # at unit sensitivity (integer units cancel)
-    Wd = W.dense()
+    quantized_sum = block_workload_answers(case.estimate, case.W).variances.sum() / case.variance
+    quantized_sum *= float(case.record.sensitivity)  # at unit sensitivity (units cancel)
+    Wd = case.W.dense()
+    A = case.A
     ideal = np.trace(Wd @ np.linalg.pinv(A.gram().dense()) @ Wd.T) * A.sensitivity(2) ** 2
     assert abs(quantized_sum / ideal - 1) < 1e-4
 
 
 def test_marginals_equal_dense_least_squares(case):
-    name, _, _, _, m = case
-    B = dense_integer_strategy(m.quantized)
+    B = dense_integer_strategy(case.blocks)
     pinv = np.linalg.pinv(B)
-    x_hat = pinv @ m.values
-    tables = block_marginals(m, MARGINALS[name])
-    for attrs in MARGINALS[name]:
+    x_hat = pinv @ case.record.values
+    tables = block_marginals(case.estimate, MARGINALS[case.name])
+    for attrs in MARGINALS[case.name]:
         P = marginal_map(SHAPE, attrs)
         table = tables[attrs]
         assert table.values.shape == tuple(SHAPE[i] for i in attrs)
         np.testing.assert_allclose(table.values.reshape(-1), P @ x_hat, rtol=1e-9, atol=1e-8)
-        covariance = float(m.sigma2) * P @ pinv @ pinv.T @ P.T
+        covariance = case.variance * P @ pinv @ pinv.T @ P.T
         np.testing.assert_allclose(table.variances.reshape(-1), np.diag(covariance), rtol=1e-7)
 
 
 def test_marginals_workload_matches_tables(case):
-    name, _, _, _, m = case
-    sets = [a for a in MARGINALS[name] if a]
+    sets = [a for a in MARGINALS[case.name] if a]
     W = Marginals(SHAPE, {a: 1.0 for a in sets})
-    tables = block_marginals(m, sets)
-    result = block_workload_answers(m, W)
+    tables = block_marginals(case.estimate, sets)
+    result = block_workload_answers(case.estimate, W)
     np.testing.assert_allclose(
         result.values, np.concatenate([tables[a].values.reshape(-1) for a in sets])
     )
@@ -144,21 +173,24 @@ def test_monte_carlo_variance_and_unbiasedness():
     W = WORKLOADS["mixed"]
     A = optimize(W, "residual", ZCDP(1))
     x = data()
-    quantized = quantize_blocks(A)
-    m = measure_blocks(quantized, x, ZCDP(1), rng=np.random.default_rng(0))
-    exact = exact_answers(quantized, x).astype(np.float64)
-    sigma = np.sqrt(float(m.sigma2))
+    quantized = quantize(A, bits=BITS)
+    record = measure(quantized, x, ZCDP(1), rng=np.random.default_rng(0))
+    exact = exact_answers(analyze_strategy(quantized.integer), x).astype(np.float64)
+    sigma = np.sqrt(record.noise_variance())
     rng = np.random.default_rng(11)
     trials = 600
     answers = np.stack(
         [
             block_workload_answers(
-                dataclasses.replace(m, values=exact + rng.normal(0, sigma, exact.size)), W
+                BlockEstimate(
+                    quantized.integer, exact + rng.normal(0, sigma, exact.size), sigma**2
+                ),
+                W,
             ).values
             for _ in range(trials)
         ]
     )
-    predicted = block_workload_answers(m, W).variances
+    predicted = block_workload_answers(estimate_of(quantized, record), W).variances
     empirical = answers.var(axis=0)
     # Per query: relative sd of a sample variance is √(2/n); the sum is steadier.
     assert np.all(np.abs(empirical / predicted - 1) < 6 * np.sqrt(2 / trials))
@@ -168,25 +200,44 @@ def test_monte_carlo_variance_and_unbiasedness():
 
 
 def test_estimate_is_shared_and_only_needed_sets_are_touched(case):
-    _, W, _, _, m = case
-    estimate = BlockEstimate(m)
+    estimate = estimate_of(case.quantized, case.record)
     block_workload_answers(estimate, Kron([Ones(1, 4), Ones(1, 5), Ones(1, 3)]))
     assert list(estimate._cache) == [0]
-    first = block_workload_answers(estimate, W)
-    np.testing.assert_array_equal(first.values, block_workload_answers(m, W).values)
+    first = block_workload_answers(estimate, case.W)
+    np.testing.assert_array_equal(
+        first.values,
+        block_workload_answers(estimate_of(case.quantized, case.record), case.W).values,
+    )
+
+
+def test_check_answerable_agrees_with_the_answers(case):
+    check_answerable(case.blocks, case.W)  # answered above: no error
+    check_answerable(case.blocks, Marginals(SHAPE, {a: 1.0 for a in MARGINALS[case.name] if a}))
+    for W in (
+        Kron([Identity(4), Identity(5), Identity(3)]),
+        Kron([Identity(4), Identity(5)]),
+        np.eye(60),
+    ):
+        with pytest.raises(UnsupportedQueryError) as refused:
+            check_answerable(case.blocks, W)
+        with pytest.raises(UnsupportedQueryError) as failed:
+            block_workload_answers(case.estimate, W)
+        assert str(refused.value) == str(failed.value)
 
 
 def test_errors(case):
-    m = case[-1]
+    estimate = case.estimate
     with pytest.raises(UnsupportedQueryError, match="not measured"):
-        block_workload_answers(m, Kron([Identity(4), Identity(5), Identity(3)]))
+        block_workload_answers(estimate, Kron([Identity(4), Identity(5), Identity(3)]))
     with pytest.raises(UnsupportedQueryError, match="not a union"):
-        block_workload_answers(m, Kron([Identity(4), Identity(5)]))
+        block_workload_answers(estimate, Kron([Identity(4), Identity(5)]))
     with pytest.raises(UnsupportedQueryError, match="not a union"):
-        block_workload_answers(m, VStack([Kron([Identity(20), Identity(3)])]))
+        block_workload_answers(estimate, VStack([Kron([Identity(20), Identity(3)])]))
     with pytest.raises(UnsupportedQueryError, match="outside"):
-        block_marginals(m, [(0, 5)])
+        block_marginals(estimate, [(0, 5)])
     with pytest.raises(UnsupportedQueryError, match="not measured"):
-        block_marginals(m, [(0, 1, 2)])
+        block_marginals(estimate, [(0, 1, 2)])
     with pytest.raises(UnsupportedQueryError, match="Matrix"):
-        block_workload_answers(m, np.eye(60))
+        block_workload_answers(estimate, np.eye(60))
+    with pytest.raises(UnsupportedQueryError, match="answers"):
+        BlockEstimate(case.blocks, case.record.values[:-1], case.variance)
