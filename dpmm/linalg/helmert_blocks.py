@@ -44,6 +44,7 @@ from dpmm.linalg.residual_general import EXACT_CELLS, ResidualBlockStrategy
 __all__ = [
     "MAX_BLOCK_ENTRIES",
     "HelmertBlocks",
+    "checked_table",
     "helmert_norms",
     "helmert_row_norms",
     "integer_helmert",
@@ -255,7 +256,7 @@ class HelmertBlocks(Matrix):
                 the tables disagree on the number of records.
             TooLargeError: an answer could overflow int64.
         """
-        checked = {mask: self._table(tables, mask) for mask in self.sets}
+        checked = {mask: checked_table(tables, mask, tuple(self.sizes(mask))) for mask in self.sets}
         totals = {int(table.sum()) for table in checked.values()}
         if len(totals) > 1:
             raise DomainError("the marginal tables disagree on the number of records")
@@ -276,21 +277,6 @@ class HelmertBlocks(Matrix):
         if not pieces:
             return np.zeros(0, dtype=np.int64)
         return np.concatenate(pieces).astype(np.int64, copy=False)
-
-    def _table(self, tables: Mapping[tuple[int, ...], np.ndarray], mask: int) -> np.ndarray:
-        attrs = tuple(mask_members(mask))
-        sizes = tuple(self.sizes(mask))
-        table = tables.get(attrs)
-        if table is None:
-            raise DomainError(f"the marginal table on attributes {list(attrs)} was not counted")
-        table = np.asarray(table)
-        if table.shape != sizes or not np.issubdtype(table.dtype, np.integer):
-            raise DomainError(
-                f"the marginal table on attributes {list(attrs)} must be integers of shape {sizes}"
-            )
-        if table.size and table.min() < 0:
-            raise DomainError(f"the marginal table on attributes {list(attrs)} is negative")
-        return table.astype(np.int64, copy=False)
 
     def marginal_tables(self, x: np.ndarray) -> dict[tuple[int, ...], np.ndarray]:
         """The tables :meth:`table_answers` reads, summed from a data vector over the domain."""
@@ -316,6 +302,28 @@ class HelmertBlocks(Matrix):
             f"HelmertBlocks({len(self.sets)} residual sets, {dense} dense, "
             f"over {self.domain_shape})"
         )
+
+
+def checked_table(
+    tables: Mapping[tuple[int, ...], np.ndarray], mask: int, sizes: tuple[int, ...]
+) -> np.ndarray:
+    """The counted table of attribute set ``mask`` as int64.
+
+    Raises:
+        DomainError: it is missing, not integers of shape ``sizes``, or negative.
+    """
+    attrs = tuple(mask_members(mask))
+    table = tables.get(attrs)
+    if table is None:
+        raise DomainError(f"the marginal table on attributes {list(attrs)} was not counted")
+    table = np.asarray(table)
+    if table.shape != sizes or not np.issubdtype(table.dtype, np.integer):
+        raise DomainError(
+            f"the marginal table on attributes {list(attrs)} must be integers of shape {sizes}"
+        )
+    if table.size and table.min() < 0:
+        raise DomainError(f"the marginal table on attributes {list(attrs)} is negative")
+    return table.astype(np.int64, copy=False)
 
 
 def _int64(values: Sequence[int]) -> np.ndarray:

@@ -26,13 +26,19 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
 
-from dpmm.linalg.helmert_blocks import helmert_norms, helmert_row_norms, integer_helmert
+from dpmm.errors import DomainError
+from dpmm.linalg.helmert_blocks import (
+    checked_table,
+    helmert_norms,
+    helmert_row_norms,
+    integer_helmert,
+)
 from dpmm.linalg.marginals import mask_members
 from dpmm.linalg.residuals import ResidualStrategy
 from dpmm.measure.exact import MeasurementError
@@ -291,26 +297,10 @@ def _layout(A: ResidualStrategy) -> tuple[list[int], np.ndarray]:
 
 
 def _checked(counts: MarginalCounts, mask: int, sizes: tuple[int, ...]) -> np.ndarray:
-    return checked_table(counts.tables, mask, sizes)
-
-
-def checked_table(
-    tables: Mapping[tuple[int, ...], np.ndarray], mask: int, sizes: tuple[int, ...]
-) -> np.ndarray:
-    """The counted table of attribute set ``mask`` as int64, or a MeasurementError saying why
-    it cannot be measured (missing, wrong shape or type, negative)."""
-    attrs = tuple(mask_members(mask))
-    table = tables.get(attrs)
-    if table is None:
-        raise MeasurementError(f"the marginal table on attributes {list(attrs)} was not counted")
-    table = np.asarray(table)
-    if table.shape != sizes or not np.issubdtype(table.dtype, np.integer):
-        raise MeasurementError(
-            f"the marginal table on attributes {list(attrs)} must be integers of shape {sizes}"
-        )
-    if table.size and table.min() < 0:
-        raise MeasurementError(f"the marginal table on attributes {list(attrs)} is negative")
-    return table.astype(np.int64, copy=False)
+    try:
+        return checked_table(counts.tables, mask, sizes)
+    except DomainError as error:
+        raise MeasurementError(str(error)) from None
 
 
 def measure_residuals(

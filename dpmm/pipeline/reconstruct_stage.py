@@ -40,6 +40,7 @@ from dpmm.reconstruct.residual_blocks import (
     check_answerable,
 )
 from dpmm.strategy.selection import Progress
+from dpmm.workload import WorkloadGroup
 from dpmm.workload.labels import query_labels
 from dpmm.workload.table_form import answer_from_tables, needed_tables, table_form
 
@@ -111,6 +112,19 @@ def check_reconstructable(config: ReleaseConfig, strategy: ChosenStrategy, plan:
         covariance_factor(strategy.quantized.matrix, None)
 
 
+def _answers(
+    config: ReleaseConfig,
+    group: WorkloadGroup,
+    values: np.ndarray,
+    standard_errors: np.ndarray,
+    exact: bool,
+) -> GroupAnswers:
+    """One group's labelled answers."""
+    labels = query_labels(group, config.domain)
+    estimates = np.asarray(values, dtype=np.float64)
+    return GroupAnswers(group.name, group.kind, labels, estimates, standard_errors, exact)
+
+
 def _method(config: ReleaseConfig, plan: str) -> str:
     chosen = config.release.reconstruction
     if plan == "tables":
@@ -151,14 +165,7 @@ def _from_vector(
         progress(done, steps, group.name)
         answers = workload_answers(group.matrix, A, estimate)
         groups.append(
-            GroupAnswers(
-                group.name,
-                group.kind,
-                query_labels(group, config.domain),
-                answers.values,
-                answers.standard_errors,
-                answers.exact_errors,
-            )
+            _answers(config, group, answers.values, answers.standard_errors, answers.exact_errors)
         )
     progress(steps, steps, "")
     return groups, np.asarray(estimate.x, dtype=np.float64), method
@@ -186,16 +193,7 @@ def _from_tables(
         tables = marginal_tables(shape, measurements, needed_tables(blocks))
         values = answer_from_tables(blocks, {a: t.values for a, t in tables.items()})
         variances = query_variances(group.matrix, P)
-        groups.append(
-            GroupAnswers(
-                group.name,
-                group.kind,
-                query_labels(group, config.domain),
-                np.asarray(values, dtype=np.float64),
-                np.sqrt(np.maximum(variances, 0.0)),
-                True,
-            )
-        )
+        groups.append(_answers(config, group, values, np.sqrt(np.maximum(variances, 0.0)), True))
     progress(len(config.workload), len(config.workload), "")
     return groups
 
@@ -218,16 +216,8 @@ def _from_blocks(
     for done, group in enumerate(config.workload):
         progress(done, len(config.workload), group.name)
         answers = block_workload_answers(estimate, group.matrix)
-        groups.append(
-            GroupAnswers(
-                group.name,
-                group.kind,
-                query_labels(group, config.domain),
-                answers.values,
-                np.sqrt(np.maximum(answers.variances, 0.0)),
-                True,
-            )
-        )
+        standard_errors = np.sqrt(np.maximum(answers.variances, 0.0))
+        groups.append(_answers(config, group, answers.values, standard_errors, True))
     progress(len(config.workload), len(config.workload), "")
     return groups, block_histogram(estimate) if wants_histogram(config) else None
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -174,3 +176,19 @@ def make_small(tmp_path: Path, adult_parquet: Path, adult_domain: dict[str, int]
         return write_config(tmp_path / sub, body, **options)
 
     return make
+
+
+def die_after_measuring(config_path: str) -> None:
+    """Child process: run the release and die as soon as its measurement is persisted."""
+    from dpmm.pipeline import run_release
+
+    def stage(task: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            result = function(*args, **kwargs)
+            if task == "measure-strategy":
+                os._exit(9)
+            return result
+
+        return run
+
+    run_release(load_config(config_path), stage=stage)

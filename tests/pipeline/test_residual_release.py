@@ -10,17 +10,14 @@ killed after its measurement resumes on it, and a later version post-processes i
 from __future__ import annotations
 
 import multiprocessing
-import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dpmm.config import ReleaseConfig, load_config
+from dpmm.config import ReleaseConfig
 from dpmm.linalg.helmert_blocks import HelmertBlocks
 from dpmm.linalg.serialize import load_matrix
 from dpmm.pipeline import run_release
@@ -30,7 +27,7 @@ from dpmm.plan import plan
 from dpmm.privacy.params import ZCDP
 from dpmm.release import audit_release
 from dpmm.release.tables import read_answers, read_histogram
-from tests.pipeline.conftest import kinds, run_folders, versions, write_config
+from tests.pipeline.conftest import die_after_measuring, kinds, run_folders, versions, write_config
 
 SPAWN = multiprocessing.get_context("spawn")
 SHAPE = (5, 4, 3, 6)
@@ -85,21 +82,6 @@ def _assert_close_to_the_truth(config: ReleaseConfig, release: Path, truth: np.n
     assert np.all(np.abs(estimates - exact) <= 4 * errors), "answers off by more than 4 s.e."
 
 
-def _die_after_measuring(config_path: str) -> None:
-    """Child: run the release and die as soon as its measurement is persisted."""
-
-    def stage(task: str, function: Callable[..., Any]) -> Callable[..., Any]:
-        def run(*args: Any, **kwargs: Any) -> Any:
-            result = function(*args, **kwargs)
-            if task == "measure-strategy":
-                os._exit(9)
-            return result
-
-        return run
-
-    run_release(load_config(config_path), stage=stage)
-
-
 def test_a_residual_strategy_is_released_from_tables_as_planned(case) -> None:
     config, truth, method = case
     report = plan(config)
@@ -128,7 +110,7 @@ def test_a_residual_strategy_is_released_from_tables_as_planned(case) -> None:
 
 def test_a_killed_residual_release_resumes_on_its_measurement(case) -> None:
     config, truth, _ = case
-    child = SPAWN.Process(target=_die_after_measuring, args=(str(config.path),))
+    child = SPAWN.Process(target=die_after_measuring, args=(str(config.path),))
     child.start()
     child.join(180)
     assert child.exitcode == 9

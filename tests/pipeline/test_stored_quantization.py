@@ -9,24 +9,21 @@ and made a resumed run publish answers off by the ratio of the two scales.
 from __future__ import annotations
 
 import multiprocessing
-import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dpmm.config import ReleaseConfig, load_config
+from dpmm.config import ReleaseConfig
 from dpmm.linalg import Kron, Prefix
 from dpmm.measure.quantize import DEFAULT_BITS
 from dpmm.pipeline import run_release
 from dpmm.privacy.params import ZCDP
 from dpmm.release import audit_release
 from dpmm.release.tables import read_answers
-from tests.pipeline.conftest import kinds, run_folders, versions, write_config
+from tests.pipeline.conftest import die_after_measuring, kinds, run_folders, versions, write_config
 
 SPAWN = multiprocessing.get_context("spawn")
 SHAPE = (6, 6, 6)
@@ -52,21 +49,6 @@ def release_config(tmp_path: Path) -> tuple[ReleaseConfig, np.ndarray]:
     return config, truth
 
 
-def _die_after_measuring(config_path: str) -> None:
-    """Child: run the release and die as soon as its measurement is persisted."""
-
-    def stage(task: str, function: Callable[..., Any]) -> Callable[..., Any]:
-        def run(*args: Any, **kwargs: Any) -> Any:
-            result = function(*args, **kwargs)
-            if task == "measure-strategy":
-                os._exit(9)
-            return result
-
-        return run
-
-    run_release(load_config(config_path), stage=stage)
-
-
 def _assert_close_to_the_truth(release: Path, truth: np.ndarray) -> None:
     answers = read_answers(release / "answers.parquet")
     exact = Kron([Prefix(6), Prefix(6), Prefix(6)]) @ truth
@@ -78,7 +60,7 @@ def _assert_close_to_the_truth(release: Path, truth: np.ndarray) -> None:
 
 def test_resumed_and_repeated_releases_measure_the_selected_grid(release_config) -> None:
     config, truth = release_config
-    child = SPAWN.Process(target=_die_after_measuring, args=(str(config.path),))
+    child = SPAWN.Process(target=die_after_measuring, args=(str(config.path),))
     child.start()
     child.join(180)
     assert child.exitcode == 9
