@@ -2,10 +2,11 @@
 
 Adult (14 attributes, 48,842 records): every 2-way and 3-way marginal (455 tables,
 2.1·10⁷ cells) measured with the optimal residual strategy
-(``optimize(W, "marginal_optimal", ZCDP(ρ))``) at several ρ, reconstructed by least squares
-in the marginal algebra (:func:`residual_marginals`), then projected by
-:func:`nonnegative_tables` with weights ``1 / cell variance``. The noise is continuous
-``numpy`` Gaussian noise with the release's per-row variances (a benchmark, not a release).
+(``optimize(W, "marginal_optimal", ZCDP(ρ))``) at several ρ, put on the finest integer grid
+it can be measured exactly on (``measurable``) and measured from the counted tables with
+exact discrete Gaussian noise (in-memory ``measure``, one seeded generator per trial),
+reconstructed by least squares in the marginal algebra (:func:`block_marginals`), then
+projected by :func:`nonnegative_tables` with weights ``1 / mean cell variance`` per table.
 
 Printed per ρ, medians over ``--trials`` seeded trials: the mean squared error per cell
 against the true tables for least squares (baseline) and non-negative tables, the share of
@@ -38,18 +39,10 @@ from pathlib import Path
 import numpy as np
 
 from dpmm.linalg import Marginals
-from dpmm.linalg.residuals import ResidualStrategy
-from dpmm.measure.residual_tables import (
-    ResidualMeasurement,
-    count_marginals,
-    helmert_norms,
-    residual_answers,
-    residual_sigma2,
-)
-from dpmm.measure.tables import MarginalCounts
+from dpmm.measure import count_marginals, measurable, measure
 from dpmm.privacy import ZCDP
+from dpmm.reconstruct import BlockEstimate, block_marginals
 from dpmm.reconstruct.consistent_tables import consistency_violation, nonnegative_tables
-from dpmm.reconstruct.residual_marginals import residual_marginals
 from dpmm.strategy import optimize
 
 ADULT = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "adult"
@@ -71,45 +64,6 @@ def chain(rng: np.random.Generator, dims: int, size: int, records: int) -> np.nd
     return data
 
 
-def gaussian_measurement(
-    A: ResidualStrategy, counts: MarginalCounts, privacy: ZCDP, rng: np.random.Generator
-) -> ResidualMeasurement:
-    """``H_S m_S`` plus numpy Gaussian noise of the release's variances ``σ_S² c_r``.
-
-    Same layout and variances as :func:`measure_residuals`, whose exact discrete Gaussian
-    sampler is much slower for 2·10⁷ rows; continuous noise is fine for a benchmark.
-    """
-    sigma2, rho = residual_sigma2(A, privacy)
-    values = residual_answers(A, counts).astype(np.float64)
-    shape = A.domain_shape
-    sets = [m for m, w in A.weights.items() if w and math.prod(shape[i] - 1 for i in _members(m))]
-    rows = [math.prod(shape[i] - 1 for i in _members(m)) for m in sets]
-    offsets = np.array(list(itertools.accumulate(rows, initial=0)), dtype=np.int64)
-    norms: dict[tuple[int, ...], np.ndarray] = {}
-    for mask, start, stop in zip(sets, offsets[:-1], offsets[1:], strict=True):
-        sizes = tuple(shape[i] for i in _members(mask))
-        if sizes not in norms:
-            c = np.ones(1)
-            for n in sizes:
-                c = np.multiply.outer(c, helmert_norms(n)).reshape(-1)
-            norms[sizes] = c
-        std = np.sqrt(float(sigma2[mask]) * norms[sizes])
-        values[start:stop] += rng.normal(size=stop - start) * std
-    return ResidualMeasurement(
-        domain_shape=shape,
-        sets=tuple(sets),
-        offsets=offsets,
-        values=values,
-        sigma2={mask: sigma2[mask] for mask in sets},
-        rho=rho,
-        rounded_rows=0,
-    )
-
-
-def _members(mask: int) -> list[int]:
-    return [i for i in range(mask.bit_length()) if mask >> i & 1]
-
-
 def _progress(message: str, since: float) -> float:
     print(f"  {message}: {time.perf_counter() - since:.1f} s", file=sys.stderr, flush=True)
     return time.perf_counter()
@@ -120,21 +74,20 @@ def trial(shape, records, queries, rho: float, seed: int) -> dict[str, float]:
     privacy = ZCDP(rho)
     clock = time.perf_counter()
     W = Marginals(shape, {q: 1.0 for q in queries})
-    A = optimize(W, "marginal_optimal", privacy)
+    quantized = measurable(optimize(W, "marginal_optimal", privacy))
     clock = _progress("strategy", clock)
-    sets = [tuple(i for i in range(len(shape)) if m >> i & 1) for m in A.weights]
-    counts = count_marginals([records], shape, sets + list(queries))
+    counts = count_marginals([records], shape, quantized.integer.table_sets() + list(queries))
     clock = _progress("count", clock)
-    y = gaussian_measurement(A, counts, privacy, rng)
-    clock = _progress("measure", clock)
+    record = measure(quantized, counts, privacy, rng=rng)
+    clock = _progress(f"measure (grid 1/2^{quantized.scale.bit_length() - 1})", clock)
     started = time.perf_counter()
-    ls = residual_marginals(y, queries)
+    estimate = BlockEstimate(quantized.integer, record.values, record.noise_variance())
+    ls = block_marginals(estimate, queries)
     ls_time = time.perf_counter() - started
     tracemalloc.start()
     started = time.perf_counter()
-    out = nonnegative_tables(
-        {a: r.values for a, r in ls.items()}, weights={a: 1.0 / r.variance for a, r in ls.items()}
-    )
+    weights = {a: 1.0 / float(r.variances.mean()) for a, r in ls.items()}
+    out = nonnegative_tables({a: r.values for a, r in ls.items()}, weights=weights)
     nn_time = time.perf_counter() - started
     peak = tracemalloc.get_traced_memory()[1] / 2**20
     tracemalloc.stop()

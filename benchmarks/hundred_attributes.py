@@ -5,11 +5,13 @@ Phases (each d runs in a fresh child process so that its peak RSS is its own):
 * select: ``marginal_optimal`` (the closed-form sum-of-variances optimum) on the
   ``Marginals`` workload (building the workload object is timed separately);
 * measure: the marginal tables of every measured set counted from the synthetic records in
-  one pass (``count_marginals``), then the integer residual answers plus exact discrete
-  Gaussian noise (``measure_residuals``, OS CSPRNG unless ``--noise-seed``);
-* reconstruct: every workload marginal's least-squares table and cell variance
-  (``iter_residual_marginals``); the squared error against the true tables is summed on
-  the side (its time is not counted).
+  one pass (``count_marginals``), then (the "noise" phase) the strategy put on the finest
+  integer grid it can be measured exactly on (``measurable``: integer residual blocks
+  ``[Q_S H_S]``), its exact integer answers from the tables and exact discrete Gaussian
+  noise (in-memory ``measure``, OS CSPRNG unless ``--noise-seed``);
+* reconstruct: every workload marginal's least-squares table and cell variances
+  (``BlockEstimate`` and ``iter_block_marginals``, a batch of tables at a time); the squared
+  error against the true tables is summed on the side (its time is not counted).
 
 Each phase reports wall and CPU seconds (CPU of all threads): on a shared machine the CPU
 time is the steadier number. Peak RSS is ``ru_maxrss`` of the child process.
@@ -38,9 +40,9 @@ import time
 import numpy as np
 
 from dpmm.linalg import Marginals
-from dpmm.measure.residual_tables import count_marginals, measure_residuals
+from dpmm.measure import count_marginals, measurable, measure
 from dpmm.privacy import ZCDP
-from dpmm.reconstruct.residual_marginals import iter_residual_marginals
+from dpmm.reconstruct import BlockEstimate, iter_block_marginals
 from dpmm.strategy.marginal_optimal import cell_variances, marginal_optimal
 
 #: ResidualPlanner's numbers for [10]×d, all ≤3-way, ρ = 1, 10,000 records (the anchor).
@@ -111,18 +113,20 @@ def run(d: int, records: int, rho: int, noise_seed: int | None, profile: bool) -
     counts = count_marginals(chunks, shape, sets)
     result["count"] = clock.lap()
     rng = None if noise_seed is None else np.random.default_rng(noise_seed)
-    measurement = measure_residuals(A, counts, privacy, rng=rng)
+    quantized = measurable(A)
+    record = measure(quantized, counts, privacy, rng=rng)
     result["noise"] = clock.lap()
-    result["rho"] = measurement.rho
-    result["rounded"] = measurement.rounded_rows / measurement.values.size
-    result["rows"] = measurement.values.size
+    result["rho"] = record.sensitivity / (2 * record.sigma2)  # the cost of the noise drawn
+    result["scale_bits"] = quantized.scale.bit_length() - 1
+    result["rows"] = record.values.size
 
     sum_var, squared_error, side_wall, side_cpu = 0.0, 0.0, 0.0, 0.0
-    for item in iter_residual_marginals(measurement, queries):
+    estimate = BlockEstimate(quantized.integer, record.values, record.noise_variance())
+    for item in iter_block_marginals(estimate, queries):
         side = Clock()
         truth = counts.tables[item.attrs]
         squared_error += float(((item.values - truth) ** 2).sum())
-        sum_var += item.variance * item.values.size
+        sum_var += float(item.variances.sum())
         wall, cpu = side.lap()
         side_wall, side_cpu = side_wall + wall, side_cpu + cpu
     wall, cpu = clock.lap()
@@ -179,7 +183,8 @@ def main() -> None:
     print(
         f"\n[10]×d, all ≤3-way marginals, ρ = {args.rho}, {args.records:,} records, median of "
         f"{args.repeats} run(s). Seconds as wall / CPU (all threads; the machine is shared); "
-        "measure = count + noise. RP = ResidualPlanner (anchor, wall s).\n"
+        "measure = count + noise (quantize, exact answers, noise). RP = ResidualPlanner "
+        "(anchor, wall s).\n"
     )
     print(
         "| d | marginals | cells | workload s | select s | count s | noise s | measure s "
@@ -199,7 +204,7 @@ def main() -> None:
             f"| {rp} | {rp_total} | {a['rss'] if a else '—'} |"
         )
     print(
-        "\n| d | residual rows | rows rounded for sampler | exact ρ spent (≤ ρ) | sum-var "
+        "\n| d | residual rows | quantization scale | exact ρ spent (≤ ρ) | sum-var "
         "(ours) | sum-var (cell_variances) | RP sum-var | ours / RP | empirical sq. error "
         "| error / sum-var |"
     )
@@ -211,7 +216,7 @@ def main() -> None:
         anchor_var = f"{a['sum_var']:.6g}" if a else "—"
         ratio = f"{r['sum_var'] / a['sum_var']:.6f}" if a else "—"
         print(
-            f"| {r['d']} | {r['rows']:,} | {r['rounded']:.1%} | {spent} | {r['sum_var']:.6g} "
+            f"| {r['d']} | {r['rows']:,} | 2^{r['scale_bits']} | {spent} | {r['sum_var']:.6g} "
             f"| {r['strategy_sum_var']:.6g} | {anchor_var} | {ratio} "
             f"| {r['squared_error']:.6g} | {r['squared_error'] / r['sum_var']:.4f} |"
         )

@@ -48,7 +48,7 @@ from dpmm.linalg import AllRange, Kron, Matrix, Ones, Prefix, VStack
 from dpmm.linalg.marginals import mask_members
 from dpmm.measure import DEFAULT_BITS, MeasurementRecord, QuantizedStrategy, measure, quantize
 from dpmm.measure.exact import analyze_strategy
-from dpmm.measure.residual_tables import count_marginals
+from dpmm.measure.tables import count_marginals
 from dpmm.privacy import ZCDP
 from dpmm.reconstruct.residual_blocks import BlockEstimate, block_workload_answers
 from dpmm.strategy import optimize

@@ -150,6 +150,7 @@ def format_plan(report: PlanReport) -> str:
         f"privacy: {_privacy(report)}",
         f"strategy: method '{report.method}', selected in {report.strategy_seconds:.2f} s",
         *_indented(strategy),
+        *_release_lines(report),
         "",
     ]
     rows = [list(COLUMNS), *(_row(group) for group in report.groups), _row(report.total)]
@@ -160,6 +161,33 @@ def format_plan(report: PlanReport) -> str:
     ]
     notes = [f"note: {note}" for note in report.total.notes]
     return "\n".join([*header, *_table(rows), *footer, *_candidate_lines(report), *notes])
+
+
+SOLVERS = {
+    "least_squares": "least squares",
+    "nnls": "NNLS (non-negative least squares)",
+    "auto": "least squares, or NNLS if the estimate calls for it (decided on the data)",
+}
+
+
+def _size(size: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
+        if size >= scale:
+            return f"{size / scale:,.1f} {unit}"
+    return f"{size / 2**10:,.1f} KiB"
+
+
+def _release_lines(report: PlanReport) -> list[str]:
+    """How the release will run this plan: what it counts, its solver, what it needs."""
+    if report.footprint is None:
+        return []
+    counted = "the data vector" if report.counting == "vector" else "marginal tables"
+    solver = SOLVERS.get(report.reconstruction, report.reconstruction)
+    return [
+        f"release: counts {counted}; reconstructs by {solver}",
+        f"  needs about {_size(report.footprint.memory)} of memory, writes about "
+        f"{_size(report.footprint.disk)}",
+    ]
 
 
 def _candidate_lines(report: PlanReport) -> list[str]:

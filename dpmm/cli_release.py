@@ -21,6 +21,7 @@ from typing import TextIO
 import numpy as np
 
 from dpmm.config import load_config
+from dpmm.errors import DpmmError
 from dpmm.privacy.ledger import Ledger
 from dpmm.release import (
     audit_release,
@@ -75,10 +76,24 @@ def error_summary(release_dir: Path) -> str:
     return header + "\n".join(lines) + "\n"
 
 
+def _not_a_user_error(record: logging.LogRecord) -> bool:
+    """False for a log record carrying a dpmm error: the terminal gets it as one sentence."""
+    return not (record.exc_info and isinstance(record.exc_info[1], DpmmError))
+
+
 def _quiet_engines() -> None:
-    """Keep Dask's and Prefect's chatter off a terminal run (the Prefect UI has the logs)."""
-    for name in ("distributed", "prefect", "prefect.flow_runs", "prefect.task_runs"):
+    """Keep Dask's and Prefect's chatter off a terminal run (the Prefect UI has the logs);
+    a refused release (bad config, data or budget) prints its one sentence, not the
+    engines' tracebacks of it (``-v`` shows them)."""
+    names = ("distributed", "prefect", "prefect.flow_runs", "prefect.task_runs")
+    for name in names:
         logging.getLogger(name).setLevel(logging.WARNING)
+    if logging.getLogger("dpmm").isEnabledFor(logging.INFO):
+        return
+    for name in (*names, ""):
+        for handler in logging.getLogger(name).handlers:
+            if isinstance(handler, logging.StreamHandler):
+                handler.addFilter(_not_a_user_error)
 
 
 def _run_flow(config_path: Path, from_measurements: str | None) -> Path:

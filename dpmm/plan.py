@@ -39,6 +39,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from dpmm import __version__
 from dpmm.config import ReleaseConfig
 from dpmm.domain import Domain
@@ -49,11 +51,12 @@ from dpmm.linalg.serialize import matrix_digest
 from dpmm.measure.exact import MeasurementError
 from dpmm.measure.mechanism import planned_noise_variance
 from dpmm.measure.quantize import QuantizedStrategy
-from dpmm.pipeline.ingest_stage import counting_plan
-from dpmm.pipeline.reconstruct_stage import check_reconstructable
+from dpmm.pipeline.preflight import Footprint, preflight
+from dpmm.pipeline.reconstruct_stage import solver
 from dpmm.pipeline.strategy_stage import ChosenStrategy, save_decision, select_releasable
 from dpmm.privacy import ZCDP, PureDP
 from dpmm.strategy import Candidate
+from dpmm.strategy.selection import Selection
 from dpmm.workload import WorkloadGroup, stack
 
 __all__ = ["GroupReport", "PlanReport", "plan", "plan_workload"]
@@ -162,6 +165,9 @@ class PlanReport:
     decision: ChosenStrategy | None = None
     config_path: str | None = None
     config_sha256: str | None = None
+    footprint: Footprint | None = None
+    counting: str = ""
+    reconstruction: str = ""
 
     @property
     def strategy_repr(self) -> str:
@@ -196,6 +202,9 @@ class PlanReport:
             "strategy_digest": self.strategy_digest,
             "quantization_scale": self.quantization_scale,
             "strategy_seconds": self.strategy_seconds,
+            "counting": self.counting or None,
+            "reconstruction": self.reconstruction or None,
+            **(self.footprint.to_dict() if self.footprint else {}),
             **totals,
             "seconds": self.seconds,
             "notes": list(self.total.notes),
@@ -216,18 +225,24 @@ def _figure(what: str, where: str, compute: Callable[[], float], notes: list[str
 
 
 def _group_report(
-    group: WorkloadGroup, A: Matrix, privacy: PureDP | ZCDP, variances: tuple[float, float]
+    group: WorkloadGroup,
+    A: Matrix,
+    privacy: PureDP | ZCDP,
+    variances: tuple[float, float],
+    error: float | None = None,
 ) -> GroupReport:
     """The group's figures; ``variances`` are the exact noise variances the release adds
-    to an answer of ``A`` and to one count of the Identity strategy."""
+    to an answer of ``A`` and to one count of the Identity strategy. ``error``, when
+    given, is the group's expected error as the release computes it."""
     start = time.perf_counter()
     W = group.matrix
     notes: list[str] = []
     where = f"group '{group.name}'"
     strategy, identity = variances
-    error = _figure(
-        "expected error", where, lambda: expected_error(W, A, privacy, variance=strategy), notes
-    )
+    if error is None:
+        error = _figure(
+            "expected error", where, lambda: expected_error(W, A, privacy, variance=strategy), notes
+        )
     bound = _figure("SVD bound", where, lambda: svd_bound(W, privacy), notes)
     baseline = _figure(
         "identity error", where, lambda: identity_error(W, privacy, variance=identity), notes
@@ -254,6 +269,85 @@ def _sum(values: Sequence[float | None]) -> float | None:
     return None if any(value is None for value in values) else math.fsum(values)
 
 
+def _selected(
+    W: Matrix, privacy: PureDP | ZCDP, method: str, domain: Domain, name: str, groups: int
+) -> tuple[ChosenStrategy, Selection]:
+    logger.info(
+        "%s: %d groups, %s queries over %s cells; selecting a strategy (%s)",
+        name,
+        groups,
+        f"{W.shape[0]:,}",
+        f"{domain.size:,}",
+        method,
+    )
+    try:
+        return select_releasable(W, method, privacy, domain.size)
+    except MeasurementError as error:
+        raise TooLargeError(str(error)) from error
+
+
+def _report(
+    name: str,
+    domain: Domain,
+    privacy: PureDP | ZCDP,
+    method: str,
+    groups: Sequence[WorkloadGroup],
+    found: tuple[ChosenStrategy, Selection],
+    started: float,
+    errors: Sequence[float] | None = None,
+) -> PlanReport:
+    """The report of the chosen strategy: ``errors`` per group as the release computes
+    them, or (None) from the closed-form expected error."""
+    chosen, selection = found
+    A = chosen.quantized.matrix  # what the release measures and reconstructs with
+    # The exact discrete noise the release's record will state, and an identity release's.
+    variances = (
+        planned_noise_variance(chosen.quantized, privacy),
+        planned_noise_variance(QuantizedStrategy(Identity(1), 1), privacy),
+    )
+    strategy_seconds = time.perf_counter() - started
+    logger.info("%s: strategy %s selected in %.2f s", name, _short(repr(A)), strategy_seconds)
+    given = errors if errors is not None else [None] * len(groups)
+    reports = tuple(
+        _group_report(group, A, privacy, variances, error)
+        for group, error in zip(groups, given, strict=True)
+    )
+    notes = [f"group '{r.name}': {note}" for r in reports for note in r.notes]
+    W = stack(list(groups))
+    if len(reports) == 1:
+        bound = reports[0].svd_bound
+    else:
+        whole: list[str] = []
+        bound = _figure("SVD bound", "whole workload", lambda: svd_bound(W, privacy), whole)
+        notes += [f"whole workload: {note}" for note in whole]
+    total = GroupReport(
+        name="total",
+        kind="",
+        queries=W.shape[0],
+        total_squared_error=_sum([r.total_squared_error for r in reports]),
+        svd_bound=bound,
+        identity_error=_sum([r.identity_error for r in reports]),
+        seconds=time.perf_counter() - started,
+        notes=tuple(notes),
+    )
+    logger.info("%s: planned in %.2f s", name, total.seconds)
+    return PlanReport(
+        name=name,
+        domain=domain,
+        privacy=privacy,
+        method=method,
+        strategy=A,
+        strategy_seconds=strategy_seconds,
+        groups=reports,
+        chosen_method=chosen.selected,
+        decision=chosen,
+        strategy_digest=matrix_digest(chosen.quantized.integer),
+        quantization_scale=chosen.quantized.scale,
+        candidates=selection.candidates,
+        total=total,
+    )
+
+
 def plan_workload(
     groups: Sequence[WorkloadGroup],
     privacy: PureDP | ZCDP,
@@ -276,107 +370,48 @@ def plan_workload(
         ConfigError: ``method`` is unknown.
         TooLargeError: ``method`` cannot build a strategy for this workload.
     """
-    start = time.perf_counter()
+    started = time.perf_counter()
     groups = list(groups)
-    W = stack(groups)
-    logger.info(
-        "%s: %d groups, %s queries over %s cells; selecting a strategy (%s)",
-        name,
-        len(groups),
-        f"{W.shape[0]:,}",
-        f"{domain.size:,}",
-        method,
-    )
-    try:
-        chosen, selection = select_releasable(W, method, privacy, domain.size)
-    except MeasurementError as error:
-        raise TooLargeError(str(error)) from error
-    A = chosen.quantized.matrix  # what the release measures and reconstructs with
-    # The exact discrete noise the release's record will state, and an identity release's.
-    variances = (
-        planned_noise_variance(chosen.quantized, privacy),
-        planned_noise_variance(QuantizedStrategy(Identity(1), 1), privacy),
-    )
-    strategy_seconds = time.perf_counter() - start
-    logger.info("%s: strategy %s selected in %.2f s", name, _short(repr(A)), strategy_seconds)
-    reports = tuple(_group_report(group, A, privacy, variances) for group in groups)
-    notes = [f"group '{r.name}': {note}" for r in reports for note in r.notes]
-    if len(reports) == 1:
-        bound = reports[0].svd_bound
-    else:
-        whole: list[str] = []
-        bound = _figure("SVD bound", "whole workload", lambda: svd_bound(W, privacy), whole)
-        notes += [f"whole workload: {note}" for note in whole]
-    total = GroupReport(
-        name="total",
-        kind="",
-        queries=W.shape[0],
-        total_squared_error=_sum([r.total_squared_error for r in reports]),
-        svd_bound=bound,
-        identity_error=_sum([r.identity_error for r in reports]),
-        seconds=time.perf_counter() - start,
-        notes=tuple(notes),
-    )
-    logger.info("%s: planned in %.2f s", name, total.seconds)
-    return PlanReport(
-        name=name,
-        domain=domain,
-        privacy=privacy,
-        method=method,
-        strategy=A,
-        strategy_seconds=strategy_seconds,
-        groups=reports,
-        chosen_method=chosen.selected,
-        decision=chosen,
-        strategy_digest=matrix_digest(chosen.quantized.integer),
-        quantization_scale=chosen.quantized.scale,
-        candidates=selection.candidates,
-        total=total,
-    )
-
-
-def _check_releasable(config: ReleaseConfig, decision: ChosenStrategy) -> None:
-    """What the release checks before it reserves budget, checked now: how the input is
-    counted and that every group's answers and standard errors can be computed.
-
-    Raises:
-        ConfigError: the release of this decision would be refused.
-    """
-    try:
-        check_reconstructable(config, decision, counting_plan(config, decision))
-    except TooLargeError as error:
-        raise ConfigError(
-            f"{config.path}: the strategy {decision.selected!r} cannot be released: {error}"
-        ) from error
+    found = _selected(stack(groups), privacy, method, domain, name, len(groups))
+    return _report(name, domain, privacy, method, groups, found, started)
 
 
 def plan(config: ReleaseConfig) -> PlanReport:
     """Plan a release: its strategy and expected error per query group. Touches no data.
 
-    The decision (the quantized strategy) is saved where the release looks for its
-    strategy (the strategy cache under the release root), so ``dpmm release`` measures
-    exactly what the latest plan of an unchanged config chose, without selecting again.
+    The release's post-processing is run on a planned, data-free measurement
+    (:func:`~dpmm.pipeline.preflight.preflight`), so every group's expected error is the
+    one the release's manifest will state, and a release that could not finish is refused
+    now. The decision (the quantized strategy) is saved in the release's plan folder,
+    which ``dpmm release`` executes as long as the config is unchanged.
 
     Args:
         config: A configuration from :func:`dpmm.config.load_config`.
 
     Raises:
         ConfigError: The configured strategy method cannot build a strategy for this
-            workload (the message names the file and ``strategy.method``).
+            workload, or its release would be refused or could not finish (the message
+            names the file and the reason).
     """
+    started = time.perf_counter()
+    groups = list(config.workload)
+    privacy = config.measurement_privacy
     try:
-        report = plan_workload(
-            config.workload,
-            config.measurement_privacy,
-            config.strategy_method,
-            config.domain,
-            config.name,
+        found = _selected(
+            stack(groups), privacy, config.strategy_method, config.domain, config.name, len(groups)
         )
     except TooLargeError as error:
         raise ConfigError(
             f"{config.path}: strategy.method: '{config.strategy_method}' cannot build a "
             f"strategy for this workload ({error})"
         ) from error
+    checked = preflight(config, found[0])
+    errors = [
+        math.fsum(np.square(group.standard_errors)) for group in checked.reconstruction.groups
+    ]
+    report = _report(
+        config.name, config.domain, privacy, config.strategy_method, groups, found, started, errors
+    )
     notes = [
         f"group '{config.workload[index].name}': θ is chosen from the data by "
         f"{choice.method} with {choice.share} of ε when released; this plan bounds a record "
@@ -386,13 +421,18 @@ def plan(config: ReleaseConfig) -> PlanReport:
     if notes:
         total = replace(report.total, notes=(*report.total.notes, *notes))
         report = replace(report, total=total)
-    if report.decision is not None:
-        _check_releasable(config, report.decision)
-        try:
-            save_decision(config, report.decision)
-        except OSError as error:
-            raise ConfigError(
-                f"{config.path}: release.root: the plan's decision cannot be saved under "
-                f"{config.release.root} ({error.strerror or error})"
-            ) from error
-    return replace(report, config_path=str(config.path), config_sha256=config.sha256)
+    try:
+        save_decision(config, found[0])
+    except OSError as error:
+        raise ConfigError(
+            f"{config.path}: release.root: the plan's decision cannot be saved under "
+            f"{config.release.root} ({error.strerror or error})"
+        ) from error
+    return replace(
+        report,
+        config_path=str(config.path),
+        config_sha256=config.sha256,
+        footprint=checked.footprint,
+        counting=checked.counting,
+        reconstruction=solver(config, checked.counting),
+    )

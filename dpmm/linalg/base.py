@@ -194,7 +194,8 @@ class Matrix(LinearOperator):
         """Yield ``(start, columns)`` blocks of the dense matrix, each within ``limit`` entries."""
         rows, cols = self.shape
         limit = DENSE_LIMIT if limit is None else limit
-        width = max(1, min(cols, limit // max(rows, 1)))
+        # Both the block and the identity columns it is computed from stay within the limit.
+        width = max(1, min(cols, limit // max(rows, cols, 1)))
         for start in range(0, cols, width):
             stop = min(cols, start + width)
             eye = np.zeros((cols, stop - start))

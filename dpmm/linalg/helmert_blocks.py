@@ -15,6 +15,9 @@ Column norms are found exactly by visiting every cell on domains of at most
 :data:`~dpmm.linalg.residual_general.EXACT_CELLS` cells (the same limit the real strategy's
 sensitivity uses); beyond that the norms are the bound ``Σ_S max_{j_S} ‖(Q_S H_S)[:, j_S]‖``,
 never below the largest column's, so noise calibrated to it never spends more than asked.
+A diagonal block's column norms are ``|H_S|ᵀ|Q_S|`` and ``(H_S∘H_S)ᵀ Q_S²``, found by
+cumulative sums (:func:`helmert_transpose`) in O(cells of S), never as a dense matrix; sets
+sharing one integer block (a symmetric domain) are visited once.
 
 Example:
     >>> B = HelmertBlocks((2, 3), {0b01: np.array([3]), 0b10: np.array([[2, 0], [1, 1]])})
@@ -29,10 +32,12 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from functools import reduce
+from typing import Literal
 
 import numpy as np
 
@@ -44,14 +49,18 @@ from dpmm.linalg.residual_general import EXACT_CELLS, ResidualBlockStrategy
 __all__ = [
     "MAX_BLOCK_ENTRIES",
     "HelmertBlocks",
+    "HelmertEntries",
     "checked_table",
     "helmert_norms",
     "helmert_row_norms",
+    "helmert_transpose",
     "integer_helmert",
 ]
 
-#: Most entries of one block's integer matrix ``Q_S H_S`` (rows × cells of S) visited.
+#: Most entries of one dense block's integer matrix ``Q_S H_S`` (rows × cells of S) visited.
 MAX_BLOCK_ENTRIES = 1 << 26
+#: Cells of equal-shaped marginal tables turned into answers per batch (bounds temporaries).
+BATCH_CELLS = 1 << 22
 #: Integers (counts times entries, sums of squares) must stay below this to be exact in int64.
 INT_LIMIT = 2**62
 
@@ -78,6 +87,44 @@ def integer_helmert(table: np.ndarray, axis: int) -> np.ndarray:
     k = np.arange(1, moved.shape[-1], dtype=moved.dtype)
     result = np.cumsum(moved, axis=-1)[..., :-1] - k * moved[..., 1:]
     return np.moveaxis(result, -1, axis)
+
+
+#: Which matrix :func:`helmert_transpose` transposes: H, |H| or H∘H.
+HelmertEntries = Literal["signed", "absolute", "squared"]
+#: The entry of column j in row j of each of them.
+_DIAGONAL = {
+    "signed": lambda j: -j,
+    "absolute": lambda j: j,
+    "squared": lambda j: j * j,
+}
+
+
+def helmert_transpose(
+    table: np.ndarray, axis: int, entries: HelmertEntries = "signed"
+) -> np.ndarray:
+    """``Hᵀ`` along ``axis`` (length n − 1 → n), or the transpose of ``|H|`` or ``H∘H``.
+
+    Column j of the integer Helmert rows holds 1 in every row k > j and −j in row j (rows
+    k = 1 … n − 1), so entry j is ``Σ_{k>j} u_k − j u_j`` (``+ j u_j`` for ``|H|``,
+    ``+ j² u_j`` for ``H∘H``; ``u_0 = 0``): one cumulative sum, in the table's own dtype
+    (int64 and Python integers stay exact).
+
+    Args:
+        table: an array whose ``axis`` has length n − 1.
+        axis: the attribute's axis.
+        entries: ``"signed"`` (H), ``"absolute"`` (|H|) or ``"squared"`` (H∘H).
+
+    Example:
+        >>> helmert_transpose(np.array([1, 1]), 0).tolist()      # (1, −1, 0) + (1, 1, −2)
+        [2, 0, -2]
+        >>> helmert_transpose(np.array([1, 1]), 0, "squared").tolist()
+        [2, 2, 4]
+    """
+    moved = np.moveaxis(table, axis, -1)
+    padded = np.concatenate([np.zeros_like(moved[..., :1]), moved], axis=-1)
+    after = np.cumsum(padded[..., ::-1], axis=-1)[..., ::-1] - padded  # Σ_{k>j} u_k
+    diagonal = _DIAGONAL[entries](np.arange(padded.shape[-1], dtype=np.int64))
+    return np.moveaxis(after + diagonal * padded, -1, axis)
 
 
 def helmert_row_norms(sizes: Sequence[int]) -> np.ndarray:
@@ -122,19 +169,23 @@ class HelmertBlocks(Matrix):
         self.domain_shape = _shape_of(shape)
         full = (1 << len(self.domain_shape)) - 1
         self.integers: dict[int, np.ndarray] = {}
+        valid: set[tuple[int, int]] = set()  # (id of a block, rank): sets may share a block
         for mask, block in integers.items():
             if not isinstance(mask, int | np.integer) or mask < 0 or mask & ~full:
                 raise DomainError(f"Residual set {mask!r} is not a bit mask of the domain")
             rank = math.prod(self.domain_shape[i] - 1 for i in mask_members(int(mask)))
             Q = np.asarray(block)
-            if Q.dtype != np.int64 or Q.ndim not in (1, 2) or Q.shape[-1] != rank or not rank:
-                raise DomainError(
-                    f"the integer block of residual set {mask} must be an int64 vector or "
-                    f"matrix with {rank} columns, got {Q.dtype} of shape {Q.shape}"
-                )
+            if (id(Q), rank) not in valid:
+                if Q.dtype != np.int64 or Q.ndim not in (1, 2) or Q.shape[-1] != rank or not rank:
+                    raise DomainError(
+                        f"the integer block of residual set {mask} must be an int64 vector or "
+                        f"matrix with {rank} columns, got {Q.dtype} of shape {Q.shape}"
+                    )
+                valid.add((id(Q), rank))
             self.integers[int(mask)] = Q
         self.sets: tuple[int, ...] = tuple(self.integers)
-        rows = [self.rows(mask) for mask in self.sets]
+        self._positions = {mask: t for t, mask in enumerate(self.sets)}
+        rows = [Q.shape[0] for Q in self.integers.values()]
         self.offsets = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
         super().__init__((int(self.offsets[-1]), math.prod(self.domain_shape)))
 
@@ -146,16 +197,12 @@ class HelmertBlocks(Matrix):
         """The sizes of the attributes of set ``mask``, in ascending attribute order."""
         return [self.domain_shape[i] for i in mask_members(mask)]
 
-    def helmert_norms(self, mask: int) -> np.ndarray:
-        """``c_r = Π_{i∈S} k_i(k_i + 1)`` for each integer Helmert row of ``mask`` (int64)."""
-        return helmert_row_norms(self.sizes(mask))
-
     def normalized(self, mask: int) -> np.ndarray:
         """``G_S = Q_S diag(√c)`` (float): block S's answers are ``G_S R_S x``.
 
         A vector for a diagonal block (the diagonal), else a ``(rows, rank)`` matrix.
         """
-        root = np.sqrt(self.helmert_norms(mask).astype(np.float64))
+        root = np.sqrt(helmert_row_norms(self.sizes(mask)).astype(np.float64))
         Q = self.integers[mask].astype(np.float64)
         return Q * root if Q.ndim == 1 else Q * root[None, :]
 
@@ -177,14 +224,36 @@ class HelmertBlocks(Matrix):
         return self.divided(1)._rmatmat(Y)
 
     # -- exact integer facts ---------------------------------------------------------------
+    @functools.cached_property
+    def _representatives(self) -> dict[int, int]:
+        """``{mask: the first mask with the same attribute sizes and integer block}``.
+
+        Symmetric domains repeat one block over many sets (quantization shares the array):
+        facts about a block are found once per representative.
+        """
+        by_identity: dict[tuple, int] = {}
+        by_value: dict[tuple, int] = {}
+        result = {}
+        for mask in self.sets:
+            Q = self.integers[mask]
+            sizes = tuple(self.sizes(mask))
+            representative = by_identity.get((sizes, id(Q)))
+            if representative is None:
+                key = (sizes, Q.shape, Q.tobytes())
+                representative = by_identity[sizes, id(Q)] = by_value.setdefault(key, mask)
+            result[mask] = representative
+        return result
+
     def _block_columns(self, mask: int) -> tuple[np.ndarray, np.ndarray]:
         """``(‖(Q_S H_S)[:, j]‖₁, ‖(Q_S H_S)[:, j]‖₂²)`` for every cell j of S, exact int64.
 
         Raises:
-            TooLargeError: the block is too large to visit, or a norm overflows int64.
+            TooLargeError: a dense block is too large to visit, or a norm overflows int64.
         """
         sizes = self.sizes(mask)
         Q = self.integers[mask]
+        if Q.ndim == 1:
+            return _diagonal_columns(Q, sizes)
         cells = math.prod(sizes)
         if Q.shape[0] * cells > MAX_BLOCK_ENTRIES:
             raise TooLargeError(
@@ -192,14 +261,10 @@ class HelmertBlocks(Matrix):
                 f"more than the {MAX_BLOCK_ENTRIES:,} its sensitivity may visit"
             )
         H = _integer_helmert_rows(sizes)
-        absolute = np.abs(Q).astype(np.float64)
-        if Q.ndim == 1:
-            peak = float((absolute * _row_peaks(sizes)).max())
-        else:
-            peak = float((absolute @ np.abs(H).astype(np.float64)).max())
+        peak = float((np.abs(Q).astype(np.float64) @ np.abs(H).astype(np.float64)).max())
         if peak >= INT_LIMIT:
             raise TooLargeError(f"the integer block of residual set {mask} overflows int64")
-        QH = Q[:, None] * H if Q.ndim == 1 else Q @ H
+        QH = Q @ H
         l1 = np.abs(QH).sum(axis=0)
         if peak * peak * QH.shape[0] < INT_LIMIT:
             return l1, np.einsum("rj,rj->j", QH, QH)
@@ -214,28 +279,26 @@ class HelmertBlocks(Matrix):
         largest growth of an answer per record, ``max_r Σ_t |Q_S[r, t]| · Π k_i``.
 
         Raises:
-            TooLargeError: a block is too large to visit, or a norm overflows int64.
+            TooLargeError: a dense block is too large to visit, or a norm overflows int64.
         """
         shape = self.domain_shape
-        per_set: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        distinct: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # symmetric domains repeat
-        for mask in self.sets:
-            Q = self.integers[mask]
-            key = (tuple(self.sizes(mask)), Q.shape, Q.tobytes())
-            if key not in distinct:
-                distinct[key] = self._block_columns(mask)
-            per_set[mask] = distinct[key]
-        bounds = [sum(int(c[which].max()) for c in per_set.values()) for which in (0, 1)]
+        representatives = self._representatives
+        distinct = dict.fromkeys(representatives.values())
+        columns = {mask: self._block_columns(mask) for mask in distinct}
+        peaks = {mask: (int(l1.max()), int(l2.max())) for mask, (l1, l2) in columns.items()}
+        bounds = [
+            sum(peaks[representatives[mask]][which] for mask in self.sets) for which in (0, 1)
+        ]
         l1_bound, l2_bound = _int64(bounds)  # the sums fit, so every partial sum does
-        growth = max((self._growth(mask) for mask in self.sets), default=1)
+        growth = max((self._growth(mask) for mask in columns), default=1)
         if math.prod(shape) > EXACT_CELLS:
             return _int64([int(l1_bound)]), _int64([int(l2_bound)]), growth
         totals = []
         for which in (0, 1):
             total = np.zeros(shape, dtype=np.int64)
-            for mask, columns in per_set.items():
+            for mask in self.sets:
                 broadcast = [shape[i] if mask >> i & 1 else 1 for i in range(len(shape))]
-                total = total + columns[which].reshape(broadcast)
+                total = total + columns[representatives[mask]][which].reshape(broadcast)
             totals.append(total.reshape(-1))
         return totals[0], totals[1], growth
 
@@ -248,6 +311,9 @@ class HelmertBlocks(Matrix):
     def table_answers(self, tables: Mapping[tuple[int, ...], np.ndarray]) -> np.ndarray:
         """The exact int64 answers ``Q_S H_S m_S`` of every block, in block order.
 
+        Sets with equal attribute sizes are transformed together, a batch of tables at a
+        time: O(Σ table sizes · |S| + answers), few Python steps per set.
+
         Args:
             tables: ``{sorted attribute positions: integer table}``, one per set.
 
@@ -256,27 +322,54 @@ class HelmertBlocks(Matrix):
                 the tables disagree on the number of records.
             TooLargeError: an answer could overflow int64.
         """
-        checked = {mask: checked_table(tables, mask, tuple(self.sizes(mask))) for mask in self.sets}
-        totals = {int(table.sum()) for table in checked.values()}
+        answers = np.empty(self.shape[0], dtype=np.int64)
+        representatives = self._representatives
+        growth: dict[int, int] = {}
+        totals: set[int] = set()
+        for sizes, masks in self._classes().items():
+            step = max(1, BATCH_CELLS // math.prod(sizes))
+            for start in range(0, len(masks), step):
+                batch = masks[start : start + step]
+                stacked = np.stack([checked_table(tables, mask, sizes) for mask in batch])
+                totals.update(np.unique(stacked.reshape(len(batch), -1).sum(axis=1)).tolist())
+                records = max(totals)  # equal, or refused below once every table is checked
+                for mask in batch:  # |entry r of H_S m_S| ≤ records · Π k_i
+                    representative = representatives[mask]
+                    if representative not in growth:
+                        growth[representative] = self._growth(representative)
+                    if growth[representative] * records >= INT_LIMIT:
+                        raise TooLargeError(
+                            f"the answers of residual set {mask} on {records:,} records could "
+                            "overflow int64; quantize with fewer bits"
+                        )
+                for axis in range(1, stacked.ndim):
+                    stacked = integer_helmert(stacked, axis)
+                self._multiply(batch, stacked.reshape(len(batch), -1), answers)
         if len(totals) > 1:
             raise DomainError("the marginal tables disagree on the number of records")
-        records = totals.pop() if totals else 0
-        pieces = []
+        return answers
+
+    def _classes(self) -> dict[tuple[int, ...], list[int]]:
+        """The sets grouped by the sizes of their attributes (equal table shapes)."""
+        classes: dict[tuple[int, ...], list[int]] = {}
         for mask in self.sets:
-            table = checked[mask]
-            for axis in range(table.ndim):
-                table = integer_helmert(table, axis)
-            values = table.reshape(-1)  # |entry r| ≤ records · Π k_i
-            if self._growth(mask) * records >= INT_LIMIT:
-                raise TooLargeError(
-                    f"the answers of residual set {mask} on {records:,} records could overflow "
-                    "int64; quantize with fewer bits"
-                )
-            Q = self.integers[mask]
-            pieces.append(Q * values if Q.ndim == 1 else Q @ values)
-        if not pieces:
-            return np.zeros(0, dtype=np.int64)
-        return np.concatenate(pieces).astype(np.int64, copy=False)
+            classes.setdefault(tuple(self.sizes(mask)), []).append(mask)
+        return classes
+
+    def _multiply(self, batch: Sequence[int], helmert: np.ndarray, answers: np.ndarray) -> None:
+        """Write ``Q_S (H_S m_S)`` of each set in ``batch`` into its rows of ``answers``."""
+        blocks = [self.integers[mask] for mask in batch]
+        if all(Q.ndim == 1 for Q in blocks):  # diagonal blocks: one product for the batch
+            first = blocks[0]
+            Q = first if all(block is first for block in blocks) else np.stack(blocks)
+            starts = self.offsets[[self._positions[mask] for mask in batch]]
+            answers[starts[:, None] + np.arange(helmert.shape[1])] = Q * helmert
+            return
+        for mask, Q, values in zip(batch, blocks, helmert, strict=True):
+            t = self._positions[mask]
+            answers[self.offsets[t] : self.offsets[t + 1]] = (
+                Q * values if Q.ndim == 1 else Q @ values
+            )
 
     def marginal_tables(self, x: np.ndarray) -> dict[tuple[int, ...], np.ndarray]:
         """The tables :meth:`table_answers` reads, summed from a data vector over the domain."""
@@ -293,7 +386,7 @@ class HelmertBlocks(Matrix):
         for mask in self.sets:
             Q = self.integers[mask]
             hashed.update(f"{mask}:{list(Q.shape)};".encode())
-            hashed.update(Q.astype("<i8").tobytes())
+            hashed.update(np.ascontiguousarray(Q, dtype="<i8"))  # no copy on little-endian
         return hashed.hexdigest()
 
     def __repr__(self) -> str:
@@ -324,6 +417,37 @@ def checked_table(
     if table.size and table.min() < 0:
         raise DomainError(f"the marginal table on attributes {list(attrs)} is negative")
     return table.astype(np.int64, copy=False)
+
+
+def _transposed(vector: np.ndarray, ranks: Sequence[int], entries: HelmertEntries) -> np.ndarray:
+    """``(⊗ Hᵀ) vector`` (or with ``|H|``, ``H∘H``): a set's Helmert rows to its cells."""
+    table = vector.reshape(ranks)
+    for axis in range(len(ranks)):
+        table = helmert_transpose(table, axis, entries)
+    return table.reshape(-1)
+
+
+def _diagonal_columns(Q: np.ndarray, sizes: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Column L1 norms and sums of squares of ``diag(Q) H_S``: ``|H_S|ᵀ|Q|``, ``(H_S∘H_S)ᵀQ²``.
+
+    Raises:
+        TooLargeError: a norm overflows int64.
+    """
+    ranks = [n - 1 for n in sizes]
+    magnitude = np.abs(Q)
+    # Every entry, and every partial sum on the way (column 0 of each factor is all ones),
+    # is at most the largest column's sum of squares (integer products are at least their
+    # own magnitude): its float64 value, with room for rounding, says whether int64 holds.
+    floats = magnitude.astype(np.float64)
+    peak = float(_transposed(floats * floats, ranks, "squared").max())
+    if peak * (1 + 1e-9) < INT_LIMIT:
+        return (
+            _transposed(magnitude, ranks, "absolute"),
+            _transposed(magnitude * magnitude, ranks, "squared"),
+        )
+    exact = magnitude.astype(object)
+    l1 = _transposed(exact, ranks, "absolute")
+    return _int64(l1.tolist()), _int64(_transposed(exact * exact, ranks, "squared").tolist())
 
 
 def _int64(values: Sequence[int]) -> np.ndarray:

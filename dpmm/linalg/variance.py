@@ -3,7 +3,9 @@
 With ``P = (AᵀA)⁺`` this is, up to the noise constant, the variance of every
 least-squares answer. The diagonal is linear in P and splits over W's blocks;
 a Kron W against a Kron P is the Kron of per-factor diagonals, and a marginal
-against the marginal algebra is constant over the table's cells.
+against the marginal algebra is constant over the table's cells. Intervals are
+differences of prefix sums, so many intervals over few cells read their variances from
+the prefix sums' covariance ``L P Lᵀ`` (``n × n``, L the prefix matrix).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 
 from dpmm.linalg.base import DENSE_LIMIT, Matrix, check_dense_size
 from dpmm.linalg.combinators import Dense, Sparse, Sum, VStack, Weighted
+from dpmm.linalg.elementary import Prefix, RangeQueries
 from dpmm.linalg.kron import Kron
 from dpmm.linalg.marginals import Marginal, MarginalsGram
 
@@ -35,6 +38,7 @@ def query_variances(W: Matrix, P: Matrix) -> np.ndarray:
 
 
 def _variances(W: Matrix, P: Matrix) -> np.ndarray:
+    W, P = _single_factor(W), _single_factor(P)
     if isinstance(W, VStack):
         return np.concatenate([_variances(block, P) for block in W.blocks])
     if isinstance(W, Weighted):
@@ -49,12 +53,19 @@ def _variances(W: Matrix, P: Matrix) -> np.ndarray:
         and W.domain_shape == P.domain_shape
     ):
         return np.full(W.shape[0], _marginal_variance(W, P))
+    if isinstance(W, RangeQueries) and W.shape[0] > W.shape[1] and W.shape[1] ** 2 <= DENSE_LIMIT:
+        return _interval_variances(W, P)
     if isinstance(W, Kron) and isinstance(P, MarginalsGram):
         return _variances(W, P.as_kron_sum())
     if isinstance(W, Kron) and isinstance(P, Kron) and _aligned(W, P):
         parts = [_variances(w, p) for w, p in zip(W.factors, P.factors, strict=True)]
         return _kron_all(parts)
     return _generic(W, P)
+
+
+def _single_factor(M: Matrix) -> Matrix:
+    """A Kron product of one factor is that factor (its structure is the factor's)."""
+    return M.factors[0] if isinstance(M, Kron) and len(M.factors) == 1 else M
 
 
 def _aligned(W: Kron, P: Kron) -> bool:
@@ -81,6 +92,18 @@ def _marginal_variance(W: Marginal, P: MarginalsGram) -> float:
         )
         total += u * outside
     return total
+
+
+def _interval_variances(W: RangeQueries, P: Matrix) -> np.ndarray:
+    """``Var(S_h − S_{l−1})`` for each interval ``[l, h]``, from the covariance of the
+    prefix sums ``S`` (padded with ``S_{−1} = 0``): O(n² + cost(P) on n columns + m)."""
+    n = W.shape[1]
+    prefix = Prefix(n)
+    covariance = np.zeros((n + 1, n + 1))
+    covariance[1:, 1:] = prefix._matmat(P._matmat(prefix.T.dense()))
+    low, high = W.low, W.high + 1
+    diagonal = np.diagonal(covariance)
+    return diagonal[high] + diagonal[low] - 2.0 * covariance[high, low]
 
 
 def _generic(W: Matrix, P: Matrix) -> np.ndarray:

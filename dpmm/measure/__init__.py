@@ -5,7 +5,9 @@ Gaussian noise to ``A x`` and writes a :class:`MeasurementRecord` atomically to 
 folder; :func:`load_measurement` reads one back. It measures integer-valued strategies;
 :func:`quantize` puts a real-valued strategy on an integer grid first (a residual strategy
 becomes integer residual blocks read from marginal tables). Without a store and ledger,
-:func:`measure` draws in memory, for research use.
+:func:`measure` draws in memory, for research use; :func:`measure_strategy` does so for any
+matrix (quantized by :func:`measurable`) and returns a :class:`Measurement`, the answers and
+noise in the strategy's own units, ready for a solver.
 
 Example:
     >>> import pathlib, tempfile
@@ -34,46 +36,47 @@ from dpmm.measure.exact import (
     analyze_strategy,
     exact_answers,
 )
+from dpmm.measure.measurement import Measurement, measure_strategy
 from dpmm.measure.mechanism import measure
 from dpmm.measure.quantize import (
     DEFAULT_BITS,
+    QUANTIZATION_BITS,
     QuantizationError,
     QuantizedStrategy,
+    measurable,
     quantization_error_change,
     quantize,
 )
 from dpmm.measure.record import FORMAT, MeasurementRecord, load_measurement, record_path
-from dpmm.measure.residual_tables import (
-    ResidualMeasurement,
+from dpmm.measure.tables import (
+    MarginalCounts,
     count_marginals,
-    measure_residuals,
-    residual_answers,
-    residual_sigma2,
+    marginal_answers,
+    strategy_tables,
 )
-from dpmm.measure.tables import MarginalCounts, marginal_answers, strategy_tables
 
 __all__ = [
     "DEFAULT_BITS",
     "FORMAT",
+    "QUANTIZATION_BITS",
     "ExactStrategy",
     "MarginalCounts",
+    "Measurement",
     "MeasurementError",
     "MeasurementMismatch",
     "MeasurementRecord",
     "QuantizationError",
     "QuantizedStrategy",
-    "ResidualMeasurement",
     "analyze_strategy",
     "count_marginals",
     "exact_answers",
     "load_measurement",
     "marginal_answers",
+    "measurable",
     "measure",
-    "measure_residuals",
+    "measure_strategy",
     "quantization_error_change",
     "quantize",
     "record_path",
-    "residual_answers",
-    "residual_sigma2",
     "strategy_tables",
 ]

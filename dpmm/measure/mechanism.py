@@ -52,7 +52,7 @@ from dpmm.privacy.params import ZCDP, PureDP
 from dpmm.privacy.randomness import RandomSource
 from dpmm.privacy.samplers import discrete_gaussian, discrete_laplace
 
-__all__ = ["check_reservation", "draw_once", "measure", "planned_noise_variance"]
+__all__ = ["check_reservation", "draw_once", "measure", "planned_noise_variance", "planned_record"]
 
 _LAPLACE_THEOREM = (
     "Ghosh, Roughgarden, Sundararajan 2009 (the geometric mechanism): independent discrete "
@@ -242,6 +242,26 @@ def draw_once(
         write(record, path)
         del record  # what is returned is the copy on disk: free the drawn one first
         return load()
+
+
+def planned_record(A: QuantizedStrategy, privacy: PureDP | ZCDP) -> MeasurementRecord:
+    """The record :func:`measure` would write for ``A`` under ``privacy``, with every answer
+    zero and no noise drawn: not a measurement, but what post-processing can be run on to
+    learn, without data, exactly what it computes and how much noise it will face.
+
+    Raises:
+        MeasurementError: the strategy is not exactly measurable.
+    """
+    expected = _plan(analyze_strategy(A.integer), privacy)
+    return MeasurementRecord(
+        measurement_id="planned",
+        values=np.zeros(A.integer.shape[0], dtype=np.int64),
+        reservation_id="",
+        release_id="",
+        created="",
+        quantization_scale=A.scale,
+        **expected,
+    )
 
 
 def planned_noise_variance(A: QuantizedStrategy, privacy: PureDP | ZCDP) -> float:

@@ -37,6 +37,7 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,13 +63,15 @@ from dpmm.linalg.helmert_blocks import HelmertBlocks, helmert_row_norms
 from dpmm.linalg.marginals import mask_members
 from dpmm.linalg.residual_general import ResidualBlockStrategy
 from dpmm.linalg.residuals import ResidualStrategy
-from dpmm.measure.exact import MeasurementError
+from dpmm.measure.exact import MeasurementError, analyze_strategy
 from dpmm.privacy import PrivacyParameter
 
 __all__ = [
     "DEFAULT_BITS",
+    "QUANTIZATION_BITS",
     "QuantizationError",
     "QuantizedStrategy",
+    "measurable",
     "quantization_error_change",
     "quantize",
 ]
@@ -131,6 +134,32 @@ def quantize(A: Matrix, *, bits: int = DEFAULT_BITS) -> QuantizedStrategy:
     return QuantizedStrategy(integer, 1 << exponent)
 
 
+#: Quantization grids tried in turn: the finest whose integer strategy can be measured
+#: exactly (a product of several fitted factors needs coarser grids per factor).
+QUANTIZATION_BITS = (13, 10, 8, 6)
+
+
+def measurable(matrix: Matrix) -> QuantizedStrategy:
+    """The finest quantization of ``matrix`` whose integer form has exact column norms.
+
+    Raises:
+        MeasurementError: Even the coarsest grid gives norms too large to hold exactly.
+    """
+    for bits in QUANTIZATION_BITS:
+        quantized = quantize(matrix, bits=bits)
+        try:
+            analyze_strategy(quantized.integer)
+        except MeasurementError as error:
+            if bits == QUANTIZATION_BITS[-1]:
+                raise MeasurementError(
+                    f"strategy {matrix!r:.120} cannot be quantized to an integer strategy with "
+                    f"exact norms ({error})"
+                ) from None
+            continue
+        return quantized
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 def quantization_error_change(
     W: Matrix, A: Matrix, quantized: QuantizedStrategy, privacy: PrivacyParameter
 ) -> float:
@@ -165,9 +194,9 @@ def _quantize(A: Matrix, bits: int) -> tuple[Matrix, int]:
     if isinstance(A, VStack):
         return _quantize_stack(A, bits)
     if isinstance(A, ResidualStrategy):  # scaled residuals: a block strategy of scalars
-        return _quantize_residual(ResidualBlockStrategy(A.domain_shape, A.weights), bits)
+        return _quantize_residual(A, A.weights, bits)
     if isinstance(A, ResidualBlockStrategy):
-        return _quantize_residual(A, bits)
+        return _quantize_residual(A, A.blocks, bits)
     return _quantize_other(A, bits)
 
 
@@ -274,8 +303,77 @@ def _row_space(block: np.ndarray) -> np.ndarray:
     return values[:rank, None] * rows[:rank]
 
 
-def _quantize_residual(A: ResidualBlockStrategy, bits: int) -> tuple[Matrix, int]:
+def _round_residual(
+    mask: int,
+    block: float | np.ndarray,
+    sizes: tuple[int, ...],
+    bits: int,
+    reduced: dict[tuple, np.ndarray],
+) -> tuple[np.ndarray, int] | None:
+    """``L_S diag(1/√c)`` rounded on its own grid: ``(integers as floats, exponent)``, or
+    None for a zero block. ``reduced`` keeps the row-space factors of dense blocks."""
+    inverse_root = 1.0 / np.sqrt(helmert_row_norms(sizes).astype(np.float64))
+    if isinstance(block, np.ndarray) and block.ndim == 1:  # a diagonal block
+        values = np.asarray(block, dtype=np.float64) * inverse_root
+    elif isinstance(block, np.ndarray):
+        dense = np.asarray(block, dtype=np.float64)
+        key = (dense.shape, dense.tobytes())  # symmetric domains repeat one block
+        if key not in reduced:
+            reduced[key] = _row_space(dense)
+        values = reduced[key] * inverse_root[None, :]
+    else:
+        values = float(block) * inverse_root
+    if not np.all(np.isfinite(values)):
+        raise QuantizationError(f"the block of residual set {mask} is not finite")
+    magnitudes = np.abs(values)
+    if not magnitudes.any():
+        return None
+    # A diagonal row is its own query: each keeps ``bits`` significant bits (its weight
+    # 1/√c_r spans orders of magnitude); a dense block is rounded as a whole.
+    reference = magnitudes[magnitudes > 0].min() if values.ndim == 1 else magnitudes.max()
+    exponent = max(0, bits - math.frexp(float(reference))[1])
+    return np.rint(np.ldexp(values, exponent)), exponent
+
+
+def _on_common_grid(
+    A: ResidualStrategy | ResidualBlockStrategy,
+    mask: int,
+    values: np.ndarray,
+    shift: int,
+    bits: int,
+) -> np.ndarray:
+    """A rounded block moved ``shift`` bits to the common grid: a read-only int64 ``Q_S``.
+
+    Raises:
+        QuantizationError: it does not fit int64, loses rank, or has a zero diagonal row.
+    """
+    scaled = np.ldexp(values, shift)
+    if float(np.abs(scaled).max()) >= 2**62:  # int64, with room for sums
+        raise QuantizationError(
+            f"the blocks of {A!r} differ too much in scale to share one integer grid "
+            f"at {bits} bits; use fewer bits"
+        )
+    Q = scaled.astype(np.int64)
+    if Q.ndim == 2 and np.linalg.matrix_rank(Q.astype(np.float64)) != min(Q.shape):
+        raise QuantizationError(
+            f"the block of residual set {mask} loses rank at {bits} bits; use more bits"
+        )
+    if Q.ndim == 1 and not Q.all():
+        raise QuantizationError(
+            f"the scalar block of residual set {mask} rounds to zero at {bits} bits"
+        )
+    Q.setflags(write=False)
+    return Q
+
+
+def _quantize_residual(
+    A: ResidualStrategy | ResidualBlockStrategy,
+    blocks: Mapping[int, float | np.ndarray],
+    bits: int,
+) -> tuple[Matrix, int]:
     """Round every block ``L_S diag(1/√c)`` of A to integers ``Q_S`` over one power of two.
+
+    ``blocks`` are A's blocks (a residual strategy's weights are its scalar blocks).
 
     Each block gets its own grid, ``bits`` significant bits relative to its largest entry
     (every entry of a diagonal block: its rows are scaled by ``1/√c_r``, which spans
@@ -283,61 +381,36 @@ def _quantize_residual(A: ResidualBlockStrategy, bits: int) -> tuple[Matrix, int
     so a lightly weighted block keeps its precision and the blocks keep their relative
     weights. A scalar block ``s I`` becomes a diagonal one; a rank-deficient dense block
     is first replaced by a full-row-rank factor of its Gram (:func:`_row_space`). The
-    result is the integer
-    strategy ``[Q_S H_S]`` (:class:`~dpmm.linalg.helmert_blocks.HelmertBlocks`).
+    result is the integer strategy ``[Q_S H_S]``
+    (:class:`~dpmm.linalg.helmert_blocks.HelmertBlocks`); sets with equal blocks and
+    attribute sizes share one read-only integer array.
     """
     shape = A.domain_shape
-    rounded: dict[int, tuple[np.ndarray, int]] = {}
+    # Symmetric domains repeat one block (and its attribute sizes) over many sets: each
+    # distinct one is rounded once, and its sets share one read-only integer array.
+    distinct: dict[tuple, tuple[np.ndarray, int] | None] = {}
     reduced: dict[tuple, np.ndarray] = {}
-    for mask, block in A.blocks.items():
-        sizes = [shape[i] for i in mask_members(mask)]
+    rounded: dict[int, tuple[np.ndarray, int]] = {}
+    for mask, block in blocks.items():
+        sizes = tuple(shape[i] for i in mask_members(mask))
         if not math.prod(n - 1 for n in sizes):
             continue
-        norms = helmert_row_norms(sizes)
-        inverse_root = 1.0 / np.sqrt(norms.astype(np.float64))
-        if isinstance(block, np.ndarray) and block.ndim == 1:  # a diagonal block
-            values = np.asarray(block, dtype=np.float64) * inverse_root
-        elif isinstance(block, np.ndarray):
-            dense = np.asarray(block, dtype=np.float64)
-            key = (dense.shape, dense.tobytes())  # symmetric domains repeat one block
-            if key not in reduced:
-                reduced[key] = _row_space(dense)
-            values = reduced[key] * inverse_root[None, :]
+        if isinstance(block, np.ndarray):
+            key: tuple = (sizes, block.shape, np.asarray(block, dtype=np.float64).tobytes())
         else:
-            values = float(block) * inverse_root
-        if not np.all(np.isfinite(values)):
-            raise QuantizationError(f"the block of residual set {mask} is not finite")
-        magnitudes = np.abs(values)
-        if not magnitudes.any():
-            continue  # a zero block measures nothing
-        # A diagonal row is its own query: each keeps ``bits`` significant bits (its
-        # weight 1/√c_r spans orders of magnitude); a dense block is rounded as a whole.
-        reference = magnitudes[magnitudes > 0].min() if values.ndim == 1 else magnitudes.max()
-        exponent = max(0, bits - math.frexp(float(reference))[1])
-        rounded[mask] = (np.rint(np.ldexp(values, exponent)), exponent)
+            key = (sizes, float(block))
+        if key not in distinct:
+            distinct[key] = _round_residual(mask, block, sizes, bits, reduced)
+        result = distinct[key]
+        if result is not None:  # a zero block measures nothing
+            rounded[mask] = result
     if not rounded:
         raise QuantizationError(f"{A!r} has no block with rows and a non-zero entry")
     common = max(exponent for _, exponent in rounded.values())
+    on_grid: dict[int, np.ndarray] = {}  # by id of the rounded array: shared arrays stay shared
     integers: dict[int, np.ndarray] = {}
-    full_rank: dict[tuple, bool] = {}
     for mask, (values, exponent) in rounded.items():
-        scaled = np.ldexp(values, common - exponent)
-        if float(np.abs(scaled).max()) >= 2**62:  # int64, with room for sums
-            raise QuantizationError(
-                f"the blocks of {A!r} differ too much in scale to share one integer grid "
-                f"at {bits} bits; use fewer bits"
-            )
-        Q = scaled.astype(np.int64)
-        key = (Q.shape, Q.tobytes())
-        if Q.ndim == 2 and key not in full_rank:
-            full_rank[key] = np.linalg.matrix_rank(Q.astype(np.float64)) == min(Q.shape)
-        if Q.ndim == 2 and not full_rank[key]:
-            raise QuantizationError(
-                f"the block of residual set {mask} loses rank at {bits} bits; use more bits"
-            )
-        if Q.ndim == 1 and not Q.all():
-            raise QuantizationError(
-                f"the scalar block of residual set {mask} rounds to zero at {bits} bits"
-            )
-        integers[mask] = Q
+        if id(values) not in on_grid:
+            on_grid[id(values)] = _on_common_grid(A, mask, values, common - exponent, bits)
+        integers[mask] = on_grid[id(values)]
     return HelmertBlocks(shape, integers), common

@@ -51,6 +51,7 @@ __all__ = [
     "Reconstruction",
     "check_reconstructable",
     "reconstruct",
+    "solver",
     "wants_histogram",
 ]
 
@@ -125,7 +126,9 @@ def _answers(
     return GroupAnswers(group.name, group.kind, labels, estimates, standard_errors, exact)
 
 
-def _method(config: ReleaseConfig, plan: str) -> str:
+def solver(config: ReleaseConfig, plan: str) -> str:
+    """The reconstruction a release of this config runs: ``least_squares``, ``nnls``, or
+    ``auto`` (least squares, then NNLS when the estimate calls for it)."""
     chosen = config.release.reconstruction
     if plan == "tables":
         return "least_squares"
@@ -249,7 +252,7 @@ def reconstruct(
     scale = strategy.quantized.scale
     y = record.values.astype(np.float64) / scale
     std = math.sqrt(record.noise_variance()) / scale
-    method = _method(config, plan)
+    method = solver(config, plan)
     if isinstance(strategy.quantized.integer, HelmertBlocks):
         groups, histogram = _from_blocks(config, strategy.quantized.integer, record, progress)
     elif plan == "tables":

@@ -1,4 +1,8 @@
-"""The release pipeline: reserve → [thresholds] → strategy → ingest → measure → reconstruct → write.
+"""The release pipeline: check → reserve → [thresholds] → ingest → measure → reconstruct → write.
+
+The check loads the plan's decision (or selects and saves one with the plan's rule) and
+runs :func:`~dpmm.pipeline.preflight.preflight` on it, so everything that can fail
+without data fails before the ledger is touched.
 
 :func:`run_release` is the whole pipeline as plain function calls; the Prefect flow in
 ``flows/release.py`` runs the same sequence, each stage a named task, by passing a
@@ -33,6 +37,7 @@ from dpmm.measure import measure
 from dpmm.measure.quantize import QuantizedStrategy
 from dpmm.measure.record import MeasurementRecord, load_measurement, record_path
 from dpmm.pipeline.ingest_stage import Counts, check_countable, count_input, counting_plan
+from dpmm.pipeline.preflight import preflight
 from dpmm.pipeline.reconstruct_stage import Reconstruction, check_reconstructable, reconstruct
 from dpmm.pipeline.run_state import ReleaseRun, open_run
 from dpmm.pipeline.strategy_stage import ChosenStrategy, choose_strategy
@@ -202,6 +207,10 @@ def run_release(
     check_countable(config)
     ledger = open_ledger(config)
     try:
+        if not config.private_thresholds:
+            # The plan's decision, checked end to end without data before anything is
+            # reserved (a config with private thresholds selects once they are drawn).
+            preflight(config, choose_strategy(config))
         run = stage("reserve-budget", open_run)(config, ledger)
         try:
             if config.private_thresholds:

@@ -1,36 +1,39 @@
-"""Select a release's strategy from its config alone, reusing a cached one when identical.
+"""Select a release's strategy from its config alone, and keep the plan's decision.
 
-Selection reads no data and spends nothing. Its result is keyed by everything it depends
-on (the domain's attributes and sizes, the workload groups' specs, the noise norm, the
-method and dpmm's version), so a scheduled release with an unchanged workload reuses the
-strategy instead of optimizing again. A run keeps its own copy: a resumed run measures
-exactly the strategy it selected, even if the cache changed since.
+Selection reads no data and spends nothing. ``dpmm plan`` saves its decision (the
+quantized strategy it chose) in the release's plan folder, ``<root>/<name>/.plan/``,
+with the facts it was made from: the config file's sha256, the domain and dpmm's
+version. A release loads that decision instead of selecting again, and refuses to start
+when any of those facts changed since (the plan a person reviewed is the release that
+runs); a config that was never planned is planned by its first release with the same
+rule. A run keeps its own copy: a resumed run measures exactly the strategy it selected.
 
 What is stored is the quantized strategy, the integer matrix that is measured and its
-power-of-two scale, never the real-valued one: every later use (cache, resume, re-run)
+power-of-two scale, never the real-valued one: every later use (plan, resume, re-run)
 measures and reconstructs with exactly the grid that was chosen when it was selected,
 instead of deriving a grid again.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
 import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from dpmm import __version__
 from dpmm.config import ReleaseConfig
+from dpmm.errors import ConfigError
 from dpmm.linalg import Marginals, Matrix
 from dpmm.linalg.residual_general import ResidualBlockStrategy
 from dpmm.linalg.residuals import ResidualStrategy
 from dpmm.linalg.serialize import SerializationError, load_matrix, save_matrix
-from dpmm.measure.exact import MeasurementError, analyze_strategy
-from dpmm.measure.quantize import QuantizedStrategy, quantize
-from dpmm.privacy.params import PrivacyParameter, PureDP
+from dpmm.measure.exact import MeasurementError
+from dpmm.measure.quantize import QuantizedStrategy, measurable
+from dpmm.privacy.params import PrivacyParameter
 from dpmm.strategy import AUTO_CANDIDATES, METHODS, select_strategy
 from dpmm.strategy.selection import Candidate, Progress, Selection, select
 from dpmm.workload import stack
@@ -40,12 +43,13 @@ __all__ = [
     "VECTOR_LIMIT",
     "ChosenStrategy",
     "choose_strategy",
+    "plan_folder",
+    "planned_strategy",
     "save_decision",
     "select_releasable",
-    "strategy_key",
 ]
 
-CACHE_FOLDER = ".strategy-cache"
+PLAN_FOLDER = ".plan"
 #: Largest domain whose full count vector is built (cells; int64, 2 GiB).
 VECTOR_LIMIT = 2**28
 #: What ``auto`` falls back to above :data:`VECTOR_LIMIT` when none of its candidates is
@@ -62,7 +66,7 @@ class ChosenStrategy:
         method: The config's method (``auto``, ``hdmm``, ...).
         selected: The candidate that was chosen (the method itself unless ``auto``).
         seconds: Selection time (0 for a cached or resumed strategy).
-        source: ``selected``, ``cache``, ``run`` or ``release``.
+        source: ``selected``, ``plan``, ``run`` or ``release``.
     """
 
     quantized: QuantizedStrategy
@@ -72,52 +76,16 @@ class ChosenStrategy:
     source: str
 
 
-def strategy_key(config: ReleaseConfig) -> str:
-    """The cache key of a config's strategy: a hash of what selection depends on."""
-    facts = {
-        "domain": [[a.name, a.size] for a in config.domain.attrs],
-        "workload": [group.spec for group in config.workload],
-        "norm": "l1" if isinstance(config.privacy, PureDP) else "l2",
-        "method": config.strategy_method,
-        "dpmm": __version__,
-    }
-    text = json.dumps(facts, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def _write_json(path: Path, data: dict) -> None:
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
     temporary.write_text(json.dumps(data, sort_keys=True))
     os.replace(temporary, path)
 
 
-#: Quantization grids tried in turn: the finest whose integer strategy can be measured
-#: exactly (a product of several fitted factors needs coarser grids per factor).
-QUANTIZATION_BITS = (13, 10, 8, 6)
-
-
-def measurable(matrix: Matrix) -> QuantizedStrategy:
-    """The finest quantization of ``matrix`` whose integer form has exact column norms.
-
-    Raises:
-        MeasurementError: Even the coarsest grid gives norms too large to hold exactly.
-    """
-    for bits in QUANTIZATION_BITS:
-        quantized = quantize(matrix, bits=bits)
-        try:
-            analyze_strategy(quantized.integer)
-        except MeasurementError as error:
-            if bits == QUANTIZATION_BITS[-1]:
-                raise MeasurementError(
-                    f"strategy {matrix!r:.120} cannot be quantized to an integer strategy with "
-                    f"exact norms ({error})"
-                ) from None
-            continue
-        return quantized
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _load(folder: Path, stem: str, config: ReleaseConfig, source: str) -> ChosenStrategy | None:
+def _load(
+    folder: Path, stem: str, config: ReleaseConfig, source: str
+) -> tuple[ChosenStrategy, dict[str, Any]] | None:
+    """The strategy kept as ``stem`` in ``folder`` and the facts stored beside it."""
     matrix_file, facts_file = folder / f"{stem}.npz", folder / f"{stem}.json"
     if not (matrix_file.is_file() and facts_file.is_file()):
         return None
@@ -125,17 +93,16 @@ def _load(folder: Path, stem: str, config: ReleaseConfig, source: str) -> Chosen
         integer = load_matrix(matrix_file)
         facts = json.loads(facts_file.read_text())
         quantized = QuantizedStrategy(integer, facts["quantization_scale"])
+        chosen = ChosenStrategy(quantized, config.strategy_method, facts["selected"], 0.0, source)
     except (SerializationError, MeasurementError, ValueError, KeyError, TypeError, OSError):
         return None  # a damaged (or older) entry is selected again, never trusted
-    if integer.shape[1] != config.domain.size:
-        return None
-    return ChosenStrategy(quantized, config.strategy_method, facts["selected"], 0.0, source)
+    return chosen, facts
 
 
-def _store(folder: Path, stem: str, chosen: ChosenStrategy) -> None:
+def _store(folder: Path, stem: str, chosen: ChosenStrategy, **facts: Any) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     save_matrix(chosen.quantized.integer, folder / f"{stem}.npz")
-    facts = {
+    facts |= {
         "selected": chosen.selected,
         "seconds": chosen.seconds,
         "quantization_scale": chosen.quantized.scale,
@@ -237,14 +204,56 @@ def _select(config: ReleaseConfig, progress: Progress | None) -> ChosenStrategy:
     return chosen
 
 
+def plan_folder(config: ReleaseConfig) -> Path:
+    """``<release root>/<name>/.plan``: where the plan's decision is kept."""
+    return config.release.root / config.name / PLAN_FOLDER
+
+
+def _plan_facts(config: ReleaseConfig) -> dict[str, Any]:
+    """What a decision was made from: a release refuses it when any of these changed."""
+    return {
+        "config_sha256": config.sha256,
+        "domain": config.domain.to_dict(),
+        "dpmm_version": __version__,
+    }
+
+
 def save_decision(config: ReleaseConfig, chosen: ChosenStrategy) -> None:
-    """Keep ``chosen`` as the strategy of every later release of this config (until its
-    domain, workload, noise, method or dpmm's version changes): ``dpmm plan`` calls this.
+    """Keep ``chosen`` as the strategy of every later release of this config, for as long
+    as the config file, its domain and dpmm's version are unchanged.
 
     Raises:
         OSError: the release root cannot be written.
     """
-    _store(config.release.root / CACHE_FOLDER, strategy_key(config), chosen)
+    _store(plan_folder(config), "decision", chosen, **_plan_facts(config))
+
+
+def planned_strategy(config: ReleaseConfig) -> ChosenStrategy | None:
+    """The plan's decision for ``config``, or None if it was never planned.
+
+    Raises:
+        ConfigError: the config file, its domain or dpmm's version changed since the plan.
+    """
+    kept = _load(plan_folder(config), "decision", config, "plan")
+    if kept is None:
+        return None
+    chosen, facts = kept
+    now = _plan_facts(config)
+    changed = [
+        what
+        for key, what in (
+            ("domain", "its domain"),
+            ("config_sha256", "the config file"),
+            ("dpmm_version", f"dpmm's version ({facts.get('dpmm_version')} → {__version__})"),
+        )
+        if facts.get(key) != now[key]
+    ]
+    if changed:
+        raise ConfigError(
+            f"{config.path}: {changed[0]} changed since the release was planned; review the "
+            f"new plan with: dpmm plan {config.path}"
+        )
+    return chosen if chosen.quantized.integer.shape[1] == config.domain.size else None
 
 
 def choose_strategy(
@@ -253,22 +262,27 @@ def choose_strategy(
     run_folder: Path | None = None,
     progress: Progress | None = None,
 ) -> ChosenStrategy:
-    """The run's strategy if it has one, else a cached one, else a freshly selected one.
+    """The run's strategy if it has one, else the plan's decision, else a fresh selection
+    (which becomes the plan's decision).
 
-    The result is stored in the run folder (when given) and in the cache under the
-    release root. ``progress`` follows the candidates tried (see
-    :func:`dpmm.strategy.select_strategy`).
+    A config with private truncation thresholds selects after its thresholds are drawn,
+    for the workload at those thresholds: its plan (made at a bound) decides nothing.
+    The result is kept in the run folder (when given). ``progress`` follows the
+    candidates tried (see :func:`dpmm.strategy.select_strategy`).
+
+    Raises:
+        ConfigError: the config changed since it was planned (see :func:`planned_strategy`).
     """
     if run_folder is not None:
         kept = _load(run_folder, "strategy", config, "run")
-        if kept is not None:
-            return kept
-    cache = config.release.root / CACHE_FOLDER
-    key = strategy_key(config)
-    chosen = _load(cache, key, config, "cache")
-    if chosen is None:
+        if kept is not None and kept[0].quantized.integer.shape[1] == config.domain.size:
+            return kept[0]
+    if config.private_thresholds:
         chosen = _select(config, progress)
-        _store(cache, key, chosen)
+    else:
+        chosen = planned_strategy(config) or _select(config, progress)
+        if chosen.source == "selected":
+            save_decision(config, chosen)
     if run_folder is not None:
         _store(run_folder, "strategy", chosen)
     return chosen

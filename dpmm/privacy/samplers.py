@@ -484,9 +484,11 @@ def _far_divmod(offsets: np.ndarray, denominator: int) -> tuple[np.ndarray, np.n
     small = np.abs(offsets) < _SQUARE_SAFE
     squares = offsets[small] * offsets[small]
     whole[small], remainder[small] = np.divmod(squares, denominator)
-    for i in np.flatnonzero(~small):  # far tail: square with Python integers
-        high, low = divmod(int(offsets[i]) ** 2, denominator)
-        whole[i], remainder[i] = min(high, _COUNT_CAP), low
+    far = np.flatnonzero(~small)
+    if far.size:  # the tail: squared with Python integers, in numpy's object loops
+        squared = offsets.take(far).astype(object) ** 2
+        whole[far] = np.minimum(squared // denominator, _COUNT_CAP)
+        remainder[far] = squared % denominator
     return whole, remainder
 
 

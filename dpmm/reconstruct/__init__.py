@@ -11,7 +11,8 @@ Interchangeable solvers share one keyword-only signature (:class:`Solver`):
 Then :func:`workload_answers` gives ``W x̂`` with per-query standard errors,
 :func:`isotonic` makes monotone families (prefix sums) monotone, and
 :func:`marginal_tables` reconstructs marginal tables on huge domains without
-the full vector, as :func:`residual_marginals` does from residual measurements.
+the full vector, as :func:`block_marginals` (or :func:`iter_block_marginals`, a batch at
+a time) does from a measurement of integer residual blocks.
 
 Example:
     >>> import numpy as np
@@ -42,12 +43,7 @@ from dpmm.reconstruct.residual_blocks import (
     BlockMarginal,
     block_marginals,
     block_workload_answers,
-)
-from dpmm.reconstruct.residual_marginals import (
-    ResidualMarginal,
-    iter_residual_marginals,
-    marginal_variance,
-    residual_marginals,
+    iter_block_marginals,
 )
 from dpmm.reconstruct.workload_nnls import workload_nnls
 
@@ -59,7 +55,6 @@ __all__ = [
     "Estimate",
     "MarginalMeasurement",
     "ReconstructionError",
-    "ResidualMarginal",
     "Solver",
     "WorkloadAnswers",
     "block_marginals",
@@ -68,14 +63,12 @@ __all__ = [
     "covariance_factor",
     "gram_pinv",
     "isotonic",
-    "iter_residual_marginals",
+    "iter_block_marginals",
     "least_squares",
     "marginal_tables",
-    "marginal_variance",
     "nnls",
     "nonnegative_tables",
     "project_consistent",
-    "residual_marginals",
     "whiten",
     "workload_answers",
     "workload_nnls",

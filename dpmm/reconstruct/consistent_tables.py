@@ -1,7 +1,7 @@
 """Non-negative, mutually consistent marginal tables, without the full data vector.
 
 Given tables ``t_a`` (e.g. least-squares tables from :func:`marginal_tables` or
-:func:`residual_marginals`, which are consistent but may be negative) and one weight
+:func:`block_marginals`, which are consistent but may be negative) and one weight
 ``w_a`` per table, :func:`nonnegative_tables` returns the exact solution of
 
     ``minimize Σ_a w_a ‖μ_a − t_a‖²  over  μ ∈ C ∩ K``,

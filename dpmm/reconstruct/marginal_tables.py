@@ -60,17 +60,48 @@ def _mask(attrs: Sequence[int]) -> int:
     return sum(1 << int(i) for i in set(attrs))
 
 
-def _reduce(
-    table: np.ndarray, held: list[int], keep: int, shape: tuple[int, ...]
-) -> tuple[np.ndarray, list[int]]:
-    """Sum out every attribute outside ``keep``: an axis if held, else a factor n_i."""
-    factor = 1.0
-    axes = [pos for pos, i in enumerate(held) if not keep >> i & 1]
-    for i, n in enumerate(shape):
-        if not keep >> i & 1 and i not in held:
-            factor *= n
-    reduced = table.sum(axis=tuple(axes)) if axes else table
-    return factor * reduced, [i for i in held if keep >> i & 1]
+def _parts(
+    b: int,
+    sets: list[int],
+    tables: list[np.ndarray],
+    measurements: Sequence[MarginalMeasurement],
+    P: MarginalsGram,
+    shape: tuple[int, ...],
+    sums: dict[tuple[int, int], np.ndarray],
+) -> dict[int, np.ndarray]:
+    """``M_b x̂`` as tables on subsets ``d`` of b (each constant along ``b \\ d``).
+
+    ``M_b C(c) M_aᵀ y_a`` is ``y_a`` summed to ``d = a ∩ b ∩ c``, times the sizes of the
+    attributes outside ``a ∪ c`` and outside ``b ∪ (a ∩ c)``: the coefficients ``u_c``
+    are grouped by ``d`` (vectorized over c), so each measured table is summed once per
+    subset, not once per coefficient.
+    """
+    # Attribute sets are bit masks: int64 holds 62 attributes, Python integers any number.
+    kind = np.int64 if len(shape) <= 62 else object
+    masks = np.array(list(P.coefficients), dtype=kind)
+    weights = np.fromiter(P.coefficients.values(), dtype=np.float64)
+    sizes = np.asarray(shape, dtype=np.float64)
+    bits = np.array([1 << i for i in range(len(shape))], dtype=kind)
+
+    def outside(mask: np.ndarray) -> np.ndarray:  # Π n_i over the attributes not in mask
+        return np.prod(np.where(mask[:, None] & bits, 1.0, sizes), axis=1)
+
+    parts: dict[int, np.ndarray] = {}
+    for index, (a, table, m) in enumerate(zip(sets, tables, measurements, strict=True)):
+        factors = weights * outside(a | masks) * outside(b | (a & masks))
+        subsets, which = np.unique(a & b & masks, return_inverse=True)
+        grouped = np.bincount(which, weights=factors, minlength=subsets.size)
+        for d, g in zip((int(d) for d in subsets), grouped.tolist(), strict=True):
+            if g == 0.0:
+                continue
+            key = (index, d)
+            if key not in sums:
+                held = [i for i in range(len(shape)) if a >> i & 1]
+                axes = tuple(pos for pos, i in enumerate(held) if not d >> i & 1)
+                sums[key] = table.sum(axis=axes) if axes else table
+            term = (g * m.weight / m.noise_std**2) * sums[key]
+            parts[d] = parts[d] + term if d in parts else term
+    return parts
 
 
 def _expand(table: np.ndarray, held: list[int], attrs: list[int], shape: tuple[int, ...]):
@@ -116,6 +147,7 @@ def marginal_tables(
         {mask: m.weight**2 / m.noise_std**2 for mask, m in zip(sets, measurements, strict=True)},
     ).pinv()
     results: dict[tuple[int, ...], WorkloadAnswers] = {}
+    sums: dict[tuple[int, int], np.ndarray] = {}  # (measured set, subset) → summed table
     for query in queries:
         attrs = sorted({int(i) for i in query})
         b = _mask(attrs)
@@ -125,14 +157,9 @@ def marginal_tables(
                 "marginal, so least squares cannot estimate it."
             )
         estimate = np.zeros([shape[i] for i in attrs])
-        for a, table, m in zip(sets, tables, measurements, strict=True):
-            held_a = [i for i in range(len(shape)) if a >> i & 1]
-            for c, u in P.coefficients.items():
-                part, held = _reduce(table, held_a, c, shape)
-                part, held = _reduce(part, held, b, shape)
-                estimate = estimate + (u * m.weight / m.noise_std**2) * _expand(
-                    part, held, attrs, shape
-                )
+        for d, part in _parts(b, sets, tables, measurements, P, shape, sums).items():
+            held = [i for i in range(len(shape)) if d >> i & 1]
+            estimate = estimate + _expand(part, held, attrs, shape)
         variances = query_variances(Marginal(shape, attrs), P)
         results[tuple(attrs)] = WorkloadAnswers(
             values=estimate.reshape(-1),

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dpmm.linalg import (
+    AllRange,
     Dense,
     Hierarchical,
     Identity,
@@ -26,6 +27,7 @@ from dpmm.linalg import (
     query_variances,
     trace_of_product,
 )
+from dpmm.linalg.elementary import RangeQueries
 
 from .conftest import (
     ORACLE,
@@ -273,3 +275,25 @@ def test_trace_of_a_dense_matrix_against_a_structured_one_in_blocks(monkeypatch,
     expected = float(np.trace(gram.array @ structured.dense()))
     pair = (gram, structured) if dense_on_the_left else (structured, gram)
     assert trace_of_product(*pair) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("n", [2, 7, 40])
+def test_interval_variances_read_the_prefix_sums_covariance(n: int) -> None:
+    """Many intervals over few cells: ``Var(S_h − S_{l−1})`` equals ``diag(W P Wᵀ)``."""
+    rng = np.random.default_rng(n)
+    root = rng.normal(size=(n, n))
+    P = Dense(root @ root.T)
+    pairs = [tuple(sorted(rng.integers(0, n, size=2))) for _ in range(3 * n)]
+    for W in (AllRange(n), RangeQueries(n, pairs)):
+        assert W.shape[0] > W.shape[1]
+        expected = np.einsum("ij,jk,ik->i", W.dense(), P.dense(), W.dense())
+        np.testing.assert_allclose(query_variances(W, P), expected, rtol=1e-10, atol=1e-10)
+
+
+def test_column_blocks_of_a_wide_matrix_stay_within_the_limit() -> None:
+    """The identity columns a block is computed from count too: a 100 × 5,050 matrix read
+    in blocks of at most 10⁴ entries never builds an identity of more than 10⁴ entries."""
+    W = AllRange(100).T  # 100 × 5,050
+    blocks = list(W._column_blocks(limit=10_000))
+    assert all(block.shape[1] * W.shape[1] <= 10_000 for _, block in blocks)
+    np.testing.assert_array_equal(np.hstack([b for _, b in blocks]), W.dense())

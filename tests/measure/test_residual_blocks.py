@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from dpmm.errors import DomainError, TooLargeError
-from dpmm.linalg import AllRange, Dense, Identity, Kron, Ones, Prefix, VStack
+from dpmm.linalg import AllRange, Dense, Identity, Kron, Marginals, Ones, Prefix, VStack
 from dpmm.linalg import helmert_blocks as helmert_module
 from dpmm.linalg.helmert_blocks import HelmertBlocks
 from dpmm.linalg.residual_general import ResidualBlockStrategy
@@ -25,10 +25,11 @@ from dpmm.linalg.residuals import ResidualStrategy
 from dpmm.measure import measure
 from dpmm.measure.exact import MeasurementError, analyze_strategy, exact_answers
 from dpmm.measure.quantize import QuantizationError, QuantizedStrategy, quantize
-from dpmm.measure.residual_tables import count_marginals
-from dpmm.measure.tables import MarginalCounts, marginal_answers
+from dpmm.measure.tables import MarginalCounts, count_marginals, marginal_answers
 from dpmm.privacy import ZCDP, PureDP
+from dpmm.reconstruct.residual_blocks import BlockEstimate
 from dpmm.strategy import optimize
+from dpmm.strategy.marginal_optimal import marginal_optimal
 
 SHAPE = (4, 5, 3)
 #: The grid of the tests that compare with the unquantized strategy (the old block default).
@@ -110,6 +111,18 @@ def data(shape=SHAPE, seed=0, records=200) -> np.ndarray:
     return rng.multinomial(records, rng.dirichlet(np.ones(int(np.prod(shape)))))
 
 
+def closed_form(shape=SHAPE, sizes=(0, 1, 2)) -> ResidualStrategy:
+    """The closed-form optimum for all marginals of the given sizes: one scalar per set."""
+    sets = [c for k in sizes for c in itertools.combinations(range(len(shape)), k)]
+    return marginal_optimal(Marginals(shape, dict.fromkeys(sets, 1.0)), ZCDP(1))
+
+
+def records_of(x: np.ndarray, shape=SHAPE) -> np.ndarray:
+    """One record per count of the data vector, in cell order."""
+    cells = np.array(list(itertools.product(*[range(n) for n in shape])))
+    return np.repeat(cells, x, axis=0)
+
+
 def cost(record) -> Fraction:
     """The zCDP cost of the noise a record says it drew: ``Δ₂² / (2σ²)``."""
     return record.sensitivity / (2 * record.sigma2)
@@ -153,9 +166,8 @@ def test_exact_answers_equal_dense_integer_product(strategy):
     np.testing.assert_array_equal(answers, B @ x)
     np.testing.assert_array_equal(blocks.table_answers(blocks.marginal_tables(x)), B @ x)
     # Tables counted from records give the same answers as the data vector.
-    records = np.array(list(itertools.product(*[range(n) for n in SHAPE])))
-    repeated = np.repeat(records, x, axis=0)
-    counts = count_marginals([repeated[:77], repeated[77:]], SHAPE, blocks.table_sets())
+    records = records_of(x)
+    counts = count_marginals([records[:77], records[77:]], SHAPE, blocks.table_sets())
     np.testing.assert_array_equal(marginal_answers(exact, counts), B @ x)
     np.testing.assert_array_equal(blocks.table_answers(counts.tables), B @ x)
 
@@ -406,3 +418,99 @@ def test_products_of_a_negative_one_entry_block_match_its_answers():
 def test_a_one_column_block_keeps_its_rows():
     tall = HelmertBlocks((2,), {1: np.array([[1], [2]])})
     assert tall.dense().shape == tall.shape
+
+
+def test_closed_form_strategy_is_measured_exactly(monkeypatch):
+    quantized = quantize(closed_form(), bits=BITS)
+    blocks = quantized.integer
+    assert all(Q.ndim == 1 for Q in blocks.integers.values())  # one diagonal block per set
+    B = dense_integer_strategy(blocks)
+    x = data()
+    answers = blocks.table_answers(blocks.marginal_tables(x))
+    np.testing.assert_array_equal(answers, B @ x)
+    # Divided by G_S = Q_S √c, the integer answers are the residuals R_S x.
+    G = np.concatenate([blocks.normalized(mask) for mask in blocks.sets])
+    unit = ResidualStrategy(SHAPE, dict.fromkeys(blocks.sets, 1.0))
+    np.testing.assert_allclose(answers / G, unit @ x.astype(float), rtol=1e-9, atol=1e-9)
+    # Column norms from cumulative sums: the brute-force ones per cell, Σ_S max_j above.
+    l1, l2_squared = brute_force_norms(B)
+    exact = analyze_strategy(blocks)
+    assert (exact.sensitivity_l1, exact.sensitivity_l2_squared) == (l1, l2_squared)
+    np.testing.assert_array_equal(exact.column_l2_squared, (B * B).sum(axis=0))
+    with monkeypatch.context() as patched:
+        patched.setattr(helmert_module, "EXACT_CELLS", 10)
+        bound = analyze_strategy(blocks)
+    assert (bound.sensitivity_l1, bound.sensitivity_l2_squared) == sum_of_block_maxima(blocks)
+    record = measure(quantized, x, ZCDP("1/3"), rng=np.random.default_rng(1))
+    assert record.sensitivity == l2_squared
+    assert Fraction(1, 3) * (1 - Fraction(1, 2**18)) < cost(record) <= Fraction(1, 3)
+
+
+def test_a_diagonal_block_is_never_made_dense(monkeypatch):
+    quantized = quantize(closed_form(), bits=BITS)
+    expected = analyze_strategy(quantized.integer)
+    monkeypatch.setattr(helmert_module, "MAX_BLOCK_ENTRIES", 1)  # refuses every dense block
+    found = analyze_strategy(quantized.integer)
+    np.testing.assert_array_equal(found.column_l2_squared, expected.column_l2_squared)
+    np.testing.assert_array_equal(found.column_l1, expected.column_l1)
+    # Sums of squares past int64 are found in Python integers, and refused.
+    with pytest.raises(TooLargeError, match="overflow"):
+        HelmertBlocks((3,), {1: np.array([2**31, 2**31])}).integer_column_norms()
+    fits = HelmertBlocks((3,), {1: np.array([2**30, 2**29])}).integer_column_norms()
+    assert fits[1].tolist() == [2**60 + 2**58, 2**60 + 2**58, 2**60]
+
+
+def test_sets_sharing_a_block_share_one_integer_array():
+    quantized = quantize(closed_form((3,) * 6, sizes=(2,)))
+    pairs = [Q for mask, Q in quantized.integer.integers.items() if mask.bit_count() == 2]
+    assert len(pairs) == 15 and all(Q is pairs[0] for Q in pairs)
+    assert not pairs[0].flags.writeable
+
+
+def test_counted_tables_are_measured_like_the_vector():
+    quantized = quantize(closed_form())
+    x = data()
+    records = records_of(x)
+    counts = count_marginals([records[:70], records[70:]], SHAPE, quantized.integer.table_sets())
+    from_tables = measure(quantized, counts, ZCDP(1), rng=np.random.default_rng(3))
+    from_vector = measure(quantized, x, ZCDP(1), rng=np.random.default_rng(3))
+    np.testing.assert_array_equal(from_tables.values, from_vector.values)
+    assert cost(from_tables) == cost(from_vector) <= 1
+
+
+def test_noise_on_every_residual_row_has_the_stated_variance():
+    # 190 pairs of 3-level attributes, 4 rows each: 50 draws give 9,500 samples per row
+    # position (the sampler's per-call cost makes repeats the slow axis).
+    shape = (3,) * 20
+    quantized = quantize(closed_form(shape, sizes=(1, 2)))
+    blocks = quantized.integer
+    rng = np.random.default_rng(4)
+    records = np.stack([rng.integers(0, 3, size=30) for _ in shape], axis=1)
+    counts = count_marginals([records], shape, blocks.table_sets())
+    exact = blocks.table_answers(counts.tables)
+    draws = [measure(quantized, counts, ZCDP(1), rng=rng) for _ in range(50)]
+    noise = np.stack([record.values - exact for record in draws]).astype(np.float64)
+    variance = draws[0].noise_variance()
+    pairs = [t for t, mask in enumerate(blocks.sets) if mask.bit_count() == 2]
+    rows = blocks.offsets[pairs][:, None] + np.arange(4)
+    ratio = (noise[:, rows] ** 2).mean(axis=(0, 1)) / variance
+    np.testing.assert_allclose(ratio, 1, atol=0.06)  # 9,500 samples: sd 1.5 %
+    assert abs(noise.mean()) < 4 * np.sqrt(variance / noise.size)
+    # In residual coordinates ẑ_r = y_r / G_r: the variance the estimate states, σ²/G_r².
+    G = np.concatenate([blocks.normalized(mask) for mask in blocks.sets])
+    estimate = BlockEstimate(blocks, draws[0].values, variance)
+    stated = np.concatenate([estimate.coefficients(mask)[1] for mask in blocks.sets]) ** 2
+    np.testing.assert_allclose(stated, variance / G**2, rtol=1e-12)
+    empirical = ((noise / G) ** 2).mean(axis=0)
+    assert abs(empirical.sum() / stated.sum() - 1) < 0.03  # 40,000 samples: sd 0.7 %
+
+
+def test_a_tiny_budget_is_kept():
+    # σ² beyond what the int64 sampler takes is rounded up, never down.
+    quantized = quantize(closed_form((10, 10, 10), sizes=(3,)))
+    rho = Fraction(1, 10**6)
+    record = measure(
+        quantized, np.zeros(1000, dtype=np.int64), ZCDP(rho), rng=np.random.default_rng(6)
+    )
+    assert record.sigma2 >= record.sensitivity / (2 * rho)
+    assert cost(record) <= rho

@@ -15,14 +15,33 @@ from dpmm.reconstruct import (
 )
 
 
-def test_tables_match_dense_generalized_least_squares() -> None:
+def _random_case(seed: int) -> tuple[tuple[int, ...], list, list, list, list]:
+    """Overlapping measured sets of every size on a small domain, and queries inside them."""
+    rng = np.random.default_rng(seed)
+    shape = tuple(int(n) for n in rng.integers(2, 5, size=4))
+    found = {
+        tuple(sorted(rng.choice(4, size=int(k), replace=False))) for k in rng.integers(0, 4, 5)
+    }
+    sets = sorted(found)
+    weights = list(rng.uniform(0.5, 2.0, len(sets)))
+    stds = list(rng.uniform(0.5, 3.0, len(sets)))
+    queries = sorted({sub for a in sets for sub in (a, a[:1], a[1:], ())})
+    return shape, sets, weights, stds, queries
+
+
+FIXED = (
+    (3, 4, 2, 3),
+    [(0, 1), (1, 2, 3), (0, 3), ()],
+    [1.0, 2.0, 0.5, 1.0],
+    [1.0, 3.0, 0.6, 2.0],
+    [(1,), (0, 1), (3, 0), (2,), (), (1, 3)],
+)
+
+
+@pytest.mark.parametrize("case", [FIXED, *(_random_case(seed) for seed in range(6))])
+def test_tables_match_dense_generalized_least_squares(case) -> None:
+    shape, sets, weights, stds, queries = case
     rng = np.random.default_rng(40)
-    shape = (3, 4, 2, 3)
-    sets, weights, stds = (
-        [(0, 1), (1, 2, 3), (0, 3), ()],
-        [1.0, 2.0, 0.5, 1.0],
-        [1.0, 3.0, 0.6, 2.0],
-    )
     truth = rng.poisson(2, int(np.prod(shape))).astype(float)
     measurements, ys, row_std = [], [], []
     for attrs, w, s in zip(sets, weights, stds, strict=True):
@@ -36,7 +55,6 @@ def test_tables_match_dense_generalized_least_squares() -> None:
     x_hat = least_squares(A, np.concatenate(ys), noise_std=std).x
     whitened = A.dense() / std[:, None]
     covariance = np.linalg.pinv(whitened.T @ whitened)
-    queries = [(1,), (0, 1), (3, 0), (2,), (), (1, 3)]
     tables = marginal_tables(shape, measurements, queries)
     for query in queries:
         M = Marginal(shape, sorted(query)).dense()

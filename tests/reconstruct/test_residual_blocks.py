@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 from functools import reduce
 
@@ -10,16 +12,20 @@ import pytest
 
 from dpmm.errors import UnsupportedQueryError
 from dpmm.linalg import AllRange, Dense, Identity, Kron, Marginals, Ones, Prefix, VStack, Weighted
+from dpmm.linalg.residuals import ResidualStrategy
 from dpmm.measure import measure, quantize
 from dpmm.measure.exact import analyze_strategy, exact_answers
 from dpmm.privacy import ZCDP
+from dpmm.reconstruct import residual_blocks
 from dpmm.reconstruct.residual_blocks import (
     BlockEstimate,
     block_marginals,
     block_workload_answers,
     check_answerable,
+    iter_block_marginals,
 )
 from dpmm.strategy import optimize
+from dpmm.strategy.marginal_optimal import cell_variances, marginal_optimal
 
 SHAPE = (4, 5, 3)
 #: The grid of the quantized strategies (fine enough to compare with the unquantized one).
@@ -78,8 +84,12 @@ def dense_integer_strategy(blocks) -> np.ndarray:
 
 
 def data(records=300, seed=0) -> np.ndarray:
+    return data_of(SHAPE, records, seed)
+
+
+def data_of(shape, records=300, seed=0) -> np.ndarray:
     rng = np.random.default_rng(seed)
-    return rng.multinomial(records, rng.dirichlet(np.ones(int(np.prod(SHAPE)))))
+    return rng.multinomial(records, rng.dirichlet(np.ones(int(np.prod(shape)))))
 
 
 @dataclass(frozen=True)
@@ -241,3 +251,81 @@ def test_errors(case):
         block_workload_answers(estimate, np.eye(60))
     with pytest.raises(UnsupportedQueryError, match="answers"):
         BlockEstimate(case.blocks, case.record.values[:-1], case.variance)
+
+
+def _all_marginals(shape, sizes) -> list[tuple[int, ...]]:
+    return [c for k in sizes for c in itertools.combinations(range(len(shape)), k)]
+
+
+@pytest.mark.parametrize(
+    ("shape", "sizes"), [((2, 3, 4), (0, 1, 2)), ((3, 1, 2, 3), (2, 3)), ((4, 3), (1, 2))]
+)
+def test_closed_form_marginals_equal_dense_least_squares(shape, sizes):
+    queries = _all_marginals(shape, sizes)
+    W = Marginals(shape, dict.fromkeys(queries, 1.0))
+    A = marginal_optimal(W, ZCDP(1))
+    rng = np.random.default_rng(7)
+    x = rng.integers(0, 5, size=math.prod(shape))
+    quantized = quantize(A, bits=BITS)
+    record = measure(quantized, x, ZCDP(1), rng=rng)
+    estimate = estimate_of(quantized, record)
+    pinv = np.linalg.pinv(dense_integer_strategy(quantized.integer))
+    x_hat = pinv @ record.values
+    tables = block_marginals(estimate, queries)
+    # σ² is stated for the quantized strategy, whose weights are within 2^-BITS of A's.
+    expected = cell_variances(W, A, ZCDP(1))
+    for attrs in queries:
+        P = marginal_map(shape, attrs)
+        table = tables[attrs]
+        assert table.values.shape == table.variances.shape == tuple(shape[i] for i in attrs)
+        np.testing.assert_allclose(table.values.reshape(-1), P @ x_hat, rtol=1e-9, atol=1e-8)
+        covariance = record.noise_variance() * P @ pinv @ pinv.T @ P.T
+        np.testing.assert_allclose(table.variances.reshape(-1), np.diag(covariance), rtol=1e-7)
+        mask = sum(1 << i for i in attrs)
+        np.testing.assert_allclose(table.variances, expected[mask], rtol=1e-4)
+
+
+def test_closed_form_estimates_are_unbiased_with_the_stated_variance():
+    shape = (3, 4, 2)
+    A = marginal_optimal(Marginals(shape, dict.fromkeys(_all_marginals(shape, (2,)), 1.0)), ZCDP(1))
+    quantized = quantize(A)
+    rng = np.random.default_rng(8)
+    x = rng.integers(0, 20, size=math.prod(shape))
+    truth = x.reshape(shape).sum(axis=1)
+    errors = []
+    for _ in range(30):
+        record = measure(quantized, x, ZCDP(1), rng=rng)
+        (table,) = iter_block_marginals(estimate_of(quantized, record), [(2, 0)])
+        assert table.attrs == (0, 2)
+        errors.append(((table.values - truth) ** 2 / table.variances).mean())
+    assert 0.7 < np.mean(errors) < 1.3  # 180 cells: sd ≈ 0.1
+
+
+def test_marginals_stream_in_batches_with_the_same_answers(monkeypatch):
+    shape = (3, 2, 4, 3)
+    queries = _all_marginals(shape, (0, 1, 2, 3))
+    A = marginal_optimal(Marginals(shape, dict.fromkeys(queries, 1.0)), ZCDP(1))
+    quantized = quantize(A)
+    record = measure(quantized, data_of(shape), ZCDP(1), rng=np.random.default_rng(2))
+    whole = block_marginals(estimate_of(quantized, record), queries)
+    monkeypatch.setattr(residual_blocks, "BATCH_CELLS", 8)  # a table or two per batch
+    streamed = iter_block_marginals(estimate_of(quantized, record), [*queries, queries[-1]])
+    seen = []
+    for table in streamed:
+        seen.append(table.attrs)
+        np.testing.assert_allclose(table.values, whole[table.attrs].values, rtol=1e-12)
+        np.testing.assert_allclose(table.variances, whole[table.attrs].variances, rtol=1e-12)
+    assert sorted(seen) == sorted(whole)  # every query once, duplicates answered once
+
+
+def test_a_marginal_needing_an_unmeasured_residual_is_refused():
+    shape = (2, 3, 2)
+    A = ResidualStrategy(shape, {0: 1.0, 0b001: 1.0, 0b010: 1.0, 0b011: 1.0})
+    quantized = quantize(A)
+    record = measure(quantized, np.ones(12, dtype=np.int64), ZCDP(1), rng=np.random.default_rng(1))
+    estimate = estimate_of(quantized, record)
+    with pytest.raises(UnsupportedQueryError, match=r"needs the residual on \[2\]"):
+        block_marginals(estimate, [(0, 2)])
+    with pytest.raises(UnsupportedQueryError, match="outside"):
+        block_marginals(estimate, [(5,)])
+    assert list(block_marginals(estimate, [(1, 0)])) == [(0, 1)]

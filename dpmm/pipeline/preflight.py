@@ -1,0 +1,164 @@
+"""Everything a release needs that can be known without data, checked before the ledger.
+
+:func:`preflight` decides how the input is counted and runs the release's own
+post-processing on a planned record (every answer zero, no noise drawn:
+:func:`~dpmm.measure.mechanism.planned_record`): the same reconstruction, per-query
+standard errors, labels and histogram as the release computes, so what would fail there
+fails here, and the expected error of every group is the one the manifest will state.
+
+What grows with the data's size in memory (the counts, the measurement, the answers) is
+estimated from the domain, the strategy and the workload, and checked against this
+machine's memory and the release root's free disk. ``dpmm plan`` and ``dpmm release``
+both call it, before any budget is reserved.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from dpmm.config import ReleaseConfig
+from dpmm.errors import ConfigError, TooLargeError
+from dpmm.linalg import Marginals
+from dpmm.linalg.helmert_blocks import HelmertBlocks
+from dpmm.measure.exact import MeasurementError
+from dpmm.measure.mechanism import planned_record
+from dpmm.measure.tables import strategy_tables
+from dpmm.pipeline.ingest_stage import counting_plan
+from dpmm.pipeline.reconstruct_stage import (
+    Reconstruction,
+    check_reconstructable,
+    reconstruct,
+    wants_histogram,
+)
+from dpmm.pipeline.strategy_stage import ChosenStrategy
+
+__all__ = ["Footprint", "Preflight", "footprint", "preflight"]
+
+#: Bytes a release holds per published answer: its label as a Python string, the
+#: estimate, the standard error and the variance temporaries, and the Arrow copy written.
+ANSWER_BYTES = 160
+#: Bytes per measured row: the int64 answers, the record read back, the scaled floats.
+MEASUREMENT_BYTES = 32
+#: Bytes per counted cell of the vector: int64 counts and the solver's float vectors.
+VECTOR_BYTES = 64
+#: Bytes per cell of a counted marginal table (int64, and a float copy).
+TABLE_BYTES = 16
+#: Bytes written per measured row (the run's record and the release's copy), per answer
+#: (before compression) and per histogram cell.
+DISK_PER_ROW, DISK_PER_ANSWER, DISK_PER_CELL = 24, 48, 16
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What a release holds in memory at its peak and writes to disk, estimated in bytes."""
+
+    memory: int
+    disk: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {"memory_bytes": self.memory, "disk_bytes": self.disk}
+
+
+@dataclass(frozen=True, eq=False)
+class Preflight:
+    """A release checked without data: how it counts, and its post-processing run dry.
+
+    ``reconstruction`` is the release's post-processing of a zero measurement: its
+    standard errors are the release's; its values are zero and mean nothing.
+    """
+
+    counting: str
+    reconstruction: Reconstruction
+    footprint: Footprint
+
+
+def _counted_cells(config: ReleaseConfig, chosen: ChosenStrategy, counting: str) -> int:
+    if counting == "vector":
+        return config.domain.size
+    integer = chosen.quantized.integer
+    if not isinstance(integer, Marginals | HelmertBlocks):  # pragma: no cover - counting_plan
+        return config.domain.size
+    shape = config.domain.shape
+    return sum(math.prod(shape[i] for i in attrs) for attrs in strategy_tables(integer))
+
+
+def footprint(config: ReleaseConfig, chosen: ChosenStrategy, counting: str) -> Footprint:
+    """The release's peak memory and the bytes it writes, from public facts alone."""
+    rows = chosen.quantized.integer.shape[0]
+    answers = sum(group.matrix.shape[0] for group in config.workload)
+    histogram = config.domain.size if wants_histogram(config) else 0
+    cells = _counted_cells(config, chosen, counting)
+    counted = cells * (VECTOR_BYTES if counting == "vector" else TABLE_BYTES)
+    memory = counted + rows * MEASUREMENT_BYTES + answers * ANSWER_BYTES + histogram * 8
+    disk = rows * DISK_PER_ROW + answers * DISK_PER_ANSWER + histogram * DISK_PER_CELL
+    return Footprint(memory, disk)
+
+
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return None
+
+
+def _free_disk(root: Path) -> int | None:
+    folder = root.resolve()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:  # pragma: no cover - unreadable
+        return None
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:,.1f} GiB"
+
+
+def check_footprint(config: ReleaseConfig, chosen: ChosenStrategy, needs: Footprint) -> None:
+    """Refuse a release that cannot fit this machine's memory or the root's free disk.
+
+    Raises:
+        ConfigError: the estimate exceeds what is available (names the largest part).
+    """
+    answers = sum(group.matrix.shape[0] for group in config.workload)
+    where = f"{config.path}: the strategy {chosen.selected!r} cannot be released here: "
+    memory = _physical_memory()
+    if memory is not None and needs.memory > memory:
+        raise ConfigError(
+            where + f"it needs about {_gib(needs.memory)} of memory ({answers:,} answers, "
+            f"{chosen.quantized.integer.shape[0]:,} measurements) and this machine has "
+            f"{_gib(memory)}; answer fewer queries (workload) or use a coarser domain"
+        )
+    free = _free_disk(config.release.root)
+    if free is not None and needs.disk > free:
+        raise ConfigError(
+            where + f"it writes about {_gib(needs.disk)} and {config.release.root} has "
+            f"{_gib(free)} free"
+        )
+
+
+def preflight(config: ReleaseConfig, chosen: ChosenStrategy) -> Preflight:
+    """Check a release of ``chosen`` end to end without data; nothing is read or spent.
+
+    Raises:
+        ConfigError: the release would be refused or could not finish: the input cannot
+            be counted for this strategy, a group cannot be answered, or the answers,
+            their standard errors or the files do not fit.
+    """
+    counting = counting_plan(config, chosen)
+    needs = footprint(config, chosen, counting)
+    check_footprint(config, chosen, needs)
+    try:
+        check_reconstructable(config, chosen, counting)
+        record = planned_record(chosen.quantized, config.measurement_privacy)
+        reconstruction = reconstruct(config, chosen, record, counting)
+    except (TooLargeError, MeasurementError) as error:
+        raise ConfigError(
+            f"{config.path}: the strategy {chosen.selected!r} cannot be released: {error}"
+        ) from error
+    return Preflight(counting, reconstruction, needs)

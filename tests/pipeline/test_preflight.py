@@ -1,0 +1,122 @@
+"""A release that cannot finish is refused before the ledger is touched, and a release
+executes the plan it was given, or refuses when the config changed since.
+
+The preflight runs the release's own post-processing on a data-free measurement, so the
+plan's expected errors are the manifest's, and what would fail after spending (the
+answers or their standard errors do not fit) fails in ``dpmm plan`` and at the start of
+``dpmm release``, with nothing reserved or written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import dpmm.pipeline.preflight as preflight_module
+import dpmm.pipeline.strategy_stage as strategy_stage
+from dpmm.config import ReleaseConfig, load_config
+from dpmm.errors import ConfigError
+from dpmm.pipeline import run_release
+from dpmm.pipeline.preflight import footprint, preflight
+from dpmm.pipeline.strategy_stage import choose_strategy, plan_folder
+from dpmm.plan import plan
+from dpmm.privacy.params import PureDP
+from tests.pipeline.conftest import kinds, run_folders, versions, write_config
+
+GRID = "name: grid\ndomain: {x: 256, y: 256}\nprivacy: {epsilon: 1}\n"
+#: Every rectangle of a 256 × 256 grid: 1,082,146,816 answers, about 160 GiB to hold.
+ALL_RECTANGLES = (
+    GRID
+    + "workload: [{name: rectangles, kind: kron, factors: {x: all_range, y: all_range}}]\n"
+    + "strategy: {method: hierarchical}\n"
+)
+PREFIX = "workload: [{name: cdf, kind: prefix, attribute: x}]\nstrategy: {method: hierarchical}\n"
+
+
+def _data(folder: Path) -> Path:
+    rows = np.random.default_rng(5).integers(0, 256, size=(2000, 2))
+    (folder / "data").mkdir(parents=True)
+    pq.write_table(pa.table({"x": rows[:, 0], "y": rows[:, 1]}), folder / "data" / "p.parquet")
+    return folder / "data"
+
+
+def _untouched(config: ReleaseConfig) -> None:
+    """No reservation, no spend, no run and no version."""
+    assert kinds(config) == []
+    assert run_folders(config) == [] and versions(config) == []
+
+
+def test_a_release_that_cannot_hold_its_answers_is_refused_by_the_plan_and_the_release(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(preflight_module, "_physical_memory", lambda: 64 * 2**30)
+    config = write_config(tmp_path, ALL_RECTANGLES, data=_data(tmp_path), budget=PureDP(2))
+    needs = footprint(config, choose_strategy(config), "vector")
+    assert needs.memory > 1_082_146_816 * 100  # the answers alone
+    with pytest.raises(ConfigError, match=r"of memory \(1,082,146,816 answers.* has 64.0 GiB"):
+        plan(config)
+    with pytest.raises(ConfigError, match=r"1,082,146,816 answers"):
+        run_release(config)
+    _untouched(config)
+
+
+def test_the_plans_errors_are_the_release_computation_run_without_data(tmp_path: Path) -> None:
+    config = write_config(tmp_path, GRID + PREFIX, data=_data(tmp_path), budget=PureDP(2))
+    report = plan(config)
+    checked = preflight(config, choose_strategy(config))
+    (group,) = checked.reconstruction.groups
+    assert not group.values.any()  # a zero measurement: the values mean nothing
+    assert report.groups[0].rmse == pytest.approx(group.expected_rmse, rel=1e-12)
+    assert report.counting == "vector" and report.footprint == checked.footprint
+    _untouched(config)
+
+
+def _edit(config: ReleaseConfig, old: str, new: str) -> ReleaseConfig:
+    text = config.path.read_text()
+    assert old in text
+    config.path.write_text(text.replace(old, new))
+    return load_config(config.path)
+
+
+def test_a_release_refuses_a_config_changed_since_its_plan(tmp_path: Path) -> None:
+    config = write_config(tmp_path, GRID + PREFIX, data=_data(tmp_path), budget=PureDP(2))
+    plan(config)
+    changed = _edit(config, "epsilon: 1", "epsilon: 1/2")
+    with pytest.raises(ConfigError, match=r"the config file changed since .* dpmm plan"):
+        run_release(changed)
+    _untouched(changed)
+    plan(changed)  # reviewed: the new plan is the contract
+    result = run_release(changed)
+    assert result.strategy.source == "plan"
+    assert result.manifest["strategy"]["selected"] == "hierarchical"
+
+
+def test_a_release_refuses_a_changed_domain_file_or_dpmm_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "domain.json").write_text('{"x": 256, "y": 256}')
+    body = GRID.replace("{x: 256, y: 256}", "{file: domain.json}") + PREFIX
+    config = write_config(tmp_path, body, data=_data(tmp_path), budget=PureDP(2))
+    plan(config)
+    (tmp_path / "domain.json").write_text('{"x": 256, "y": 512}')
+    with pytest.raises(ConfigError, match="its domain changed since"):
+        run_release(load_config(config.path))
+    (tmp_path / "domain.json").write_text('{"x": 256, "y": 256}')
+    monkeypatch.setattr(strategy_stage, "__version__", "99.0")
+    with pytest.raises(ConfigError, match=r"dpmm's version \(.* → 99.0\) changed"):
+        run_release(config)
+    _untouched(config)
+
+
+def test_a_release_without_a_plan_plans_itself_with_the_same_rule(tmp_path: Path) -> None:
+    config = write_config(tmp_path, GRID + PREFIX, data=_data(tmp_path), budget=PureDP(2))
+    assert not plan_folder(config).exists()
+    first = run_release(config)  # selects, keeps its decision as the plan, executes it
+    assert first.strategy.source == "plan" and plan_folder(config).is_dir()
+    second = run_release(config)
+    assert second.strategy.source == "plan"
+    assert second.manifest["strategy"]["digest"] == first.manifest["strategy"]["digest"]
