@@ -28,7 +28,7 @@ from dpmm.privacy.params import PureDP
 from tests.pipeline.conftest import kinds, run_folders, versions, write_config
 
 GRID = "name: grid\ndomain: {x: 256, y: 256}\nprivacy: {epsilon: 1}\n"
-#: Every rectangle of a 256 × 256 grid: 1,082,146,816 answers, about 160 GiB to hold.
+#: Every rectangle of a 256 × 256 grid: 1,082,146,816 answers, about 320 GiB to hold.
 ALL_RECTANGLES = (
     GRID
     + "workload: [{name: rectangles, kind: kron, factors: {x: all_range, y: all_range}}]\n"
