@@ -12,9 +12,9 @@ numpy from the raw records, independently of dpmm's counting. Settings:
   (ResidualPlanner's row: sum-var 2,994,835 at the optimum);
 * ``adult-binned``: the same, with the five numeric attributes (age, fnlwgt, capital-gain,
   capital-loss, hours-per-week) binned in pairs of codes through the domain's ``bins``, so
-  that every pair's integer residual block stays within the entries its exact sensitivity
-  may visit (``dpmm.linalg.helmert_blocks.MAX_BLOCK_ENTRIES``); on the full domain the pairs
-  of two 85–100-level attributes exceed it and the plan falls back to another strategy;
+  that every dense integer residual block stays within the entries its exact sensitivity
+  may visit (``dpmm.linalg.helmert_blocks.MAX_BLOCK_ENTRIES``); the closed-form optimum's
+  diagonal blocks have exact norms without that limit, so both settings release it;
 * ``qs-prefix``: QuerySmasher's [10]×8, all 2-way with prefix queries on both attributes
   of every pair (28 ``kron`` groups of 100 queries), ρ = 1, on 50,000 synthetic records
   (zipf-skewed, each attribute copying its left neighbour w.p. 1/2) written as Parquet.
