@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -103,3 +104,30 @@ INTEGER_STRATEGIES = [
     Dense([[1, -2, 0], [3, 0, 1]]),
     Sparse(np.array([[0.0, 4.0], [2.0, -1.0]])),
 ]
+
+
+@pytest.fixture(scope="module")
+def restore_logging() -> Iterator[None]:
+    """Prefect configures logging (root handlers included) when a flow first runs; undo it
+    after the module, so later tests' log records do not reach handlers bound to its
+    captured streams."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in root.handlers[:]:
+        if handler not in handlers:
+            root.removeHandler(handler)
+    root.setLevel(level)
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith("prefect"):
+            logging.getLogger(name).handlers.clear()
+
+
+def helmert_integer(n: int) -> np.ndarray:
+    """The integer Helmert rows from their definition: row k (1 ≤ k < n) is k ones, then
+    −k, then zeros (the oracle the integer residual blocks are checked against)."""
+    H = np.zeros((n - 1, n), dtype=np.int64)
+    for k in range(1, n):
+        H[k - 1, :k] = 1
+        H[k - 1, k] = -k
+    return H

@@ -5,8 +5,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,24 +12,7 @@ import pytest
 from dpmm.cli import main
 from dpmm.privacy.ledger import Ledger
 
-pytestmark = pytest.mark.filterwarnings("ignore")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _restore_logging() -> Iterator[None]:
-    """Prefect configures logging (root handlers included) when a flow first runs; undo it so
-    later tests' log records do not reach handlers bound to this module's captured streams."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    for handler in root.handlers[:]:
-        if handler not in handlers:
-            root.removeHandler(handler)
-    root.setLevel(level)
-    for name in list(logging.root.manager.loggerDict):
-        if name.startswith("prefect"):
-            logger = logging.getLogger(name)
-            logger.handlers.clear()
+pytestmark = [pytest.mark.filterwarnings("ignore"), pytest.mark.usefixtures("restore_logging")]
 
 
 def _release_dirs(root: Path) -> list[Path]:

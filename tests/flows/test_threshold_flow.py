@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +14,11 @@ from dpmm.cli import main
 from dpmm.privacy.ledger import Ledger
 from dpmm.privacy.params import PureDP
 
-pytestmark = [pytest.mark.filterwarnings("ignore"), pytest.mark.slow]
+pytestmark = [
+    pytest.mark.filterwarnings("ignore"),
+    pytest.mark.slow,
+    pytest.mark.usefixtures("restore_logging"),
+]
 
 CONFIG = """\
 name: sums
@@ -37,21 +39,6 @@ release: {root: releases, reconstruction: least_squares}
 ledger: {path: budget.db, dataset: sums}
 cluster: {n_workers: 1, processes: false}
 """
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _restore_logging() -> Iterator[None]:
-    """Undo the logging Prefect configures when a flow first runs (as test_release_flow)."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    for handler in root.handlers[:]:
-        if handler not in handlers:
-            root.removeHandler(handler)
-    root.setLevel(level)
-    for name in list(logging.root.manager.loggerDict):
-        if name.startswith("prefect"):
-            logging.getLogger(name).handlers.clear()
 
 
 def test_the_flow_draws_the_threshold_once_and_the_release_audits(tmp_path: Path, capsys) -> None:

@@ -12,15 +12,7 @@ from dpmm.linalg.helmert_blocks import (
     integer_helmert,
 )
 from dpmm.linalg.residuals import helmert
-
-
-def helmert_integer(n: int) -> np.ndarray:
-    """Row k (1 ≤ k < n): k ones, then −k, then zeros."""
-    H = np.zeros((n - 1, n), dtype=np.int64)
-    for k in range(1, n):
-        H[k - 1, :k] = 1
-        H[k - 1, k] = -k
-    return H
+from tests.conftest import helmert_integer
 
 
 @pytest.mark.parametrize("n", [2, 3, 7])

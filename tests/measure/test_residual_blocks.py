@@ -30,6 +30,7 @@ from dpmm.privacy import ZCDP, PureDP
 from dpmm.reconstruct.residual_blocks import BlockEstimate
 from dpmm.strategy import optimize
 from dpmm.strategy.marginal_optimal import marginal_optimal
+from tests.conftest import helmert_integer
 
 SHAPE = (4, 5, 3)
 #: The grid of the tests that compare with the unquantized strategy (the old block default).
@@ -54,15 +55,6 @@ def workloads() -> dict[str, VStack]:
             ]
         ),
     }
-
-
-def helmert_integer(n: int) -> np.ndarray:
-    """Row k (1 ≤ k < n): k ones, then −k, then zeros — from the definition."""
-    H = np.zeros((n - 1, n), dtype=np.int64)
-    for k in range(1, n):
-        H[k - 1, :k] = 1
-        H[k - 1, k] = -k
-    return H
 
 
 def block_integer(blocks: HelmertBlocks, mask: int) -> np.ndarray:

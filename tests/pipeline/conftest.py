@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
 from collections.abc import Callable
 from fractions import Fraction
@@ -192,3 +193,16 @@ def die_after_measuring(config_path: str) -> None:
         return run
 
     run_release(load_config(config_path), stage=stage)
+
+
+def kill_after_measuring(config: ReleaseConfig) -> None:
+    """Run the release in a child killed as soon as its measurement is persisted, and check
+    what it leaves: one open run, no version, the budget reserved and spent once."""
+    child = multiprocessing.get_context("spawn").Process(
+        target=die_after_measuring, args=(str(config.path),)
+    )
+    child.start()
+    child.join(180)
+    assert child.exitcode == 9
+    assert len(run_folders(config)) == 1
+    assert versions(config) == [] and kinds(config) == ["reserve", "spend"]

@@ -17,7 +17,6 @@ drawn from a seeded generator.
 from __future__ import annotations
 
 import json
-import logging
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -719,31 +718,15 @@ def test_the_release_is_the_plan(case: Case, tmp_path: Path, capsys, monkeypatch
     _check(_generated_config(case, tmp_path / "case"), case, capsys)
 
 
-@pytest.fixture(scope="module")
-def _restore_logging() -> Iterator[None]:
-    """Undo the logging Prefect configures when a flow first runs (as tests/flows do), so
-    later tests' records do not reach handlers bound to this module's captured streams."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    for handler in root.handlers[:]:
-        if handler not in handlers:
-            root.removeHandler(handler)
-    root.setLevel(level)
-    for name in list(logging.root.manager.loggerDict):
-        if name.startswith("prefect"):
-            logging.getLogger(name).handlers.clear()
-
-
 @pytest.mark.slow
-@pytest.mark.usefixtures("_restore_logging")
+@pytest.mark.usefixtures("restore_logging")
 @pytest.mark.parametrize("case", GENERATED)
 def test_the_release_through_the_flow_is_the_plan(case: Case, tmp_path: Path, capsys) -> None:
     _check(_generated_config(case, tmp_path / "case"), case, capsys)
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("_restore_logging")
+@pytest.mark.usefixtures("restore_logging")
 @pytest.mark.parametrize("path", EXAMPLE_CASES)
 def test_every_example_releases_what_its_plan_says(
     path: Path, tmp_path: Path, capsys, request

@@ -9,7 +9,6 @@ killed after its measurement resumes on it, and a later version post-processes i
 
 from __future__ import annotations
 
-import multiprocessing
 from pathlib import Path
 
 import numpy as np
@@ -27,9 +26,8 @@ from dpmm.plan import plan
 from dpmm.privacy.params import ZCDP
 from dpmm.release import audit_release
 from dpmm.release.tables import read_answers, read_histogram
-from tests.pipeline.conftest import die_after_measuring, kinds, run_folders, versions, write_config
+from tests.pipeline.conftest import kill_after_measuring, kinds, versions, write_config
 
-SPAWN = multiprocessing.get_context("spawn")
 SHAPE = (5, 4, 3, 6)
 NAMES = ("a", "b", "c", "d")
 RECORDS = 4000
@@ -110,12 +108,7 @@ def test_a_residual_strategy_is_released_from_tables_as_planned(case) -> None:
 
 def test_a_killed_residual_release_resumes_on_its_measurement(case) -> None:
     config, truth, _ = case
-    child = SPAWN.Process(target=die_after_measuring, args=(str(config.path),))
-    child.start()
-    child.join(180)
-    assert child.exitcode == 9
-    assert len(run_folders(config)) == 1
-    assert versions(config) == [] and kinds(config) == ["reserve", "spend"]
+    kill_after_measuring(config)
 
     resumed = run_release(config)
     assert resumed.resumed is True

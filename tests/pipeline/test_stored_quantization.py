@@ -8,7 +8,6 @@ and made a resumed run publish answers off by the ratio of the two scales.
 
 from __future__ import annotations
 
-import multiprocessing
 from pathlib import Path
 
 import numpy as np
@@ -23,9 +22,8 @@ from dpmm.pipeline import run_release
 from dpmm.privacy.params import ZCDP
 from dpmm.release import audit_release
 from dpmm.release.tables import read_answers
-from tests.pipeline.conftest import die_after_measuring, kinds, run_folders, versions, write_config
+from tests.pipeline.conftest import kill_after_measuring, versions, write_config
 
-SPAWN = multiprocessing.get_context("spawn")
 SHAPE = (6, 6, 6)
 BODY = """\
 name: prefixes
@@ -60,12 +58,7 @@ def _assert_close_to_the_truth(release: Path, truth: np.ndarray) -> None:
 
 def test_resumed_and_repeated_releases_measure_the_selected_grid(release_config) -> None:
     config, truth = release_config
-    child = SPAWN.Process(target=die_after_measuring, args=(str(config.path),))
-    child.start()
-    child.join(180)
-    assert child.exitcode == 9
-    assert len(run_folders(config)) == 1
-    assert versions(config) == [] and kinds(config) == ["reserve", "spend"]
+    kill_after_measuring(config)
 
     resumed = run_release(config)
     assert resumed.resumed is True

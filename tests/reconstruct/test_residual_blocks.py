@@ -26,6 +26,7 @@ from dpmm.reconstruct.residual_blocks import (
 )
 from dpmm.strategy import optimize
 from dpmm.strategy.marginal_optimal import cell_variances, marginal_optimal
+from tests.conftest import helmert_integer
 
 SHAPE = (4, 5, 3)
 #: The grid of the quantized strategies (fine enough to compare with the unquantized one).
@@ -55,14 +56,6 @@ MARGINALS = {
     "range_range": [(), (0,), (2,), (0, 2)],
     "mixed": [(), (0,), (1,), (2,), (0, 1), (1, 2)],
 }
-
-
-def helmert_integer(n: int) -> np.ndarray:
-    H = np.zeros((n - 1, n), dtype=np.int64)
-    for k in range(1, n):
-        H[k - 1, :k] = 1
-        H[k - 1, k] = -k
-    return H
 
 
 def marginal_map(shape, attrs) -> np.ndarray:
