@@ -53,7 +53,12 @@ from dpmm.measure.mechanism import planned_noise_variance
 from dpmm.measure.quantize import QuantizedStrategy
 from dpmm.pipeline.preflight import Footprint, preflight
 from dpmm.pipeline.reconstruct_stage import solver
-from dpmm.pipeline.strategy_stage import ChosenStrategy, save_decision, select_releasable
+from dpmm.pipeline.strategy_stage import (
+    ChosenStrategy,
+    save_decision,
+    select_for_config,
+    select_releasable,
+)
 from dpmm.privacy import ZCDP, PureDP
 from dpmm.strategy import Candidate
 from dpmm.strategy.selection import Selection
@@ -269,9 +274,7 @@ def _sum(values: Sequence[float | None]) -> float | None:
     return None if any(value is None for value in values) else math.fsum(values)
 
 
-def _selected(
-    W: Matrix, privacy: PureDP | ZCDP, method: str, domain: Domain, name: str, groups: int
-) -> tuple[ChosenStrategy, Selection]:
+def _log_selection(name: str, groups: int, W: Matrix, domain: Domain, method: str) -> None:
     logger.info(
         "%s: %d groups, %s queries over %s cells; selecting a strategy (%s)",
         name,
@@ -280,6 +283,12 @@ def _selected(
         f"{domain.size:,}",
         method,
     )
+
+
+def _selected(
+    W: Matrix, privacy: PureDP | ZCDP, method: str, domain: Domain, name: str, groups: int
+) -> tuple[ChosenStrategy, Selection]:
+    _log_selection(name, groups, W, domain, method)
     try:
         return select_releasable(W, method, privacy, domain.size)
     except MeasurementError as error:
@@ -396,15 +405,8 @@ def plan(config: ReleaseConfig) -> PlanReport:
     started = time.perf_counter()
     groups = list(config.workload)
     privacy = config.measurement_privacy
-    try:
-        found = _selected(
-            stack(groups), privacy, config.strategy_method, config.domain, config.name, len(groups)
-        )
-    except TooLargeError as error:
-        raise ConfigError(
-            f"{config.path}: strategy.method: '{config.strategy_method}' cannot build a "
-            f"strategy for this workload ({error})"
-        ) from error
+    _log_selection(config.name, len(groups), stack(groups), config.domain, config.strategy_method)
+    found = select_for_config(config)
     checked = preflight(config, found[0])
     errors = [
         math.fsum(np.square(group.standard_errors)) for group in checked.reconstruction.groups

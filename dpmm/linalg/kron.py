@@ -38,17 +38,19 @@ class Kron(Matrix):
         )
         self.factors = flat
 
-    # O(k · Σ_i m_i n / n_i) per product with k columns: one factor at a time.
+    # O(k · Σ_i m_i n / n_i) per product with k columns: one factor at a time, each on a
+    # (before, n_i, after) view, so any number of factors works (numpy has at most 64 axes).
     def _apply(self, X: np.ndarray, transpose: bool) -> np.ndarray:
-        sizes_in = [f.shape[0] if transpose else f.shape[1] for f in self.factors]
         columns = X.shape[1]
-        tensor = X.reshape([*sizes_in, columns])
-        for axis, factor in enumerate(self.factors):
-            moved = np.moveaxis(tensor, axis, 0)
-            rest = moved.shape[1:]
-            flat = moved.reshape(moved.shape[0], -1)
-            applied = factor._rmatmat(flat) if transpose else factor._matmat(flat)
-            tensor = np.moveaxis(applied.reshape((applied.shape[0], *rest)), 0, axis)
+        after = X.shape[0] * columns
+        before, tensor = 1, X
+        for factor in self.factors:
+            rows, cols = factor.shape[::-1] if transpose else factor.shape
+            after //= cols
+            moved = tensor.reshape(before, cols, after).transpose(1, 0, 2).reshape(cols, -1)
+            applied = factor._rmatmat(moved) if transpose else factor._matmat(moved)
+            tensor = applied.reshape(rows, before, after).transpose(1, 0, 2)
+            before *= rows
         return tensor.reshape(-1, columns)
 
     def _matmat(self, X: np.ndarray) -> np.ndarray:

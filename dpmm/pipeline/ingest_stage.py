@@ -22,10 +22,9 @@ import numpy as np
 from dpmm.config import ReleaseConfig
 from dpmm.data import IngestReport, histogram, marginal_tables, open_source
 from dpmm.data.execute import Progress
-from dpmm.errors import ConfigError, UnsupportedQueryError
+from dpmm.errors import ConfigError
 from dpmm.linalg import Marginals
 from dpmm.linalg.helmert_blocks import HelmertBlocks
-from dpmm.linalg.residual_general import term_splits
 from dpmm.measure.tables import MarginalCounts, strategy_tables
 from dpmm.pipeline.persons import count_people, summed_attributes
 from dpmm.pipeline.strategy_stage import VECTOR_LIMIT, ChosenStrategy
@@ -53,47 +52,15 @@ class Counts:
     partitions: int
 
 
-#: Methods that can return a strategy measured from marginal tables (a union of marginals
-#: or a residual strategy), needed above VECTOR_LIMIT cells.
-MARGINAL_METHODS = ("auto", "marginals", "hdmm", "hdmm_marginals", "marginal_optimal", "residual")
-
-
 def check_countable(config: ReleaseConfig) -> None:
-    """Refuse, before any budget is reserved, a release whose input cannot be counted.
+    """Refuse a release without input before anything is chosen or reserved (whether the
+    chosen strategy can count it is :func:`counting_plan`'s to say).
 
     Raises:
-        ConfigError: No ``data`` section; or the domain is too large for the vector and
-            the method cannot give a union of marginals or a group reads more than tables.
+        ConfigError: No ``data`` section.
     """
     if config.data is None:
         raise ConfigError(f"{config.path}: data: a release needs a data section with a path")
-    cells = config.domain.size
-    if cells <= VECTOR_LIMIT:
-        return
-    where = f"{config.path}: the domain has {cells:,} cells, more than the {VECTOR_LIMIT:,} "
-    if config.strategy_method not in MARGINAL_METHODS:
-        raise ConfigError(
-            where + f"a data vector can hold, and strategy.method {config.strategy_method!r} "
-            "does not give a strategy measured from marginal tables (use one of: "
-            f"{', '.join(MARGINAL_METHODS)})"
-        )
-    for group in config.workload:
-        shape = config.domain.shape
-        answerable = table_form(group.matrix, shape) is not None
-        if not answerable and not _residual_answerable(group.matrix, shape):
-            raise ConfigError(
-                where + f"a data vector can hold, and workload group {group.name!r} cannot be "
-                "answered from marginal tables"
-            )
-
-
-def _residual_answerable(W: object, shape: tuple[int, ...]) -> bool:
-    """Whether ``W`` is a union of Kron products that a residual strategy can answer."""
-    try:
-        term_splits(W, shape)
-    except UnsupportedQueryError:
-        return False
-    return True
 
 
 def counting_plan(config: ReleaseConfig, strategy: ChosenStrategy) -> str:

@@ -207,10 +207,9 @@ def run_release(
     check_countable(config)
     ledger = open_ledger(config)
     try:
-        if not config.private_thresholds:
-            # The plan's decision, checked end to end without data before anything is
-            # reserved (a config with private thresholds selects once they are drawn).
-            preflight(config, choose_strategy(config))
+        # The plan's decision, checked end to end without data before anything is reserved
+        # (for a config with private thresholds: at the bound its plan assumes).
+        preflight(config, choose_strategy(config))
         run = stage("reserve-budget", open_run)(config, ledger)
         try:
             if config.private_thresholds:

@@ -26,11 +26,11 @@ from typing import Any
 
 from dpmm import __version__
 from dpmm.config import ReleaseConfig
-from dpmm.errors import ConfigError
+from dpmm.errors import ConfigError, DpmmError
 from dpmm.linalg import Marginals, Matrix
 from dpmm.linalg.residual_general import ResidualBlockStrategy
 from dpmm.linalg.residuals import ResidualStrategy
-from dpmm.linalg.serialize import SerializationError, load_matrix, save_matrix
+from dpmm.linalg.serialize import SerializationError, load_matrix, matrix_digest, save_matrix
 from dpmm.measure.exact import MeasurementError
 from dpmm.measure.quantize import QuantizedStrategy, measurable
 from dpmm.privacy.params import PrivacyParameter
@@ -46,6 +46,7 @@ __all__ = [
     "plan_folder",
     "planned_strategy",
     "save_decision",
+    "select_for_config",
     "select_releasable",
 ]
 
@@ -193,15 +194,35 @@ def select_releasable(
     return chosen, Selection(best, candidates)
 
 
+def select_for_config(
+    config: ReleaseConfig, *, progress: Progress | None = None
+) -> tuple[ChosenStrategy, Selection]:
+    """:func:`select_releasable` for a config's workload, method and measurement budget.
+
+    Raises:
+        ConfigError: the method cannot build a releasable strategy for this workload (the
+            message names the file, the key and the reason).
+    """
+    method = config.strategy_method
+    try:
+        return select_releasable(
+            stack(config.workload),
+            method,
+            config.measurement_privacy,
+            config.domain.size,
+            progress=progress,
+        )
+    except ConfigError:
+        raise
+    except (DpmmError, MeasurementError) as error:
+        raise ConfigError(
+            f"{config.path}: strategy.method: '{method}' cannot build a strategy for this "
+            f"workload ({error})"
+        ) from error
+
+
 def _select(config: ReleaseConfig, progress: Progress | None) -> ChosenStrategy:
-    chosen, _ = select_releasable(
-        stack(config.workload),
-        config.strategy_method,
-        config.privacy,
-        config.domain.size,
-        progress=progress,
-    )
-    return chosen
+    return select_for_config(config, progress=progress)[0]
 
 
 def plan_folder(config: ReleaseConfig) -> Path:
@@ -218,6 +239,10 @@ def _plan_facts(config: ReleaseConfig) -> dict[str, Any]:
     }
 
 
+def _workload_digest(config: ReleaseConfig) -> str:
+    return matrix_digest(stack(config.workload))
+
+
 def save_decision(config: ReleaseConfig, chosen: ChosenStrategy) -> None:
     """Keep ``chosen`` as the strategy of every later release of this config, for as long
     as the config file, its domain and dpmm's version are unchanged.
@@ -225,11 +250,15 @@ def save_decision(config: ReleaseConfig, chosen: ChosenStrategy) -> None:
     Raises:
         OSError: the release root cannot be written.
     """
-    _store(plan_folder(config), "decision", chosen, **_plan_facts(config))
+    facts = _plan_facts(config)
+    if config.private_thresholds:  # planned at the bound: see choose_strategy
+        facts["workload_sha256"] = _workload_digest(config)
+    _store(plan_folder(config), "decision", chosen, **facts)
 
 
 def planned_strategy(config: ReleaseConfig) -> ChosenStrategy | None:
-    """The plan's decision for ``config``, or None if it was never planned.
+    """The plan's decision for ``config``, or None if it was never planned (or, for a
+    config with private thresholds, planned for another workload than the one drawn).
 
     Raises:
         ConfigError: the config file, its domain or dpmm's version changed since the plan.
@@ -253,6 +282,8 @@ def planned_strategy(config: ReleaseConfig) -> ChosenStrategy | None:
             f"{config.path}: {changed[0]} changed since the release was planned; review the "
             f"new plan with: dpmm plan {config.path}"
         )
+    if config.private_thresholds and facts.get("workload_sha256") != _workload_digest(config):
+        return None
     return chosen if chosen.quantized.integer.shape[1] == config.domain.size else None
 
 
@@ -263,10 +294,12 @@ def choose_strategy(
     progress: Progress | None = None,
 ) -> ChosenStrategy:
     """The run's strategy if it has one, else the plan's decision, else a fresh selection
-    (which becomes the plan's decision).
+    (which becomes the plan's decision when made before a run, as ``dpmm release`` does
+    before it reserves anything).
 
-    A config with private truncation thresholds selects after its thresholds are drawn,
-    for the workload at those thresholds: its plan (made at a bound) decides nothing.
+    A config with private truncation thresholds decides after its thresholds are drawn:
+    the plan's decision when the workload at those thresholds is the one planned (no θ
+    was found below the bound), else a selection for that workload.
     The result is kept in the run folder (when given). ``progress`` follows the
     candidates tried (see :func:`dpmm.strategy.select_strategy`).
 
@@ -277,12 +310,9 @@ def choose_strategy(
         kept = _load(run_folder, "strategy", config, "run")
         if kept is not None and kept[0].quantized.integer.shape[1] == config.domain.size:
             return kept[0]
-    if config.private_thresholds:
-        chosen = _select(config, progress)
-    else:
-        chosen = planned_strategy(config) or _select(config, progress)
-        if chosen.source == "selected":
-            save_decision(config, chosen)
+    chosen = planned_strategy(config) or _select(config, progress)
+    if chosen.source == "selected" and run_folder is None:
+        save_decision(config, chosen)  # before a run: the plan of a config never planned
     if run_folder is not None:
         _store(run_folder, "strategy", chosen)
     return chosen

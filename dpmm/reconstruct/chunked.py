@@ -40,6 +40,7 @@ from dpmm.reconstruct.protocol import (
     ReconstructionError,
     check_noise_std,
     check_total,
+    reported_total,
     resolve_total,
 )
 
@@ -198,7 +199,7 @@ def chunked_nnls(
         solution.x,
         "nnls",
         scales,
-        known_total,
+        reported_total(total, known_total),
         solution.iterations,
         solution.residual,
         solution.converged,

@@ -39,6 +39,7 @@ from dpmm.reconstruct.protocol import (
     Estimate,
     check_measurements,
     check_total,
+    reported_total,
     resolve_total,
 )
 
@@ -152,7 +153,7 @@ def nnls(
         np.asarray(solution.x),
         "nnls",
         scales,
-        known_total,
+        reported_total(total, known_total),
         solution.iterations,
         solution.residual,
         solution.converged,

@@ -30,6 +30,7 @@ __all__ = [
     "Solver",
     "check_measurements",
     "check_total",
+    "reported_total",
     "resolve_total",
 ]
 
@@ -50,7 +51,8 @@ class Estimate:
         method: ``"least_squares"``, ``"nnls"`` or ``"workload_nnls"``.
         noise_std: The noise standard deviation(s) the solver weighted the rows by
             (``None`` when not given: rows were weighted equally).
-        total: The known total ``Σ x`` the estimate was constrained to, if any.
+        total: The known total ``Σ x`` the estimate was constrained to, if any (None when
+            it was constrained to the least-squares estimate of the total).
         iterations: Solver iterations (0 for a closed form).
         residual: The relative optimality residual reached (see each solver).
         converged: Whether ``residual`` reached the requested tolerance.
@@ -168,3 +170,10 @@ def resolve_total(total: float | str | None, least_squares_total: float) -> floa
     if isinstance(total, str):
         return max(float(least_squares_total), 0.0)
     return total
+
+
+def reported_total(total: float | str | None, used: float | None) -> float | None:
+    """The known total an :class:`Estimate` reports: ``used``, unless it was estimated from
+    the measurements (``total="estimated"``); then None, because that total carries the
+    least-squares total's error and its standard error must not be taken as zero."""
+    return None if isinstance(total, str) else used

@@ -118,12 +118,17 @@ def _apply(pieces: Sequence[np.ndarray], Z: np.ndarray) -> np.ndarray:
     Returns ``(Π rows, batch)``: rows in C order over the pieces, as a Kron product's.
     """
     batch = Z.shape[1]
-    tensor = Z.reshape(*[p.shape[1] for p in pieces], batch)
-    for axis, piece in enumerate(pieces):
+    after = Z.shape[0] * batch
+    before, tensor = 1, Z
+    for piece in pieces:
+        rows, cols = piece.shape
+        after //= cols
         if piece.shape == (1, 1):  # a total off S: a scalar, no reshaping
             tensor = tensor * piece[0, 0]
             continue
-        tensor = np.moveaxis(np.tensordot(piece, tensor, axes=([1], [axis])), 0, axis)
+        block = tensor.reshape(before, cols, after)
+        tensor = piece @ block
+        before *= rows
     return tensor.reshape(-1, batch)
 
 

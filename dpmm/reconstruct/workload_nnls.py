@@ -27,6 +27,7 @@ from dpmm.reconstruct.protocol import (
     Estimate,
     ReconstructionError,
     check_total,
+    reported_total,
     resolve_total,
 )
 
@@ -87,7 +88,7 @@ def workload_nnls(
         np.asarray(solution.x),
         "workload_nnls",
         unbiased.noise_std,
-        known_total,
+        reported_total(total, known_total),
         solution.iterations,
         solution.residual,
         solution.converged,

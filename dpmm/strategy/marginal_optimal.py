@@ -268,7 +268,7 @@ def max_variance_optimum(
 
 def _check_privacy(privacy: PrivacyParameter) -> None:
     if privacy.norm != 2:
-        raise ConfigError(
+        raise UnsupportedQueryError(
             "The marginal_optimal strategy needs Gaussian noise (rho-zCDP); "
             f"it is not optimal or defined for {privacy.noise} noise"
         )
@@ -313,7 +313,8 @@ def marginal_optimal(
             multiplying its cells' variances in the objective; 1 when omitted.
 
     Raises:
-        ConfigError: pure ε-DP, an unknown objective, or weights naming another set.
+        UnsupportedQueryError: pure ε-DP.
+        ConfigError: an unknown objective, or weights naming another set.
         UnsupportedQueryError: W is not a union of marginals.
 
     Example:

@@ -87,8 +87,8 @@ def _config(
 ) -> str:
     """A config's YAML; ``domain`` is a mapping of sizes or a ready ``attributes:`` block.
 
-    The reconstruction is least squares unless told: ``auto`` chooses NNLS from the noisy
-    estimate, so whether its errors are the plan's would depend on the noise drawn.
+    The reconstruction is least squares unless told (NNLS, chosen by ``auto`` from the
+    noisy estimate, reports the least-squares errors, so the plan's hold for it too).
     """
     domain_text = f" {_domain(domain)}" if isinstance(domain, dict) else f"\n{domain}"
     groups = "".join(f"  - {group}\n" for group in workload)
@@ -99,15 +99,9 @@ def _config(
     )
 
 
-def _case(case_id: str, *args: Any, marks: Any = (), case: dict | None = None, **kwargs: Any):
+def _case(case_id: str, *args: Any, case: dict | None = None, **kwargs: Any):
     """``pytest.param`` of a generated config named ``case_id``."""
-    return pytest.param(
-        Case(_config(case_id, *args, **kwargs), **(case or {})), id=case_id, marks=marks
-    )
-
-
-def _finding(reason: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, reason=reason)
+    return pytest.param(Case(_config(case_id, *args, **kwargs), **(case or {})), id=case_id)
 
 
 EPSILON, RHO = "{epsilon: 1}", "{rho: 1/2}"
@@ -435,10 +429,6 @@ GENERATED = [
         RHO,
         ["{name: pair, kind: marginal, attributes: [x00, x59]}"],
         "auto",
-        marks=_finding(
-            "with 64 or more attributes the answers of a residual strategy fail with a "
-            "traceback (numpy arrays have at most 64 dimensions)"
-        ),
     ),
     _case(
         "100-attrs-128-cells-marginal-identity-eps",
@@ -446,10 +436,6 @@ GENERATED = [
         EPSILON,
         ["{name: pair, kind: marginal, attributes: [x00, x01]}"],
         "identity",
-        marks=_finding(
-            "with 64 or more attributes on a domain counted as a vector the plan fails with a "
-            "traceback (numpy arrays have at most 64 dimensions)"
-        ),
     ),
     _case(
         "refused-one-table-of-1e10-cells",
@@ -469,10 +455,6 @@ GENERATED = [
         ],
         "hierarchical",
         reconstruction="nnls",
-        marks=_finding(
-            "NNLS standard errors treat the least-squares estimate of the total as exact: the "
-            "total's expected RMSE is 0"
-        ),
     ),
     _case(
         "refused-marginal-optimal-under-eps",
@@ -480,7 +462,7 @@ GENERATED = [
         EPSILON,
         ["{name: two-way, kind: marginals, k: 2}"],
         "marginal_optimal",
-        case={"refused": "needs Gaussian noise"},
+        case={"refused": "strategy.method: 'marginal_optimal' cannot build a strategy"},
     ),
     _case(
         "refused-eigen-on-1e9-cells",
@@ -500,23 +482,7 @@ GENERATED = [
     ),
 ]
 
-#: Example configs whose release contradicts their plan (see the reasons).
-EXAMPLE_FINDINGS = {
-    "adult-3way.yaml": "the plan accepts method 'workload' on 6.4·10¹⁷ cells; the release "
-    "refuses it (not a method it counts from marginal tables)",
-    "ranges-1d.yaml": "on sparse data `reconstruction: auto` switches to NNLS, whose expected "
-    "RMSE in the manifest is not the plan's",
-    "income-sums-svt.yaml": "when SVT finds no threshold below the top bucket (the workload "
-    "the plan planned) the release selects its strategy again instead of the plan's",
-}
-EXAMPLE_CASES = [
-    pytest.param(
-        path,
-        id=path.stem,
-        marks=[_finding(EXAMPLE_FINDINGS[path.name])] if path.name in EXAMPLE_FINDINGS else [],
-    )
-    for path in EXAMPLES
-]
+EXAMPLE_CASES = [pytest.param(path, id=path.stem) for path in EXAMPLES]
 
 
 # --- Input and run sections ---------------------------------------------------------------

@@ -255,7 +255,7 @@ def test_accepts_a_marginal_and_unions_of_krons():
 
 def test_refuses_pure_dp_other_queries_and_bad_options():
     W = Marginals((2, 3), {(0,): 1.0})
-    with pytest.raises(ConfigError, match="Gaussian"):
+    with pytest.raises(UnsupportedQueryError, match="Gaussian"):
         marginal_optimal(W, PureDP(1))
     with pytest.raises(UnsupportedQueryError, match="marginals"):
         marginal_optimal(Kron([Prefix(2), Identity(3)]), RHO)
