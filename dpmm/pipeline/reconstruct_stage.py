@@ -21,6 +21,7 @@ from dpmm.config import ReleaseConfig
 from dpmm.errors import ConfigError, UnsupportedQueryError
 from dpmm.linalg import MarginalsGram, query_variances
 from dpmm.linalg.helmert_blocks import HelmertBlocks
+from dpmm.measure.measurement import Measurement
 from dpmm.measure.record import MeasurementRecord
 from dpmm.measure.tables import strategy_tables
 from dpmm.pipeline.strategy_stage import VECTOR_LIMIT, ChosenStrategy
@@ -249,9 +250,8 @@ def reconstruct(
     """
     progress = progress or _silent
     started = time.perf_counter()
-    scale = strategy.quantized.scale
-    y = record.values.astype(np.float64) / scale
-    std = math.sqrt(record.noise_variance()) / scale
+    measured = Measurement(strategy.quantized, record)  # in the strategy's own units
+    y, std = measured.answers, measured.noise_std
     method = solver(config, plan)
     if isinstance(strategy.quantized.integer, HelmertBlocks):
         groups, histogram = _from_blocks(config, strategy.quantized.integer, record, progress)
