@@ -233,7 +233,7 @@ def _group_report(
     group: WorkloadGroup,
     A: Matrix,
     privacy: PureDP | ZCDP,
-    variances: tuple[float, float],
+    variances: tuple[float, float | None],
     error: float | None = None,
 ) -> GroupReport:
     """The group's figures; ``variances`` are the exact noise variances the release adds
@@ -309,11 +309,13 @@ def _report(
     them, or (None) from the closed-form expected error."""
     chosen, selection = found
     A = chosen.quantized.matrix  # what the release measures and reconstructs with
-    # The exact discrete noise the release's record will state, and an identity release's.
-    variances = (
-        planned_noise_variance(chosen.quantized, privacy),
-        planned_noise_variance(QuantizedStrategy(Identity(1), 1), privacy),
-    )
+    # The exact discrete noise the release's record will state, and an identity release's
+    # (the continuous noise's where the samplers could not draw an identity release's).
+    try:
+        identity = planned_noise_variance(QuantizedStrategy(Identity(1), 1), privacy)
+    except MeasurementError:
+        identity = None
+    variances = (planned_noise_variance(chosen.quantized, privacy), identity)
     strategy_seconds = time.perf_counter() - started
     logger.info("%s: strategy %s selected in %.2f s", name, _short(repr(A)), strategy_seconds)
     given = errors if errors is not None else [None] * len(groups)

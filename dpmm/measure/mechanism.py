@@ -17,6 +17,7 @@ A lock file in the store serializes steps 2 to 5 between processes sharing the s
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -275,8 +276,50 @@ def planned_noise_variance(A: QuantizedStrategy, privacy: PureDP | ZCDP) -> floa
     return discrete_noise_variance(plan["noise"], plan["scale"], plan["sigma2"]) / A.scale**2
 
 
+#: The noise a release can draw and reconstruct with, in the integer strategy's units: a
+#: standard deviation up to 2⁵⁶ keeps every draw far inside int64 (a draw beyond 2⁶² has
+#: probability below e⁻⁶⁴), and a variance down to 10⁻²⁰⁰ is still a positive float (below
+#: it almost every draw is 0 and no standard error can be stated).
+NOISE_STD_MAX = 2.0**56
+NOISE_VARIANCE_MIN = 1e-200
+#: ln(2 / NOISE_VARIANCE_MIN): the largest 1/t (Laplace) or 1/(2σ²) (Gaussian) whose
+#: variance, about 2·e^{−(that)}, stays above NOISE_VARIANCE_MIN.
+_LEAST_NOISE_RATE = math.log(2 / NOISE_VARIANCE_MIN)
+
+
+def _check_noise_range(plan: dict[str, object], privacy: PureDP | ZCDP) -> None:
+    """Refuse a budget whose noise the samplers cannot draw, or which would be no noise.
+
+    Raises:
+        MeasurementError: naming the usable range of the budget for this strategy.
+    """
+    variance = discrete_noise_variance(plan["noise"], plan["scale"], plan["sigma2"])
+    if variance >= NOISE_VARIANCE_MIN and math.sqrt(variance) <= NOISE_STD_MAX:
+        return
+    sensitivity = float(plan["sensitivity"])  # Δ₁ (t = Δ₁/ε), or Δ₂² (σ² = Δ₂²/2ρ)
+    laplace = isinstance(privacy, PureDP)
+    name, budget = ("ε", privacy.epsilon) if laplace else ("ρ", privacy.rho)
+    low = sensitivity * (math.sqrt(2) / NOISE_STD_MAX if laplace else 0.5 / NOISE_STD_MAX**2)
+    raise MeasurementError(
+        f"{name} = {float(budget):.3g} gives this strategy noise of variance {variance:.3g} "
+        "(in its integer units), outside what the exact samplers draw and a release can "
+        f"state; for this strategy use {name} between {low:.3g} and "
+        f"{sensitivity * _LEAST_NOISE_RATE:.3g}"
+    )
+
+
 def _plan(exact: ExactStrategy, privacy: PureDP | ZCDP) -> dict[str, object]:
-    """Every record field that follows from the strategy and the privacy alone."""
+    """Every record field that follows from the strategy and the privacy alone.
+
+    Raises:
+        MeasurementError: the budget's noise is outside the samplers' range.
+    """
+    plan = _noise_plan(exact, privacy)
+    _check_noise_range(plan, privacy)
+    return plan
+
+
+def _noise_plan(exact: ExactStrategy, privacy: PureDP | ZCDP) -> dict[str, object]:
     common = {
         "strategy": repr(exact.matrix),
         "strategy_fingerprint": exact.fingerprint(),

@@ -145,8 +145,14 @@ def discrete_noise_variance(noise: str, scale: Fraction | None, sigma2: Fraction
         100.0
     """
     if noise == "discrete_laplace":
-        q = math.exp(-1.0 / float(scale))
-        return 2.0 * q / (1.0 - q) ** 2
+        # 2q / (1 − q)² with q = e^{−1/t} is 1 / (2 sinh²(1/2t)): 2t² for a huge t and
+        # 2e^{−1/t} for a tiny one, where the sinh would overflow.
+        rate = 1 / Fraction(scale)
+        if rate > 700:
+            return 2.0 * math.exp(-float(min(rate, 1000)))
+        if rate < Fraction(1, 10**150):
+            return math.inf if scale > 10**150 else 2.0 * float(scale) ** 2
+        return 0.5 / math.sinh(float(rate) / 2) ** 2
     variance = float(sigma2)
     if variance >= _SERIES_LIMIT:
         # For σ ≥ 10 the variance equals σ² up to a relative e^(−2π²σ²) < 1e-800.

@@ -24,7 +24,7 @@ from dpmm.pipeline import run_release
 from dpmm.pipeline.preflight import footprint, preflight
 from dpmm.pipeline.strategy_stage import choose_strategy, plan_folder
 from dpmm.plan import plan
-from dpmm.privacy.params import PureDP
+from dpmm.privacy.params import ZCDP, PureDP
 from tests.pipeline.conftest import kinds, run_folders, versions, write_config
 
 GRID = "name: grid\ndomain: {x: 256, y: 256}\nprivacy: {epsilon: 1}\n"
@@ -120,3 +120,33 @@ def test_a_release_without_a_plan_plans_itself_with_the_same_rule(tmp_path: Path
     second = run_release(config)
     assert second.strategy.source == "plan"
     assert second.manifest["strategy"]["digest"] == first.manifest["strategy"]["digest"]
+
+
+@pytest.mark.parametrize(
+    ("privacy", "budget", "usable"),
+    [
+        ("{epsilon: 1e-30}", PureDP("1e-30"), r"ε = 1e-30 gives .* use ε between .* and "),
+        ("{epsilon: 1e100}", PureDP("1e100"), r"ε = 1e\+100 gives .* variance 0 "),
+        ("{rho: 1000000}", ZCDP(10**6), r"ρ = 1e\+06 gives .* use ρ between "),
+    ],
+)
+def test_a_budget_whose_noise_the_samplers_cannot_draw_is_refused_before_spending(
+    tmp_path: Path, privacy: str, budget: PureDP | ZCDP, usable: str
+) -> None:
+    body = GRID.replace("{epsilon: 1}", privacy) + PREFIX
+    config = write_config(tmp_path, body, data=_data(tmp_path), budget=budget)
+    with pytest.raises(ConfigError, match=r"release\.yaml: the strategy 'hierarchical' cannot be"):
+        plan(config)
+    with pytest.raises(ConfigError, match=usable):
+        run_release(config)
+    _untouched(config)
+
+
+def test_a_budget_near_the_samplers_limit_releases_what_its_plan_says(tmp_path: Path) -> None:
+    # ε = 1000 on a tree: noise of variance ~1e-55, inside the samplers' range.
+    body = GRID.replace("{epsilon: 1}", "{epsilon: 1000}") + PREFIX
+    config = write_config(tmp_path, body, data=_data(tmp_path), budget=PureDP(1000))
+    planned = plan(config).groups[0].rmse
+    result = run_release(config)
+    (released,) = result.manifest["error"]["groups"]
+    assert 0 < released["expected_rmse"] == pytest.approx(planned, rel=1e-9)
