@@ -183,8 +183,10 @@ def select_releasable(
         found = _first_releasable(selection, cells)
     best, quantized, reasons, problem = found
     if best is None or quantized is None:
+        why = next(iter(reasons.values()), "").removeprefix("not releasable: it ")
         raise problem or MeasurementError(
-            f"none of the strategies '{method}' tried can be released on this domain"
+            f"none of the strategies '{method}' tried can be released on this domain; the "
+            f"best one {why}"
         )
     seconds = time.perf_counter() - started
     chosen = ChosenStrategy(quantized, method, best.method, seconds, "selected")
