@@ -1,6 +1,8 @@
-"""The release commands of ``dpmm``: release, demo, releases (list, show, diff) and audit.
+"""The release commands of ``dpmm``: release, runs, demo, releases (list, show, diff), audit.
 
 * ``dpmm release CONFIG [--from-measurements RELEASE_DIR]`` — the release flow, end to end.
+* ``dpmm runs list CONFIG`` / ``close CONFIG RUN`` — a release's runs; close one that
+  cannot resume (its unspent budget is cancelled, its spent budget stays spent).
 * ``dpmm demo [--folder DIR] [--rows N]`` — generate a census-like dataset, fund a demo
   ledger and run a release of it on a local Dask cluster with Prefect's engine.
 * ``dpmm releases list ROOT`` / ``show RELEASE_DIR`` / ``diff A B``.
@@ -169,8 +171,47 @@ def _audit(args: argparse.Namespace, out: TextIO) -> int:
     return 0 if report.ok else EXIT_AUDIT_FAILED
 
 
+def _runs_list(args: argparse.Namespace, out: TextIO) -> int:
+    from dpmm.pipeline.release import open_ledger
+    from dpmm.pipeline.run_state import list_runs
+
+    config = load_config(args.config)
+    with open_ledger(config) as ledger:
+        runs = list_runs(config, ledger)
+    if not runs:
+        out.write(f"release {config.name!r} has no runs\n")
+        return 0
+    rows = [("run", "state", "reservation", "measurement", "created")]
+    rows += [
+        (
+            run.release_id,
+            f"{run.state} (running)" if run.busy else run.state,
+            run.reservation,
+            "persisted" if run.measured else "-",
+            run.created,
+        )
+        for run in runs
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    out.writelines(
+        "  ".join(f"{cell:<{w}}" for cell, w in zip(row, widths, strict=True)).rstrip() + "\n"
+        for row in rows
+    )
+    return 0
+
+
+def _runs_close(args: argparse.Namespace, out: TextIO) -> int:
+    from dpmm.pipeline.release import open_ledger
+    from dpmm.pipeline.run_state import close_run
+
+    config = load_config(args.config)
+    with open_ledger(config) as ledger:
+        out.write(close_run(config, ledger, args.run_id) + "\n")
+    return 0
+
+
 def add_release_commands(commands: argparse._SubParsersAction) -> None:
-    """Add ``release``, ``demo``, ``releases`` and ``audit`` to the ``dpmm`` parser."""
+    """Add ``release``, ``runs``, ``demo``, ``releases`` and ``audit`` to the ``dpmm`` parser."""
     release = commands.add_parser(
         "release",
         help="run a release: ingest, measure (spends budget), reconstruct, write a version",
@@ -185,6 +226,21 @@ def add_release_commands(commands: argparse._SubParsersAction) -> None:
         help="post-process this version's measurement again: no data read, no budget spent",
     )
     release.set_defaults(run=_release)
+    runs = commands.add_parser(
+        "runs",
+        help="list a release's runs; close one that cannot resume",
+        description="A release's runs (open, released, abandoned, closed) and the "
+        "reservations made for it that no run holds. Closing a run cancels the budget no "
+        "noise was drawn for; budget already spent stays spent and recorded.",
+    )
+    run_actions = runs.add_subparsers(dest="action", metavar="ACTION", required=True)
+    run_list = run_actions.add_parser("list", help="every run of the config's release")
+    run_list.add_argument("config", metavar="CONFIG", help="a release config (YAML)")
+    run_list.set_defaults(run=_runs_list)
+    close = run_actions.add_parser("close", help="close an open run or an orphaned reservation")
+    close.add_argument("config", metavar="CONFIG", help="a release config (YAML)")
+    close.add_argument("run_id", metavar="RUN", help="its release id or reservation id")
+    close.set_defaults(run=_runs_close)
     demo = commands.add_parser(
         "demo",
         help="generate a census-like dataset and run a full release of it",

@@ -32,14 +32,25 @@ from typing import Any
 
 from dpmm.config import ReleaseConfig
 from dpmm.durable import exclusive_lock, fsync_folder
-from dpmm.errors import DpmmError
+from dpmm.errors import ConfigError, DpmmError
+from dpmm.measure.record import SUFFIX
 from dpmm.privacy.ledger import Ledger, Reservation
 
-__all__ = ["ReleaseBusy", "ReleaseRun", "open_run", "runs_folder"]
+__all__ = [
+    "ReleaseBusy",
+    "ReleaseRun",
+    "RunSummary",
+    "close_run",
+    "list_runs",
+    "open_run",
+    "runs_folder",
+]
 
 RUNS = ".runs"
 STATE_FILE = "run.json"
 LOCK_FILE = "run.lock"
+#: The run's measurement record (its measurement id is the release's MEASUREMENT_ID).
+RECORD = Path("measurements") / f"strategy{SUFFIX}"
 
 
 class ReleaseBusy(DpmmError):  # noqa: N818 (reads as a state: the release is busy)
@@ -191,27 +202,165 @@ def open_run(config: ReleaseConfig, ledger: Ledger) -> ReleaseRun:
         # them here would race with another process waiting on that lock.
         reservation, thresholds = _reserve(config, ledger, release_id)
         temporary = runs / f".new-{uuid.uuid4().hex}"
-        temporary.mkdir()
-        (temporary / "measurements").mkdir()
-        _write_state(
-            temporary,
-            {
-                "state": "open",
-                "release_id": release_id,
-                "config_sha256": config.sha256,
-                "config": str(config.path),
-                "dataset": config.ledger.dataset,
-                "reservation_id": reservation.id,
-                "thresholds": {
-                    name: {"reservation_id": held.id} for name, held in thresholds.items()
-                },
-                "created": datetime.now(UTC).isoformat(timespec="seconds"),
-            },
-        )
         folder = runs / release_id
-        os.rename(temporary, folder)
-        fsync_folder(runs)
+        try:
+            temporary.mkdir()
+            (temporary / "measurements").mkdir()
+            _write_state(
+                temporary,
+                {
+                    "state": "open",
+                    "release_id": release_id,
+                    "config_sha256": config.sha256,
+                    "config": str(config.path),
+                    "dataset": config.ledger.dataset,
+                    "reservation_id": reservation.id,
+                    "thresholds": {
+                        name: {"reservation_id": held.id} for name, held in thresholds.items()
+                    },
+                    "created": datetime.now(UTC).isoformat(timespec="seconds"),
+                },
+            )
+            os.rename(temporary, folder)
+            fsync_folder(runs)
+        except BaseException:  # no run holds the budget: give it back (a kill: dpmm runs)
+            _cancel_reserved(ledger, [reservation, *thresholds.values()])
+            shutil.rmtree(temporary, ignore_errors=True)
+            raise
         lock = _try_lock(folder)
         if lock is None:  # pragma: no cover - the folder is new and the runs are locked
             raise ReleaseBusy(f"run {folder} was taken by another process")
         return ReleaseRun(folder, release_id, reservation, False, lock, thresholds)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """A run of a release as an operator sees it (no data-derived value).
+
+    Attributes:
+        release_id: The run's release id (the ledger's), or the reservation's for a
+            reservation that no run folder holds.
+        state: ``open``, ``released``, ``abandoned`` or ``closed`` from ``run.json``, or
+            ``orphaned`` for a reservation without a run folder.
+        reservation: The ledger's status of the measurement's reservation.
+        busy: A live process holds the run.
+        measured: Its measurement record is persisted (``dpmm release`` resumes it).
+        created: When the run (or the reservation) was made, ISO 8601.
+        reservation_id: The measurement's reservation.
+    """
+
+    release_id: str
+    state: str
+    reservation: str
+    busy: bool
+    measured: bool
+    created: str
+    reservation_id: str
+
+
+def _runs(runs: Path) -> list[tuple[Path, dict[str, Any]]]:
+    found = []
+    for folder in sorted(p for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        try:
+            found.append((folder, json.loads((folder / STATE_FILE).read_text())))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _busy(folder: Path) -> bool:
+    lock = _try_lock(folder)
+    if lock is None:
+        return True
+    os.close(lock)
+    return False
+
+
+def list_runs(config: ReleaseConfig, ledger: Ledger) -> list[RunSummary]:
+    """Every run of the config's release, and every reservation of its dataset made for
+    this release that no run folder holds (a kill between reserving and the folder)."""
+    runs = runs_folder(config)
+    summaries, held = [], set()
+    for folder, state in _runs(runs) if runs.is_dir() else []:
+        reservation_id = state.get("reservation_id", "")
+        held.add(reservation_id)
+        summaries.append(
+            RunSummary(
+                state.get("release_id", folder.name),
+                state.get("state", "?"),
+                ledger.status(reservation_id) if reservation_id else "?",
+                _busy(folder),
+                (folder / RECORD).is_file(),
+                state.get("created", ""),
+                reservation_id,
+            )
+        )
+        held.update(entry["reservation_id"] for entry in state.get("thresholds", {}).values())
+    for reservation in ledger.active_reservations(config.ledger.dataset):
+        if reservation.id not in held and reservation.release_id.startswith(f"{config.name}-"):
+            created = reservation.created.isoformat(timespec="seconds")
+            summaries.append(
+                RunSummary(
+                    reservation.release_id,
+                    "orphaned",
+                    "reserved",
+                    False,
+                    False,
+                    created,
+                    reservation.id,
+                )
+            )
+    return summaries
+
+
+def close_run(config: ReleaseConfig, ledger: Ledger, run_id: str) -> str:
+    """Close an open run (or an orphaned reservation) that cannot or should not resume.
+
+    Budget no noise was drawn for is cancelled; budget that was spent stays spent and
+    recorded. A run whose measurement is persisted is not closed: ``dpmm release``
+    finishes it without spending again. ``run_id`` is a release id or a reservation id.
+
+    Returns:
+        One sentence saying what was done.
+
+    Raises:
+        ConfigError: no such open run, or its measurement is persisted.
+        ReleaseBusy: a live process holds the run.
+    """
+    runs = runs_folder(config)
+    runs.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(runs / ".lock"):  # no run is being opened meanwhile
+        for summary in list_runs(config, ledger):
+            if run_id in (summary.release_id, summary.reservation_id):
+                break
+        else:
+            raise ConfigError(f"{config.path}: release {config.name!r} has no run {run_id!r}")
+        if summary.state == "orphaned":
+            ledger.cancel(summary.reservation_id)
+            return f"cancelled reservation {summary.reservation_id}, which no run held"
+        if summary.state != "open":
+            raise ConfigError(f"{config.path}: run {summary.release_id} is {summary.state}")
+        folder = runs / summary.release_id
+        lock = _try_lock(folder)
+        if lock is None:
+            raise ReleaseBusy(f"run {summary.release_id} is held by a live process")
+        try:
+            if (folder / RECORD).is_file():
+                raise ConfigError(
+                    f"{config.path}: run {summary.release_id} has its measurement persisted; "
+                    f"finish it with: dpmm release {config.path}"
+                )
+            state = json.loads((folder / STATE_FILE).read_text())
+            held = [state["reservation_id"]]
+            held += [entry["reservation_id"] for entry in state.get("thresholds", {}).values()]
+            spent = [r for r in held if ledger.status(r) == "spent"]
+            _cancel_reserved(ledger, [ledger.reservation(r) for r in held])
+            _write_state(folder, {**state, "state": "closed" if spent else "abandoned"})
+        finally:
+            os.close(lock)
+    if spent:
+        return (
+            f"closed run {summary.release_id}: its spent budget stays spent (the noise drawn "
+            "was never persisted, so nothing was published); the next release opens a new run"
+        )
+    return f"closed run {summary.release_id}: its reserved budget is cancelled"
