@@ -424,6 +424,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (DpmmError, yaml.YAMLError) as error:
         print(f"dpmm: error: {_one_line(str(error))}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except OSError as error:  # a full disk, a read-only or missing folder
+        if args.verbose:
+            raise
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"dpmm: error: {where}{_one_line(error.strerror or str(error))}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except MemoryError as error:
         print(f"dpmm: error: out of memory ({_one_line(str(error))})", file=sys.stderr)
         return EXIT_OUT_OF_MEMORY

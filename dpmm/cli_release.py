@@ -79,8 +79,9 @@ def error_summary(release_dir: Path) -> str:
 
 
 def _not_a_user_error(record: logging.LogRecord) -> bool:
-    """False for a log record carrying a dpmm error: the terminal gets it as one sentence."""
-    return not (record.exc_info and isinstance(record.exc_info[1], DpmmError))
+    """False for a log record carrying a dpmm error or an OS error (a full disk, a
+    read-only folder): the terminal gets it as one sentence."""
+    return not (record.exc_info and isinstance(record.exc_info[1], DpmmError | OSError))
 
 
 def _quiet_engines() -> None:

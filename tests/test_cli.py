@@ -265,3 +265,10 @@ def test_python_dash_m_runs_the_command() -> None:
     )
     assert completed.returncode == 0
     assert "dpmm" in completed.stdout + completed.stderr
+
+
+def test_an_os_error_is_one_line_naming_the_path(tmp_path: Path, capsys) -> None:
+    (tmp_path / "taken").write_text("a file where a folder should be")
+    assert main(["demo", "--folder", str(tmp_path / "taken" / "demo")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"dpmm: error: {tmp_path / 'taken' / 'demo'}: Not a directory\n"
