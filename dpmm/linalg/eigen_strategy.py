@@ -303,6 +303,11 @@ class EigenGram(_EigenForm):
         inner = self._scale(self._basis_apply(X, transpose=True), lambda v: v)
         return self._basis_apply(inner, transpose=False)
 
+    # Symmetric; defined here because _EigenForm's abstract _rmatmat would shadow the
+    # base class's route through _adjoint.
+    def _rmatmat(self, X: np.ndarray) -> np.ndarray:
+        return self._matmat(X)
+
     def _adjoint(self) -> EigenGram:
         return self
 

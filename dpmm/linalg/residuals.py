@@ -203,13 +203,13 @@ class ResidualStrategy(Matrix):
         tensor = X.reshape([*self.domain_shape, columns])
         dims = len(self.domain_shape)
         blocks = []
-        for mask, weight in self.weights.items():
+        for (mask, weight), rows in zip(self.weights.items(), self.block_rows, strict=True):
             members = mask_members(mask)
             others = tuple(i for i in range(dims) if i not in members)
             table = tensor.sum(axis=others)
             for position in range(len(members)):
                 table = _helmert_apply(table, position)
-            blocks.append(weight * table.reshape(-1, columns))
+            blocks.append(weight * table.reshape(rows, columns))  # -1: ambiguous if no columns
         if not blocks:
             return np.zeros((0, columns))
         return np.concatenate(blocks, axis=0)
@@ -228,7 +228,7 @@ class ResidualStrategy(Matrix):
                 table = _helmert_adjoint(table, position)
             full = [self.domain_shape[i] if i in members else 1 for i in range(dims)]
             result += weight * table.reshape([*full, columns])
-        return result.reshape(-1, columns)
+        return result.reshape(self.shape[1], columns)  # -1: ambiguous if no columns
 
     @property
     def known_full_column_rank(self) -> bool:

@@ -6,10 +6,15 @@ numpy on ``M.dense()``. Explicit arrays are drawn from a seed (not entry by
 entry) and are well conditioned on their row space, so a pseudo-inverse
 computed two ways agrees to a tight tolerance; exact rank deficiency (low-rank
 ``Dense``, ``Ones``, marginals, short interval lists) is kept on purpose.
+
+The catalogue also holds every type a strategy method returns (taken from the optimizers
+on small workloads where they draw nothing at random, else from a fixed seed), with the
+quantized forms that are measured and reconstructed from.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -39,6 +44,18 @@ from dpmm.linalg import (
     VStack,
     Weighted,
 )
+from dpmm.linalg.eigen_strategy import EigenStrategy
+from dpmm.linalg.helmert_blocks import HelmertBlocks
+from dpmm.linalg.pidentity import PIdentity
+from dpmm.linalg.residual_general import ResidualBlockStrategy
+from dpmm.linalg.residuals import ResidualStrategy
+from dpmm.measure.quantize import quantize
+from dpmm.privacy.params import ZCDP, PureDP
+from dpmm.strategy import optimize
+from dpmm.strategy.low_rank_matrix import LowRankStrategy
+from dpmm.strategy.lrm import lrm_strategy
+from dpmm.strategy.pidentity import optimize_pidentity
+from dpmm.strategy.weighted_marginals import optimize_marginal_weights
 
 #: Largest dense side of a generated matrix: keeps every dense oracle in the milliseconds.
 MAX_SIDE = 64
@@ -184,10 +201,109 @@ def marginals_grams(draw: st.DrawFn, shape: tuple[int, ...]) -> MarginalsGram:
     return MarginalsGram.from_eigenvalues(shape, values)
 
 
+def orthonormal(n: int, seed: int) -> np.ndarray:
+    """A random ``n × n`` orthonormal basis."""
+    return np.linalg.qr(np.random.default_rng(seed).standard_normal((n, n)))[0]
+
+
+def residual_rank(shape: tuple[int, ...], mask: int) -> int:
+    """``Π_{i∈S}(n_i − 1)``: the columns of a residual block of set S."""
+    return math.prod(shape[i] - 1 for i in range(len(shape)) if mask >> i & 1)
+
+
+#: Eigen weights: zero (a direction not measured) or well away from it.
+EIGEN_WEIGHTS = np.array([0.0, 0.5, 1.0, 2.0, 4.0])
+
+
+@st.composite
+def eigen_strategies(draw: st.DrawFn, n: int) -> EigenStrategy:
+    """``diag(√u) (⊗Q_i)ᵀ`` over a random domain of n cells, Kron or per-cell weights."""
+    shape = draw(domain_shapes(n))
+    seed = draw(SEEDS)
+    rng = np.random.default_rng(seed)
+    bases = [orthonormal(size, seed + i) for i, size in enumerate(shape)]
+    if draw(st.booleans()):
+        return EigenStrategy(bases, [rng.choice(EIGEN_WEIGHTS, size=size) for size in shape])
+    return EigenStrategy(bases, rng.choice(EIGEN_WEIGHTS, size=n))
+
+
+@st.composite
+def pidentities(draw: st.DrawFn, n: int, max_rows: int) -> PIdentity:
+    """``[I; Θ] D`` with ``p`` extra rows (some entries of Θ zero), L1 or L2 columns."""
+    p = draw(st.integers(1, max(1, min(3, max_rows - n))))
+    rng = np.random.default_rng(draw(SEEDS))
+    theta = rng.uniform(size=(p, n)) * (rng.random((p, n)) < 0.7)
+    return PIdentity(theta, draw(st.sampled_from([1, 2])))
+
+
+@st.composite
+def residual_strategies(draw: st.DrawFn, n: int) -> ResidualStrategy:
+    """Weighted residuals ``[w_S R_S]`` on some of the sets of a domain of n cells (sets
+    with rows only: a matrix without rows would end the composite generators)."""
+    shape = draw(domain_shapes(n))
+    masks = [mask for mask in range(2 ** len(shape)) if residual_rank(shape, mask)]
+    sets = draw(st.lists(st.sampled_from(masks), min_size=1, max_size=len(masks), unique=True))
+    return ResidualStrategy(shape, {mask: draw(WEIGHTS) for mask in sets})
+
+
+@st.composite
+def residual_block_strategies(draw: st.DrawFn, n: int, max_rows: int) -> ResidualBlockStrategy:
+    """Blocks ``L_S R_S``: scalars, diagonals (some entries zero) and dense blocks that are
+    square or wide of full row rank, on some of the sets of a domain of n cells."""
+    shape = draw(domain_shapes(n))
+    seed = draw(SEEDS)
+    rng = np.random.default_rng(seed)
+    blocks: dict[int, float | np.ndarray] = {}
+    rows = 0
+    for mask in draw(st.permutations(range(2 ** len(shape)))):
+        rank = residual_rank(shape, mask)
+        kind = draw(st.sampled_from(["none", "scalar", "diagonal", "dense"]))
+        height = draw(st.integers(1, rank)) if kind == "dense" and rank else rank
+        if kind == "none" or not rank or rows + height > max_rows:
+            continue
+        if kind == "scalar":
+            blocks[mask] = draw(WEIGHTS)
+        elif kind == "diagonal":
+            blocks[mask] = rng.choice([0.0, -1.5, 0.5, 1.0, 2.0], size=rank)
+        else:
+            blocks[mask] = well_conditioned(height, rank, height, seed + mask)
+        rows += height
+    return ResidualBlockStrategy(shape, blocks or {0: draw(WEIGHTS)})
+
+
+@st.composite
+def helmert_blocks(draw: st.DrawFn, n: int, max_rows: int) -> HelmertBlocks:
+    """Integer blocks ``Q_S H_S``: diagonal vectors, or square or wide well-conditioned
+    integer matrices (a dominant diagonal), on some of the sets of a domain of n cells."""
+    shape = draw(domain_shapes(n))
+    rng = np.random.default_rng(draw(SEEDS))
+    integers: dict[int, np.ndarray] = {}
+    rows = 0
+    for mask in draw(st.permutations(range(2 ** len(shape)))):
+        rank = residual_rank(shape, mask)
+        kind = draw(st.sampled_from(["none", "diagonal", "dense"]))
+        height = draw(st.integers(1, rank)) if kind == "dense" and rank else rank
+        if kind == "none" or not rank or rows + height > max_rows:
+            continue
+        if kind == "diagonal":
+            integers[mask] = rng.choice([-3, -1, 1, 2, 5], size=rank).astype(np.int64)
+        else:
+            block = rng.integers(-2, 3, size=(height, rank))
+            block[np.arange(height), np.arange(height)] = 3 * rank + 1
+            integers[mask] = block.astype(np.int64)
+        rows += height
+    if not integers:
+        integers[0] = np.ones(1, dtype=np.int64)
+    return HelmertBlocks(shape, integers)
+
+
 def _leaf_kinds(n: int, max_rows: int) -> list[str]:
-    kinds = ["ones", "ranges", "dense", "sparse"]
+    kinds = ["ones", "ranges", "dense", "sparse", "low_rank"]
     if n <= max_rows:
         kinds += ["identity", "prefix", "marginal", "marginals_gram"]
+        kinds += ["eigen", "residual", "residual_blocks", "helmert_blocks"]
+    if n < max_rows:
+        kinds.append("pidentity")
     if n * (n + 1) // 2 <= max_rows:
         kinds.append("allrange")
     if 2 * n <= max_rows:
@@ -197,7 +313,8 @@ def _leaf_kinds(n: int, max_rows: int) -> list[str]:
 
 @st.composite
 def leaves(draw: st.DrawFn, n: int, max_rows: int = MAX_SIDE) -> Matrix:
-    """One elementary, tree, explicit or marginal matrix with ``n`` columns."""
+    """One elementary, tree, explicit, marginal or residual matrix, or a strategy type an
+    optimizer returns, with ``n`` columns."""
     kind = draw(st.sampled_from(_leaf_kinds(n, max_rows)))
     if kind == "identity":
         return Identity(n)
@@ -221,6 +338,20 @@ def leaves(draw: st.DrawFn, n: int, max_rows: int = MAX_SIDE) -> Matrix:
     if kind == "sparse":
         rows = draw(st.integers(1, min(10, max_rows)))
         return Sparse(sparse_array(rows, n, draw(SEEDS)))
+    if kind == "low_rank":
+        rows = draw(st.integers(1, min(10, max_rows)))
+        rank = draw(st.integers(0, min(rows, n)))
+        return LowRankStrategy(well_conditioned(rows, n, rank, draw(SEEDS)))
+    if kind == "eigen":
+        return draw(eigen_strategies(n))
+    if kind == "pidentity":
+        return draw(pidentities(n, max_rows))
+    if kind == "residual":
+        return draw(residual_strategies(n))
+    if kind == "residual_blocks":
+        return draw(residual_block_strategies(n, max_rows))
+    if kind == "helmert_blocks":
+        return draw(helmert_blocks(n, max_rows))
     shape = draw(domain_shapes(n))
     if kind == "marginal":
         return Marginal(shape, draw(attribute_sets(len(shape))))
@@ -363,10 +494,122 @@ def same_shape_pairs(draw: st.DrawFn) -> tuple[Matrix, Matrix]:
     return first, draw(with_shape(*first.shape))
 
 
+# -- what the strategy optimizers return, on small workloads ---------------------------------
+#: Small workloads of every kind the optimizers distinguish.
+OPTIMIZER_WORKLOADS: dict[str, Callable[[], Matrix]] = {
+    "prefix": lambda: Prefix(8),
+    "ranges": lambda: RangeQueries(8, [(0, 3), (2, 5), (4, 7), (1, 1)]),
+    "kron": lambda: Kron([Prefix(4), AllRange(3)]),
+    "identity-x-prefix": lambda: Kron([Identity(3), Prefix(4)]),
+    "marginals": lambda: Marginals((2, 3, 4), {(0,): 1.0, (1, 2): 1.0, (0, 1): 1.0}),
+    "marginals-x-prefix": lambda: VStack(
+        [
+            Kron([Identity(3), Prefix(4)]),
+            Kron([Ones(1, 3), Prefix(4)]),
+            Kron([Identity(3), Ones(1, 4)]),
+        ]
+    ),
+    "weighted-union": lambda: VStack(
+        [
+            Weighted(2.0, Kron([Prefix(4), Ones(1, 3)])),
+            Weighted(0.5, Kron([Ones(1, 4), AllRange(3)])),
+        ]
+    ),
+}
+PRIVACY = {"laplace": PureDP(1), "gaussian": ZCDP("1/2")}
+
+
+@functools.cache
+def optimized(workload: str, method: str, privacy: str) -> Matrix:
+    """``optimize`` on one of :data:`OPTIMIZER_WORKLOADS`, computed once per run.
+
+    The catalogue takes only methods without random restarts from here (eigen, residual,
+    marginal_optimal, and HDMM's templates under Gaussian noise, solved in closed form), so
+    every run checks the same matrices.
+    """
+    return optimize(OPTIMIZER_WORKLOADS[workload](), method, PRIVACY[privacy])
+
+
+def _pidentity() -> PIdentity:
+    """HDMM's OPT_0 on four ranges under Laplace noise, from a fixed random start."""
+    W = OPTIMIZER_WORKLOADS["ranges"]()
+    return optimize_pidentity(W.gram(), norm=1, p=2, restarts=1, rng=np.random.default_rng(3))[0]
+
+
+def _marginal_weights() -> Marginals:
+    """HDMM's OPT_M (real weights on marginal tables) from fixed random starts."""
+    W = OPTIMIZER_WORKLOADS["marginals"]()
+    return optimize_marginal_weights(W, norm=2, rng=np.random.default_rng(4))[0]
+
+
+def _low_rank() -> LowRankStrategy:
+    """The Low-Rank Mechanism's strategy for a rank-2 workload, from a fixed start."""
+    W = Dense([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
+    return lrm_strategy(W, PureDP(1), rng=np.random.default_rng(5))
+
+
+def _eigen_with_zero_weights() -> EigenStrategy:
+    """An eigen-design that leaves two basis vectors unmeasured (rank-deficient)."""
+    return EigenStrategy(
+        [orthonormal(3, 1), orthonormal(2, 2)], [np.array([1.0, 0.0, 0.5]), np.array([2.0, 1.0])]
+    )
+
+
+def _optimizer_catalogue() -> dict[str, Callable[[], Matrix]]:
+    """Every matrix type a strategy method returns, and its quantized forms."""
+    residual_blocks = functools.partial(optimized, "kron", "residual", "gaussian")
+    residual_wide = functools.partial(optimized, "ranges", "residual", "gaussian")
+    residuals = functools.partial(optimized, "marginals", "marginal_optimal", "gaussian")
+    pidentity_l2 = PIdentity(np.random.default_rng(6).uniform(size=(2, 6)), norm=2)
+    return {
+        # eigen: Kron weights for one product, per-cell weights for a union; under Laplace
+        # noise a Kron of an eigen factor and a dense factor of lower 1-norm.
+        "eigen-1d": functools.partial(optimized, "prefix", "eigen", "gaussian"),
+        "eigen-kron": functools.partial(optimized, "kron", "eigen", "gaussian"),
+        "eigen-full-weights": functools.partial(optimized, "marginals", "eigen", "gaussian"),
+        "eigen-zero-weights": _eigen_with_zero_weights,
+        "eigen-l1-reduced": functools.partial(optimized, "identity-x-prefix", "eigen", "laplace"),
+        "eigen-gram": lambda: _eigen_with_zero_weights().gram(),
+        "eigen-gram-pinv": lambda: optimized("marginals", "eigen", "gaussian").gram().pinv(),
+        # hdmm: OPT_0 (p-Identity), OPT_⊗ (a Kron of fitted factors), OPT_M, OPT_+.
+        "pidentity-l1": _pidentity,
+        "pidentity-l2": lambda: pidentity_l2,
+        "pidentity-gram": lambda: pidentity_l2.gram(),
+        "pidentity-gram-inverse": lambda: pidentity_l2.gram().pinv(),
+        "kron-of-pidentity": lambda: Kron([Identity(2), _pidentity()]),
+        "hdmm-kron-fitted": functools.partial(optimized, "kron", "hdmm_kron", "gaussian"),
+        "hdmm-kron-stacks": functools.partial(optimized, "marginals", "hdmm_kron", "gaussian"),
+        "hdmm-marginal-weights": _marginal_weights,
+        "hdmm-union": functools.partial(optimized, "marginals-x-prefix", "hdmm_union", "gaussian"),
+        # lrm: returned as Dense; its own low-rank form too.
+        "lrm-dense": lambda: Dense(_low_rank().array),
+        "low-rank": _low_rank,
+        "low-rank-gram": lambda: _low_rank().gram(),
+        # marginal_optimal and residual: scalar, dense and wide blocks on residual subspaces.
+        "residuals": residuals,
+        "residuals-some-sets": lambda: ResidualStrategy((3, 2, 2), {0b001: 2.0, 0b110: -0.5}),
+        # The residual of an attribute of size 1 has no rows.
+        "residuals-no-rows": lambda: ResidualStrategy((1, 2), {0b01: 1.0}),
+        "residual-gram": lambda: residuals().gram(),
+        "residual-blocks-scalar": functools.partial(optimized, "marginals", "residual", "gaussian"),
+        "residual-blocks-dense": residual_blocks,
+        "residual-blocks-wide": residual_wide,
+        "residual-block-gram": lambda: residual_wide().gram(),
+        # Quantized: integer blocks on Helmert rows (A_q's blocks are then diagonal), and a
+        # scaled Kron of integer factors.
+        "residual-blocks-diagonal": lambda: quantize(residuals()).matrix,
+        "helmert-blocks-diagonal": lambda: quantize(residuals()).integer,
+        "helmert-blocks-dense": lambda: quantize(residual_blocks()).integer,
+        "helmert-blocks-wide": lambda: quantize(residual_wide()).integer,
+        "quantized-kron": lambda: quantize(optimized("kron", "hdmm_kron", "gaussian")).matrix,
+    }
+
+
 # -- a fixed catalogue: every type, every run ------------------------------------------------
 def _catalogue() -> dict[str, Callable[[], Matrix]]:
     g = Marginals((2, 3, 4), {(0,): 1.0, (1, 2): 2.0, (): -1.5}).gram()
     return {
+        **_optimizer_catalogue(),
         "identity": lambda: Identity(5),
         "total": lambda: Ones(1, 7),
         "ones": lambda: Ones(3, 5),

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given
 from scipy.sparse.linalg import LinearOperator, aslinearoperator, lsmr
 
+from dpmm.errors import UnsupportedQueryError
 from dpmm.linalg import (
     Dense,
     HStack,
@@ -29,16 +30,21 @@ from dpmm.linalg import (
     Transposed,
     Weighted,
 )
+from dpmm.measure.quantize import quantize
+from dpmm.strategy import METHODS
 
 from .conftest import (
     ALL_KINDS,
     CATALOGUE,
+    OPTIMIZER_WORKLOADS,
     ORACLE,
+    PRIVACY,
     assert_close,
     compatible_pairs,
     dense_of,
     krons,
     matrices,
+    optimized,
     pinv_oracle,
     same_shape_pairs,
     sparse_array,
@@ -195,8 +201,43 @@ def test_catalogue_covers_transposed_and_every_type() -> None:
         "Identity", "Ones", "Prefix", "AllRange", "RangeQueries", "Haar", "Hierarchical",
         "Dense", "Sparse", "Weighted", "Kron", "VStack", "HStack", "Product", "Sum",
         "Transposed", "Marginal", "Marginals", "MarginalsGram",
+        "EigenStrategy", "EigenGram", "PIdentity", "PIdentityGram", "PIdentityGramInverse",
+        "LowRankStrategy", "LowRankGram", "ResidualStrategy", "ResidualGram",
+        "ResidualBlockStrategy", "ResidualBlockGram", "HelmertBlocks",
     }  # fmt: skip
     assert expected <= names
+
+
+def _types_within(M: Matrix) -> set[str]:
+    """The type names of ``M`` and of every matrix it is built from."""
+    names = {type(M).__name__}
+    for attribute in ("factors", "blocks", "terms", "base"):
+        parts = getattr(M, attribute, None)
+        for part in [parts] if isinstance(parts, Matrix) else parts or []:
+            if isinstance(part, Matrix):
+                names |= _types_within(part)
+    return names
+
+
+@pytest.mark.parametrize("privacy", sorted(PRIVACY))
+def test_catalogue_covers_every_type_optimize_returns(privacy: str) -> None:
+    """Every type a method returns on the small workloads, and in its quantized forms (the
+    integer matrix measured, ``A_q`` used to reconstruct), has an instance in the catalogue."""
+    catalogued = set().union(*(_types_within(CATALOGUE[kind]()) for kind in ALL_KINDS))
+    returned: dict[str, str] = {}
+    for workload in OPTIMIZER_WORKLOADS:
+        for method in METHODS:
+            try:
+                A = optimized(workload, method, privacy)
+            except UnsupportedQueryError:
+                continue
+            quantized = quantize(A)
+            for M in (A, quantized.integer, quantized.matrix):
+                for name in _types_within(M):
+                    returned.setdefault(name, f"{method} on {workload}")
+    assert {"EigenStrategy", "Kron", "Dense"} <= set(returned)
+    missing = {name: where for name, where in returned.items() if name not in catalogued}
+    assert not missing, f"types returned but not in the catalogue: {missing}"
 
 
 # -- random shapes -----------------------------------------------------------------------
@@ -271,8 +312,12 @@ def test_kron_structured_operations(K: Kron) -> None:
 # -- composition -------------------------------------------------------------------------
 def _check_product(A: Matrix, B: Matrix) -> None:
     product = A @ B
-    # Two elements of the marginal algebra multiply within it; everything else is lazy.
-    closed = isinstance(A, MarginalsGram) and isinstance(B, MarginalsGram)
+    # Two elements of one domain's marginal algebra multiply within it; all else is lazy.
+    closed = (
+        isinstance(A, MarginalsGram)
+        and isinstance(B, MarginalsGram)
+        and A.domain_shape == B.domain_shape
+    )
     assert isinstance(product, MarginalsGram if closed else Product)
     expected = dense_of(A) @ dense_of(B)
     assert_close(dense_of(product), expected)
