@@ -422,7 +422,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.run(args, sys.stdout)
     except (DpmmError, yaml.YAMLError) as error:
-        print(f"dpmm: error: {_one_line(str(error))}", file=sys.stderr)
+        # The detail of a data error (counts, example values) is for this terminal only.
+        detail = getattr(error, "detail", "")
+        shown = f" [{detail}]" if detail else ""
+        print(f"dpmm: error: {_one_line(str(error))}{shown}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except OSError as error:  # a full disk, a read-only or missing folder
         if args.verbose:

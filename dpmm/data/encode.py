@@ -82,14 +82,15 @@ def _type_error(values: pa.Array, attribute: Attribute, file: str, column: str) 
         if pa.types.is_string(values.type) or pa.types.is_large_string(values.type)
         else (f"values of type {values.type}")
     )
-    examples = ""
+    examples = ""  # raw values: the operator-only detail
     if kind == "text":
         odd = [v for v in values.unique().to_pylist() if v is not None and not _NUMBER.fullmatch(v)]
         if odd:
-            examples = " (e.g. " + ", ".join(describe_value(v, 30) for v in odd[:5]) + ")"
+            examples = "e.g. " + ", ".join(describe_value(v, 30) for v in odd[:5])
     return DataError(
-        f"{_where(file, column)} holds {kind}{examples}, but attribute '{attribute.name}' "
-        f"takes {_range_text(attribute)}"
+        f"{_where(file, column)} holds {kind}, but attribute '{attribute.name}' "
+        f"takes {_range_text(attribute)}",
+        examples,
     )
 
 

@@ -47,16 +47,19 @@ def example_values(values: pa.Array, mask: np.ndarray, limit: int = EXAMPLES) ->
     return out
 
 
-def _message(file: str, column: str, attribute: str, encoded: Encoded, problem: Problem) -> str:
+def _rejection(
+    file: str, column: str, attribute: str, encoded: Encoded, problem: Problem
+) -> DataError:
+    """The error naming the file, column and problem; the count and example values of the
+    offending rows go to its operator-only detail."""
     count = int(problem.mask.sum())
-    rows = "1 row has" if count == 1 else f"{count} rows have"
     examples = example_values(encoded.values, problem.mask)
     quoted = ", ".join(describe_value(v, 30) for v in examples)
-    shown = f" (e.g. {quoted})" if quoted else ""
     target = "" if column == attribute else f" (attribute '{attribute}')"
-    return (
-        f"File '{file}', column '{column}'{target}: {rows} {problem.reason}{shown}; "
-        "fix the data or set data.bad_rows: drop to skip such rows"
+    return DataError(
+        f"File '{file}', column '{column}'{target}: rows have {problem.reason}; fix the data "
+        "or set data.bad_rows: drop to skip such rows",
+        f"{count:,} {'row' if count == 1 else 'rows'}" + (f", e.g. {quoted}" if quoted else ""),
     )
 
 
@@ -94,7 +97,7 @@ def apply_policy(
         if mask is None:
             continue
         if policy == "reject":
-            raise DataError(_message(file, column, attribute, item, item.problems[0]))
+            raise _rejection(file, column, attribute, item, item.problems[0])
         dropped[attribute] = int(mask.sum())
         bad = mask if bad is None else bad | mask
     codes = [item.codes for _, _, item in encoded]

@@ -194,8 +194,9 @@ def person_records(
         if differing:
             raise DataError(
                 f"Column '{source.spec.column(name)}' is not the same on all rows of a person "
-                f"for {differing:,} people (column '{person}'); with data.person every "
-                "attribute but the summed prefix_sum ones must be constant per person"
+                f"(column '{person}'); with data.person every attribute but the summed "
+                "prefix_sum ones must be constant per person",
+                f"{differing:,} {'person' if differing == 1 else 'people'}",
             )
         out[name] = low
     return PersonRecords(pa.table(out), total.rows)

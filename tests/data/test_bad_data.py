@@ -37,8 +37,10 @@ def write(folder: Path, name: str = "part-0.parquet", **changes: list) -> Path:
 
 
 def one_sentence(error: pytest.ExceptionInfo) -> str:
+    """The message, one sentence naming file, column and problem; no value from the data
+    (those are in the operator-only detail)."""
     text = str(error.value)
-    assert "\n" not in text and text.replace("e.g. ", "").count(". ") == 0, text
+    assert "\n" not in text and text.count(". ") == 0 and "e.g." not in text, text
     return text
 
 
@@ -58,7 +60,7 @@ CASES = {
     "code out of range": ({"sex": [0, 1, 2, 7]}, "codes outside 0..1"),
     "NaN": ({"income": [np.nan, 10.0, 1.0, 5.0]}, "NaN values"),
     "null": ({"sex": [0, None, 1, 0]}, "missing (null) values"),
-    "text in numeric": ({"sex": ["0", "male", "1", "0"]}, "holds text (e.g. 'male')"),
+    "text in numeric": ({"sex": ["0", "male", "1", "0"]}, "holds text, but attribute 'sex'"),
     "fractional code": ({"sex": [0.0, 0.5, 1.0, 1.0]}, "not whole numbers"),
 }
 
@@ -82,8 +84,8 @@ def test_reject_counts_rows_and_quotes_at_most_five_examples(tmp_path):
     with pytest.raises(DataError) as error:
         histogram(str(tmp_path), DOMAIN)
     text = one_sentence(error)
-    assert "7 rows have values not among its labels (e.g. 'a', 'b', 'c', 'd', 'e')" in text
-    assert "'f'" not in text
+    assert "rows have values not among its labels" in text
+    assert error.value.detail == "7 rows, e.g. 'a', 'b', 'c', 'd', 'e'"
 
 
 def test_drop_skips_bad_rows_and_reports_how_many(tmp_path):
@@ -162,7 +164,8 @@ def test_hive_partition_text_for_numeric_attribute(tmp_path):
     write(tmp_path, "sex=male/part-0.parquet", sex=None)
     with pytest.raises(DataError) as error:
         histogram(str(tmp_path), DOMAIN)
-    assert "holds text (e.g. 'male')" in one_sentence(error)
+    assert "holds text, but" in one_sentence(error)
+    assert error.value.detail == "e.g. 'male'"
 
 
 def test_mixed_hive_layouts(tmp_path):
@@ -218,4 +221,5 @@ def test_csv_text_in_numeric_column_and_labels_kept_as_text(tmp_path):
     (tmp_path / "b.csv").write_text("code,n\n01,2\n1,many\n")
     with pytest.raises(DataError) as error:
         histogram(str(tmp_path / "b.csv"), labelled)
-    assert "column 'n' holds text (e.g. 'many')" in one_sentence(error)
+    assert "column 'n' holds text" in one_sentence(error)
+    assert error.value.detail == "e.g. 'many'"

@@ -136,3 +136,65 @@ def test_deployments_register_list_and_get_scheduled_runs(server) -> None:
     assert all((s.day, s.hour, s.minute) == (1, 6, 0) for s in starts)
     assert len({(s.year, s.month) for s in starts}) == len(starts)  # one run per month
     assert "Traceback" not in log.read_text()
+
+
+def _server_text(home: Path) -> str:
+    """Every text value stored in the server's database, one per line."""
+    import sqlite3
+
+    (database,) = home.glob("*.db")
+    connection = sqlite3.connect(database)
+    try:
+        tables = [row[0] for row in connection.execute("SELECT name FROM sqlite_master")]
+        lines = []
+        for table in tables:
+            try:
+                rows = connection.execute(f'SELECT * FROM "{table}"').fetchall()
+            except sqlite3.DatabaseError:
+                continue  # an index or a virtual table's shadow
+            lines += [str(value) for row in rows for value in row if value is not None]
+        return "\n".join(lines)
+    finally:
+        connection.close()
+
+
+def test_a_data_error_reaches_the_server_without_a_value_from_the_data(
+    server, tmp_path: Path
+) -> None:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    url, env, _ = server
+    codes = np.random.default_rng(8).integers(0, 16, 400)
+    codes[[5, 50, 60, 70, 80, 90, 99]] = 9135771  # 7 rows outside the domain
+    (tmp_path / "data").mkdir()
+    pq.write_table(pa.table({"x": codes}), tmp_path / "data" / "part.parquet")
+    config = tmp_path / "bad.yaml"
+    config.write_text(
+        "name: bad\ndomain: {x: 16}\nprivacy: {epsilon: 1}\n"
+        "workload: [{name: cdf, kind: prefix, attribute: x}]\n"
+        "strategy: {method: hierarchical}\ndata: {path: data}\nledger: {path: budget.db}\n"
+    )
+    dpmm = [sys.executable, "-m", "dpmm"]
+    for args in (
+        ["ledger", "init", "budget.db"],
+        ["ledger", "grant", "budget.db", "bad", "--epsilon", "2"],
+    ):
+        assert subprocess.run([*dpmm, *args], cwd=tmp_path, env=env, timeout=60).returncode == 0
+    done = subprocess.run(
+        [*dpmm, "release", "bad.yaml"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2
+    # The operator's terminal has the count and the value, on the error's one line.
+    assert done.stderr.splitlines()[-1].endswith("[7 rows, e.g. 9135771]"), done.stderr[-2000:]
+    runs = _api(url, "/flow_runs/filter", {"flow_runs": {"name": {"like_": ""}}})
+    assert runs, "the release left no flow run on the server"
+    stored = _server_text(Path(env["PREFECT_HOME"]))
+    assert "column 'x': rows have codes outside 0..15" in stored  # the error did reach it
+    assert "9135771" not in stored and "7 rows" not in stored
