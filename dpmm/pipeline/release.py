@@ -22,6 +22,8 @@ open like a crash: running the same config again resumes it with the same θ.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -161,26 +163,29 @@ def _measurement(
     counts = stage("ingest-histogram", count_input)(
         config, strategy, client=client, progress=progress
     )
-    _record_ingest(run, counts)
+    _record_ingest(run, counts, ledger)
     return stage("measure-strategy", _measure_counts)(config, strategy, counts, run, ledger, rng)
 
 
-def _record_ingest(run: ReleaseRun, counts: Counts) -> None:
-    """Keep the ingest report in the run state: the operator's log, never released."""
+def _record_ingest(run: ReleaseRun, counts: Counts, ledger: Ledger) -> None:
+    """Keep what the release states about its input in the run state: the fingerprint,
+    keyed with the ledger's secret (file sizes cannot be read back from it), and how it
+    was read. The row counts are for the operator's terminal only."""
     report = counts.report
+    keyed = hmac.new(ledger.secret(), counts.fingerprint.encode(), hashlib.sha256)
     run.update(
-        ingest={
-            "partitions": report.partitions,
-            "rows_read": report.rows_read,
-            "rows_dropped": report.rows_dropped,
-            "dropped_by_attribute": dict(report.dropped_by_attribute),
-            "seconds": round(report.seconds, 3),
-        },
-        input_fingerprint=counts.fingerprint,
+        ingest={"partitions": report.partitions, "seconds": round(report.seconds, 3)},
+        input_fingerprint=keyed.hexdigest(),
         partitions=counts.partitions,
     )
     if report.rows_dropped:
-        log.warning("rows outside the domain were dropped; the count is in %s", run.folder)
+        dropped = ", ".join(f"{n:,} for {a}" for a, n in report.dropped_by_attribute.items())
+        log.warning(
+            "%s of %s rows read were outside the domain and dropped (%s)",
+            f"{report.rows_dropped:,}",
+            f"{report.rows_read:,}",
+            dropped,
+        )
 
 
 def run_release(

@@ -114,7 +114,8 @@ class ReleaseRun:
 
 def _write_state(folder: Path, state: dict[str, Any]) -> None:
     temporary = folder / f".{STATE_FILE}.{uuid.uuid4().hex}"
-    with open(temporary, "w") as handle:
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as handle:  # the operator's only
         json.dump(state, handle, indent=2, sort_keys=True)
         handle.flush()
         os.fsync(handle.fileno())
@@ -123,7 +124,7 @@ def _write_state(folder: Path, state: dict[str, Any]) -> None:
 
 
 def _try_lock(folder: Path) -> int | None:
-    descriptor = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    descriptor = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -204,7 +205,7 @@ def open_run(config: ReleaseConfig, ledger: Ledger) -> ReleaseRun:
         temporary = runs / f".new-{uuid.uuid4().hex}"
         folder = runs / release_id
         try:
-            temporary.mkdir()
+            temporary.mkdir(mode=0o700)  # private to the operator, like the ledger
             (temporary / "measurements").mkdir()
             _write_state(
                 temporary,

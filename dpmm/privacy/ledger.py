@@ -31,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -73,6 +74,8 @@ __all__ = [
 
 #: Seconds a write waits for another process's write transaction before giving up.
 BUSY_TIMEOUT = 60.0
+#: Length of the ledger's secret (see :meth:`Ledger.secret`).
+SECRET_BYTES = 32
 
 
 class LedgerError(DpmmError):
@@ -257,6 +260,32 @@ class Ledger:
         if not rows:
             raise LedgerError(f"ledger {self.path} has no reservation {reservation_id!r}")
         return to_reservation(rows[0])
+
+    def secret(self) -> bytes:
+        """32 random bytes kept beside the ledger (``<ledger>.secret``, mode 0600), made on
+        first use: the key of the input fingerprints a manifest states. Never released.
+
+        Raises:
+            LedgerError: the file exists and is not 32 bytes.
+        """
+        path = self.path.with_name(self.path.name + ".secret")
+        if not path.exists():
+            temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "wb") as handle:
+                handle.write(os.urandom(SECRET_BYTES))
+                handle.flush()
+                os.fsync(handle.fileno())
+            try:
+                os.link(temporary, path)  # atomic; another process's secret may win
+            except FileExistsError:
+                pass
+            finally:
+                temporary.unlink()
+        secret = path.read_bytes()
+        if len(secret) != SECRET_BYTES:
+            raise LedgerError(f"{path} is not a dpmm ledger secret ({SECRET_BYTES} bytes)")
+        return secret
 
     def datasets(self) -> list[str]:
         """The datasets that have a grant, in the order of their first grant."""

@@ -7,6 +7,8 @@ was never persisted stays spent, and closing the run lets the next release start
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from fractions import Fraction
 from pathlib import Path
 
@@ -16,9 +18,11 @@ import pyarrow.parquet as pq
 import pytest
 
 import dpmm.measure.mechanism as mechanism
+import dpmm.pipeline.ingest_stage as ingest_stage
 import dpmm.pipeline.run_state as run_state
 from dpmm.cli import main
 from dpmm.config import ReleaseConfig
+from dpmm.data import open_source
 from dpmm.errors import ConfigError
 from dpmm.pipeline import run_release
 from dpmm.privacy.ledger import Ledger
@@ -94,3 +98,14 @@ def test_a_run_spent_without_a_persisted_measurement_is_closed_and_the_next_star
     result = run_release(config)
     assert versions(config) == ["v0001"] and result.manifest["release_id"] != run_id
     assert remaining(config) == 1
+
+
+def test_the_input_fingerprint_is_keyed_with_the_ledgers_secret(config: ReleaseConfig) -> None:
+    stated = run_release(config).manifest["input"]["fingerprint"]
+    secret = Path(f"{config.ledger.path}.secret")
+    assert secret.stat().st_mode & 0o777 == 0o600 and len(secret.read_bytes()) == 32
+    # Unkeyed, the digest of paths and sizes would give the file's size away.
+    unkeyed = ingest_stage._fingerprint(open_source(config.data))
+    keyed = hmac.new(secret.read_bytes(), unkeyed.encode(), hashlib.sha256).hexdigest()
+    assert stated == keyed != unkeyed
+    assert run_release(config).manifest["input"]["fingerprint"] == stated  # the same input
