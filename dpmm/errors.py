@@ -10,6 +10,7 @@ __all__ = [
     "ConfigError",
     "DomainError",
     "DpmmError",
+    "NotIntegerError",
     "PrivacyParameterError",
     "TooLargeError",
     "UnsupportedQueryError",
@@ -27,6 +28,10 @@ class ConfigError(DpmmError, ValueError):
 
 class DomainError(DpmmError, ValueError):
     """A domain is malformed, or an attribute is not part of it."""
+
+
+class NotIntegerError(DpmmError, ValueError):
+    """A matrix is not known to have integer entries, so it has no exact integer norms."""
 
 
 class PrivacyParameterError(DpmmError, ValueError):

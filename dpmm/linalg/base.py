@@ -20,7 +20,7 @@ import numpy as np
 import scipy.linalg
 from scipy.sparse.linalg import LinearOperator
 
-from dpmm.errors import TooLargeError
+from dpmm.errors import NotIntegerError, TooLargeError
 
 __all__ = ["DENSE_LIMIT", "Matrix", "check_dense_size", "symmetric_eigenvalues"]
 
@@ -30,6 +30,13 @@ DENSE_LIMIT = 50_000_000
 #: Singular values below this fraction of the largest count as zero in :meth:`Matrix.pinv`
 #: (numpy's default, 1e-15, is below the rounding error of a formed Gram ``AᵀA``).
 PINV_TOLERANCE = 1e-10
+
+#: Exact integer norms and entry bounds stay below this: int64, with room for a sum of two.
+INT_LIMIT = 2**62
+
+#: ``(column L1 norms, column sums of squares, entry bound)``: see
+#: :meth:`Matrix.integer_column_norms`.
+IntegerNorms = tuple[np.ndarray, np.ndarray, int]
 
 
 def check_dense_size(rows: int, cols: int, what: str, limit: int | None = None) -> None:
@@ -58,14 +65,14 @@ def singular_values_of_gram(gram: np.ndarray) -> np.ndarray:
     return np.sqrt(np.where(values > floor, values, 0.0))
 
 
-_COMPUTED_ONCE = ("gram", "pinv")
+_COMPUTED_ONCE = ("gram", "pinv", "gram_pinv")
 
 
-def _computed_once(method: Callable[[Matrix], Matrix]) -> Callable[[Matrix], Matrix]:
+def _computed_once(method: Callable[[Matrix], Matrix | None]) -> Callable[[Matrix], Matrix | None]:
     name = method.__name__
 
     @functools.wraps(method)
-    def cached(self: Matrix) -> Matrix:
+    def cached(self: Matrix) -> Matrix | None:
         store = self.__dict__.setdefault("_computed", {})
         if name not in store:
             store[name] = method(self)
@@ -278,6 +285,48 @@ class Matrix(LinearOperator):
 
         return trace_of_product(self, other)
 
+    def _trace_dot(self, other: Matrix) -> float | object:
+        """``trace(self @ other)`` from this type's structure, or NotImplemented.
+
+        :func:`~dpmm.linalg.trace.trace_of_product` splits weighted matrices and sums on
+        either side before it asks, and tries the other order, then the generic path.
+        """
+        return NotImplemented
+
+    def gram_pinv(self) -> Matrix | None:
+        """``(selfᵀ self)⁺`` as a structured matrix, or None when the type knows no closed
+        form (least squares then iterates): never a dense inverse of a large Gram."""
+        return None
+
+    def integer_column_norms(self) -> IntegerNorms:
+        """Exact ``(column L1 norms, column sums of squares, entry bound)`` of an integer matrix.
+
+        The norms are int64, one per column (or one for all, a common value or a bound, on
+        a huge domain), built by each type's ``_integer_column_norms`` from its structure,
+        never from float norms. The bound bounds ``|a_ij|`` and every intermediate of
+        ``self @ x`` per unit of ``sum(x)``.
+
+        Raises:
+            NotIntegerError: The type is not known to have integer entries, or an entry
+                or weight is not an integer.
+            TooLargeError: A norm or the bound would reach :data:`INT_LIMIT`.
+        """
+        l1, l2_squared, bound = self._integer_column_norms()
+        for values in (l1, l2_squared):
+            if values.size and (values.min() < 0 or int(values.max()) >= INT_LIMIT):
+                raise TooLargeError(
+                    f"the column norms of {self!r:.80} are too large to hold exactly"
+                )
+        if not 0 <= bound < INT_LIMIT:
+            raise TooLargeError(f"the entries of {self!r:.80} are too large to hold exactly")
+        return l1, l2_squared, bound
+
+    def _integer_column_norms(self) -> IntegerNorms:
+        # Types with integer entries override this; everything else is refused.
+        raise NotIntegerError(
+            f"{self!r} ({type(self).__name__}) is not known to have integer entries"
+        )
+
     def eigh(self) -> tuple[np.ndarray, Matrix]:
         """Eigenvalues (ascending) and eigenvectors of a symmetric matrix."""
         from dpmm.linalg.combinators import Dense
@@ -320,6 +369,21 @@ def _pnorm(block: np.ndarray, p: float) -> np.ndarray:
 def _check_square(matrix: Matrix, operation: str) -> None:
     if matrix.shape[0] != matrix.shape[1]:
         raise ValueError(f"{operation} needs a square matrix, got {matrix!r}")
+
+
+def _integer_weight(value: float, matrix: Matrix) -> int:
+    """``value`` as an int, or NotIntegerError naming it as a weight of ``matrix``."""
+    if not float(value).is_integer():
+        raise NotIntegerError(f"the weight {value!r} of {matrix!r:.80} is not an integer")
+    return int(value)
+
+
+def _guard_integer(value: int, matrix: Matrix) -> int:
+    """``value`` if below INT_LIMIT, else TooLargeError: types check the largest result of
+    each int64 step with it *before* the step (int64 arithmetic wraps around silently)."""
+    if value >= INT_LIMIT:
+        raise TooLargeError(f"the column norms of {matrix!r:.80} are too large to hold exactly")
+    return value
 
 
 def elementwise_norm_combiner(p: float) -> Callable[[list[np.ndarray]], np.ndarray]:

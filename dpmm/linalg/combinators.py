@@ -13,7 +13,16 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from dpmm.linalg.base import Matrix, _check_norm, _pnorm, elementwise_norm_combiner
+from dpmm.errors import NotIntegerError
+from dpmm.linalg.base import (
+    IntegerNorms,
+    Matrix,
+    _check_norm,
+    _guard_integer,
+    _integer_weight,
+    _pnorm,
+    elementwise_norm_combiner,
+)
 
 __all__ = ["Dense", "HStack", "Product", "Sparse", "Sum", "Transposed", "VStack", "Weighted"]
 
@@ -59,6 +68,10 @@ class Dense(Matrix):
 
     def uniform_column_norm(self, p: float = 1) -> float | None:
         return _common_value(self.column_norms(p))
+
+    def _integer_column_norms(self) -> IntegerNorms:
+        rows, cols = self.shape
+        return _entry_norms(self, self.array.reshape(-1), np.tile(np.arange(cols), rows))
 
     def diagonal(self) -> np.ndarray:
         return np.diagonal(self.array).copy()
@@ -115,8 +128,28 @@ class Sparse(Matrix):
     def uniform_column_norm(self, p: float = 1) -> float | None:
         return _common_value(self.column_norms(p))
 
+    def _integer_column_norms(self) -> IntegerNorms:
+        csc = self.matrix.tocsc()
+        columns = np.repeat(np.arange(self.shape[1]), np.diff(csc.indptr))
+        return _entry_norms(self, csc.data, columns)
+
     def diagonal(self) -> np.ndarray:
         return self.matrix.diagonal()
+
+
+def _entry_norms(matrix: Matrix, values: np.ndarray, columns: np.ndarray) -> IntegerNorms:
+    """Exact integer norms of an explicit matrix from its entries and their columns."""
+    if not np.array_equal(values, np.rint(values)):
+        raise NotIntegerError(f"{matrix!r} has non-integer entries")
+    magnitudes = np.abs(values)
+    bound = int(magnitudes.max(initial=0))
+    _guard_integer(bound * bound * max(matrix.shape[0], 1), matrix)  # any column's l2²
+    integers = magnitudes.astype(np.int64)
+    l1 = np.zeros(matrix.shape[1], dtype=np.int64)
+    l2_squared = np.zeros(matrix.shape[1], dtype=np.int64)
+    np.add.at(l1, columns, integers)
+    np.add.at(l2_squared, columns, integers * integers)
+    return l1, l2_squared, max(bound, 1)
 
 
 def _list_repr(blocks: Sequence[Matrix], separator: str, shown: int = 4) -> str:
@@ -196,6 +229,18 @@ class Weighted(Matrix):
         if self.weight == 0:
             return Weighted(0.0, self.base.T)
         return Weighted(1.0 / self.weight, self.base.pinv())
+
+    def gram_pinv(self) -> Matrix | None:
+        inner = None if self.weight == 0 else self.base.gram_pinv()
+        return None if inner is None else Weighted(1.0 / self.weight**2, inner)
+
+    def _integer_column_norms(self) -> IntegerNorms:
+        weight = abs(_integer_weight(self.weight, self))
+        l1, l2_squared, bound = self.base.integer_column_norms()
+        # An integer column's L1 norm is at most its sum of squares: one guard covers both.
+        _guard_integer(int(l2_squared.max(initial=0)) * weight * weight, self)
+        _guard_integer(max(bound, 1) * weight, self)
+        return l1 * weight, l2_squared * weight * weight, bound * weight
 
     def diagonal(self) -> np.ndarray:
         return self.weight * self.base.diagonal()
@@ -336,6 +381,24 @@ class VStack(Matrix):
         if len(grams) == 1:
             return grams[0]
         return Sum(grams, full_column_rank=self.known_full_column_rank)
+
+    def gram_pinv(self) -> Matrix | None:
+        if len(self.blocks) == 1:
+            return self.blocks[0].gram_pinv()
+        # Only a union of marginal blocks has a Gram with a closed-form inverse: its blocks'
+        # Grams merge into one element of the marginal algebra, anything else stays a Sum.
+        gram = self.gram()
+        return None if isinstance(gram, Sum) else gram.pinv()
+
+    def _integer_column_norms(self) -> IntegerNorms:
+        l1 = l2_squared = np.zeros(self.shape[1], np.int64)
+        bound = 1
+        for block in self.blocks:
+            b_l1, b_l2, b_bound = block.integer_column_norms()
+            _guard_integer(int(l1.max(initial=0)) + int(b_l1.max(initial=0)), self)
+            _guard_integer(int(l2_squared.max(initial=0)) + int(b_l2.max(initial=0)), self)
+            l1, l2_squared, bound = l1 + b_l1, l2_squared + b_l2, max(bound, b_bound)
+        return l1, l2_squared, bound
 
     def uniform_column_norm(self, p: float = 1) -> float | None:
         parts = [block.uniform_column_norm(p) for block in self.blocks]

@@ -34,7 +34,6 @@ from dpmm.linalg.combinators import Dense
 from dpmm.linalg.elementary import Identity
 from dpmm.linalg.kron import Kron
 from dpmm.linalg.marginals import MarginalsGram
-from dpmm.linalg.trace import linear_trace
 
 __all__ = ["EigenGram", "EigenStrategy", "is_dask", "kron_apply"]
 
@@ -245,6 +244,9 @@ class EigenStrategy(_EigenForm):
         """``AᵀA = Q diag(u) Qᵀ``."""
         return EigenGram(self.bases, self._map_values(lambda v: v))
 
+    def gram_pinv(self) -> EigenGram:
+        return self.gram().pinv()
+
     def pinv(self) -> Matrix:
         """``A⁺ = Q diag(1/√u) on u's support``: the transpose of an eigen strategy."""
         return EigenStrategy(self.bases, self._map_values(_pseudo_reciprocal)).T
@@ -346,10 +348,8 @@ class EigenGram(_EigenForm):
         return float(np.asarray(contracted))
 
     def _trace_dot(self, other: Matrix) -> float | object:
-        """``trace(self @ other)`` for ``other`` a (weighted sum of) Kron aligned with the basis."""
-        by_terms = linear_trace(self._trace_dot, other)
-        if by_terms is not None:
-            return by_terms
+        """``trace(self @ other)`` for ``other`` a Kron aligned with the basis, an eigen Gram
+        in the same basis or an element of the marginal algebra."""
         if isinstance(other, EigenGram) and self._same_basis(other):
             if self.is_kron and other.is_kron:
                 return self.inner_product(other.factor_values)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from dpmm.linalg.base import Matrix, _check_norm, check_dense_size
+from dpmm.linalg.base import IntegerNorms, Matrix, _check_norm, check_dense_size
 from dpmm.linalg.combinators import Dense, Sparse
 
 __all__ = [
@@ -32,6 +32,12 @@ def _count_norms(counts: np.ndarray, p: float) -> np.ndarray:
     if p == np.inf:
         return (counts > 0).astype(np.float64)
     return counts ** (1.0 / p)
+
+
+def _count_integer_norms(counts: np.ndarray) -> IntegerNorms:
+    """Exact integer norms of a 0/1 matrix whose column j has ``counts[j]`` ones."""
+    counts = np.asarray(counts, dtype=np.int64)
+    return counts, counts, 1
 
 
 def _tridiagonal(diagonal: np.ndarray, off: float) -> sp.csr_array:
@@ -137,8 +143,14 @@ class Identity(Matrix):
     def pinv(self) -> Identity:
         return self
 
+    def gram_pinv(self) -> Identity:
+        return self
+
     def column_norms(self, p: float = 1) -> np.ndarray:
         return _count_norms(np.ones(self.shape[1]), p)
+
+    def _integer_column_norms(self) -> IntegerNorms:
+        return _count_integer_norms(np.ones(self.shape[1]))
 
     def sensitivity(self, p: float = 1) -> float:
         _check_norm(p)
@@ -152,6 +164,9 @@ class Identity(Matrix):
 
     def trace(self) -> float:
         return float(self.shape[0])
+
+    def _trace_dot(self, other: Matrix) -> float:
+        return other.trace()
 
     def eigh(self) -> tuple[np.ndarray, Matrix]:
         return np.ones(self.shape[0]), self
@@ -195,8 +210,14 @@ class Ones(Matrix):
             return Ones(cols, rows)
         return Weighted(1.0 / (rows * cols), Ones(cols, rows))
 
+    def gram_pinv(self) -> Matrix:
+        return self.gram().pinv()
+
     def column_norms(self, p: float = 1) -> np.ndarray:
         return _count_norms(np.full(self.shape[1], self.shape[0]), p)
+
+    def _integer_column_norms(self) -> IntegerNorms:
+        return _count_integer_norms(np.full(self.shape[1], self.shape[0]))
 
     def uniform_column_norm(self, p: float = 1) -> float | None:
         return float(_count_norms(np.array([self.shape[0]]), p)[0])
@@ -206,6 +227,9 @@ class Ones(Matrix):
 
     def trace(self) -> float:
         return float(min(self.shape))
+
+    def _trace_dot(self, other: Matrix) -> float:
+        return float(other._matmat(np.ones((other.shape[1], 1))).sum())  # 1ᵀ other 1
 
     def singular_values(self) -> np.ndarray:
         values = np.zeros(min(self.shape))
@@ -260,9 +284,16 @@ class Prefix(Matrix):
     def nuclear_norm(self) -> float:
         return float(self.singular_values().sum())
 
+    def gram_pinv(self) -> Sparse:
+        return self.gram().pinv()
+
     def column_norms(self, p: float = 1) -> np.ndarray:
         n = self.shape[1]
         return _count_norms(n - np.arange(n), p)
+
+    def _integer_column_norms(self) -> IntegerNorms:
+        n = self.shape[1]
+        return _count_integer_norms(n - np.arange(n))
 
     def __repr__(self) -> str:
         return f"Prefix({self.shape[0]})"
@@ -313,6 +344,9 @@ class RangeQueries(Matrix):
     def column_norms(self, p: float = 1) -> np.ndarray:
         return _count_norms(self.coverage(), p)
 
+    def _integer_column_norms(self) -> IntegerNorms:
+        return _count_integer_norms(self.coverage())
+
     def __repr__(self) -> str:
         return f"RangeQueries({self.shape[1]}, {self.shape[0]} intervals)"
 
@@ -350,6 +384,9 @@ class AllRange(RangeQueries):
         gram = (np.minimum.outer(index, index) + 1) * (n - np.maximum.outer(index, index))
         inverse = _tridiagonal(np.full(n, 2.0 / (n + 1)), -1.0 / (n + 1))
         return ClosedFormGram(gram, inverse, self.singular_values() ** 2, (index + 1, n - index))
+
+    def gram_pinv(self) -> Sparse:
+        return self.gram().pinv()
 
     def singular_values(self) -> np.ndarray:
         # Eigenvalues of (n + 1) T⁻¹: (n + 1) / (4 sin²(kπ / (2(n + 1)))), k = 1 … n.

@@ -42,7 +42,7 @@ from typing import Literal
 import numpy as np
 
 from dpmm.errors import DomainError, TooLargeError
-from dpmm.linalg.base import Matrix
+from dpmm.linalg.base import INT_LIMIT, IntegerNorms, Matrix
 from dpmm.linalg.marginals import _shape_of, mask_members
 from dpmm.linalg.residual_general import EXACT_CELLS, ResidualBlockStrategy
 
@@ -61,8 +61,6 @@ __all__ = [
 MAX_BLOCK_ENTRIES = 1 << 26
 #: Cells of equal-shaped marginal tables turned into answers per batch (bounds temporaries).
 BATCH_CELLS = 1 << 22
-#: Integers (counts times entries, sums of squares) must stay below this to be exact in int64.
-INT_LIMIT = 2**62
 
 
 def helmert_norms(n: int) -> np.ndarray:
@@ -271,7 +269,7 @@ class HelmertBlocks(Matrix):
         exact = QH.astype(object)
         return l1, _int64((exact * exact).sum(axis=0).tolist())
 
-    def integer_column_norms(self) -> tuple[np.ndarray, np.ndarray, int]:
+    def _integer_column_norms(self) -> IntegerNorms:
         """``(column L1 norms, column sums of squares, entry bound)``, exact int64.
 
         One value per cell on domains of at most ``EXACT_CELLS`` cells; above, one value,

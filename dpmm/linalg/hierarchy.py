@@ -13,6 +13,7 @@ import itertools
 import numpy as np
 import scipy.sparse as sp
 
+from dpmm.linalg.base import Matrix
 from dpmm.linalg.combinators import Product, Sparse
 
 __all__ = ["Haar", "Hierarchical", "split_interval", "tree_intervals"]
@@ -72,6 +73,9 @@ class Hierarchical(Sparse):
 
         return TreeGram(self)
 
+    def gram_pinv(self) -> Matrix:
+        return self.gram().pinv()
+
     def __repr__(self) -> str:
         return f"Hierarchical({self.shape[1]}, b={self.branching})"
 
@@ -110,6 +114,10 @@ class Haar(Sparse):
         if self.shape[0] == self.shape[1] and (self.matrix @ self.matrix.T).nnz == self.shape[0]:
             return _OrthogonalRowsGram(gram, self, np.asarray(squared_norms).reshape(-1))
         return Sparse(gram, full_column_rank=True)
+
+    def gram_pinv(self) -> Product | None:
+        gram = self.gram()
+        return gram.pinv() if isinstance(gram, _OrthogonalRowsGram) else None
 
     def __repr__(self) -> str:
         return f"Haar({self.shape[1]})"

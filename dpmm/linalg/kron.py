@@ -9,14 +9,19 @@ Kronecker combination of the factors' results.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import reduce
+from typing import Any
 
 import numpy as np
 
-from dpmm.linalg.base import Matrix, check_dense_size
+from dpmm.linalg.base import IntegerNorms, Matrix, _guard_integer, check_dense_size
+from dpmm.linalg.trace import trace_of_product
 
 __all__ = ["Kron"]
+
+#: A factor without a closed-form Gram inverse gets a dense one up to this many columns.
+SMALL_FACTOR = 4096
 
 
 class Kron(Matrix):
@@ -69,19 +74,25 @@ class Kron(Matrix):
     def known_full_column_rank(self) -> bool:
         return all(factor.known_full_column_rank for factor in self.factors)
 
-    def _per_distinct_factor(self, operation: str) -> Kron:
-        # Strategies often repeat one factor object across attributes: compute it once.
-        done: dict[int, Matrix] = {}
-        for factor in self.factors:
-            if id(factor) not in done:
-                done[id(factor)] = getattr(factor, operation)()
-        return Kron([done[id(factor)] for factor in self.factors])
+    def _per_distinct_factor(self, operation: Callable[[Matrix], Any]) -> list[Any]:
+        """``operation`` of every factor, computed once per distinct factor object
+        (strategies often repeat one factor object across attributes)."""
+        distinct = {id(factor): factor for factor in self.factors}
+        results = {key: operation(factor) for key, factor in distinct.items()}
+        return [results[id(factor)] for factor in self.factors]
 
     def gram(self) -> Kron:
-        return self._per_distinct_factor("gram")
+        return Kron(self._per_distinct_factor(lambda factor: factor.gram()))
 
     def pinv(self) -> Kron:
-        return self._per_distinct_factor("pinv")
+        return Kron(self._per_distinct_factor(lambda factor: factor.pinv()))
+
+    def gram_pinv(self) -> Kron | None:
+        # A factor without a closed form (a fitted one) is inverted densely while small.
+        parts = self._per_distinct_factor(
+            lambda f: f.gram_pinv() or (f.gram().pinv() if f.shape[1] <= SMALL_FACTOR else None)
+        )
+        return None if any(part is None for part in parts) else Kron(parts)
 
     def _kron_vector(self, parts: list[np.ndarray], what: str) -> np.ndarray:
         check_dense_size(1, math.prod(part.size for part in parts), f"the {what} of {self!r}")
@@ -97,6 +108,16 @@ class Kron(Matrix):
         parts = [factor.uniform_column_norm(p) for factor in self.factors]
         return None if any(part is None for part in parts) else math.prod(parts)
 
+    def _integer_column_norms(self) -> IntegerNorms:
+        l1, l2_squared, bound = np.ones(1, np.int64), np.ones(1, np.int64), 1
+        for factor in self.factors:
+            f_l1, f_l2, f_bound = factor.integer_column_norms()
+            _guard_integer(int(l1.max(initial=0)) * int(f_l1.max(initial=0)), self)
+            _guard_integer(int(l2_squared.max(initial=0)) * int(f_l2.max(initial=0)), self)
+            l1, l2_squared, bound = np.kron(l1, f_l1), np.kron(l2_squared, f_l2), bound * f_bound
+            _guard_integer(bound, self)
+        return l1, l2_squared, bound
+
     def _square_factors(self) -> bool:
         # A square Kron of non-square factors (a×b ⊗ b×a) has no factor-wise diagonal.
         return all(factor.shape[0] == factor.shape[1] for factor in self.factors)
@@ -110,6 +131,14 @@ class Kron(Matrix):
         if not self._square_factors():
             return super().trace()
         return math.prod(factor.trace() for factor in self.factors)
+
+    def _trace_dot(self, other: Matrix) -> float | object:
+        # trace((⊗X_i)(⊗Y_i)) = Π trace(X_i Y_i) when every X_i has the shape of Y_iᵀ.
+        partners = other.factors if isinstance(other, Kron) else []
+        if [g.shape[::-1] for g in partners] != [f.shape for f in self.factors]:
+            return NotImplemented
+        pairs = zip(self.factors, partners, strict=True)
+        return math.prod(trace_of_product(f, g) for f, g in pairs)
 
     def factor_eigh(self) -> list[tuple[np.ndarray, Matrix]]:
         """The eigendecomposition of every factor (each factor must be symmetric)."""
@@ -126,9 +155,7 @@ class Kron(Matrix):
         return self._kron_vector([f.singular_values() for f in self.factors], "singular values")
 
     def nuclear_norm(self) -> float:
-        distinct = {id(factor): factor for factor in self.factors}
-        computed = {key: factor.nuclear_norm() for key, factor in distinct.items()}
-        return math.prod(computed[id(factor)] for factor in self.factors)
+        return math.prod(self._per_distinct_factor(lambda factor: factor.nuclear_norm()))
 
     def __repr__(self) -> str:
         return " ⊗ ".join(repr(factor) for factor in self.factors)

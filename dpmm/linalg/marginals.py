@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from dpmm.domain import Domain
-from dpmm.linalg.base import Matrix, _check_norm
+from dpmm.linalg.base import IntegerNorms, Matrix, _check_norm, _guard_integer, _integer_weight
 from dpmm.linalg.combinators import Product, Sum, VStack, Weighted
 from dpmm.linalg.elementary import Identity, Ones
 from dpmm.linalg.kron import Kron
@@ -36,6 +36,9 @@ __all__ = ["Marginal", "Marginals", "MarginalsGram", "attribute_mask", "mask_mem
 
 #: Relative size below which an eigenvalue of the algebra counts as zero.
 EIGEN_TOLERANCE = 1e-10
+#: Above this many cells a union of marginals gives its (equal) integer column norms as one
+#: value, not one per column.
+NORMS_PER_COLUMN_LIMIT = 2**27
 
 
 def _shape_of(domain: Domain | Sequence[int]) -> tuple[int, ...]:
@@ -155,6 +158,9 @@ class Marginal(Kron):
     def gram(self) -> MarginalsGram:
         return MarginalsGram(self.domain_shape, {self.mask: 1.0})
 
+    def gram_pinv(self) -> MarginalsGram:
+        return self.gram().pinv()
+
     def __repr__(self) -> str:
         return f"Marginal({mask_members(self.mask)})"
 
@@ -201,6 +207,18 @@ class Marginals(VStack):
 
     def gram(self) -> MarginalsGram:
         return MarginalsGram(self.domain_shape, {a: w * w for a, w in self.weights.items()})
+
+    def gram_pinv(self) -> MarginalsGram:
+        return self.gram().pinv()
+
+    def _integer_column_norms(self) -> IntegerNorms:
+        # Every column meets exactly one row of each table, with entry w_a: the norms are
+        # the same for every column, kept as one value on astronomical domains.
+        weights = [abs(_integer_weight(w, self)) for w in self.weights.values()]
+        l1 = _guard_integer(sum(weights), self)
+        l2_squared = _guard_integer(sum(w * w for w in weights), self)
+        size = self.shape[1] if self.shape[1] <= NORMS_PER_COLUMN_LIMIT else 1
+        return np.full(size, l1, np.int64), np.full(size, l2_squared, np.int64), max(weights)
 
     def _column_norm(self, p: float) -> float:
         p = _check_norm(p)

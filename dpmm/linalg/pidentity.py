@@ -159,6 +159,9 @@ class PIdentity(Matrix):
     def gram(self) -> PIdentityGram:
         return PIdentityGram(self.theta, self.scale)
 
+    def gram_pinv(self) -> PIdentityGramInverse:
+        return self.gram().pinv()
+
     def pinv(self) -> Matrix:
         # Full column rank: A⁺ = (AᵀA)⁻¹ Aᵀ, with the Woodbury inverse.
         return Product([self.gram().pinv(), self.T])

@@ -36,7 +36,6 @@ from dpmm.linalg.elementary import Identity, Ones
 from dpmm.linalg.kron import Kron
 from dpmm.linalg.marginals import MarginalsGram, _shape_of, _submasks, mask_members
 from dpmm.linalg.residuals import DomainSizes, ResidualStrategy, helmert
-from dpmm.linalg.trace import linear_trace
 
 __all__ = [
     "FactorSplit",
@@ -272,10 +271,7 @@ class ResidualBlockGram(_Blocks, Matrix):
         return ResidualBlockGram(self.domain_shape, inverse)
 
     def _trace_dot(self, other: Matrix) -> float | object:
-        """``trace(other @ self)`` for Kron, marginal-algebra, weighted and summed Grams."""
-        by_terms = linear_trace(self._trace_dot, other)
-        if by_terms is not None:
-            return by_terms
+        """``trace(other @ self)`` for Kron and marginal-algebra Grams."""
         if isinstance(other, MarginalsGram) and other.domain_shape == self.domain_shape:
             return self._trace_marginal(other)
         if isinstance(other, Kron) and [f.shape for f in other.factors] == [
@@ -396,6 +392,9 @@ class ResidualBlockStrategy(_Blocks, Matrix):
             {m: self._inner(b) for m, b in self.blocks.items()},
             pseudo_inverses={m: block_gram_pinv(b) for m, b in self.blocks.items()},
         )
+
+    def gram_pinv(self) -> ResidualBlockGram:
+        return self.gram().pinv()
 
     def pinv(self) -> Matrix:
         # A⁺ = (AᵀA)⁺Aᵀ: block S becomes R_Sᵀ L_S⁺ / c_S (rows of distinct sets orthogonal).

@@ -251,6 +251,9 @@ class ResidualStrategy(Matrix):
     def gram(self) -> ResidualGram:
         return ResidualGram(self.domain_shape, self.eigenvalues(), self._sizes)
 
+    def gram_pinv(self) -> ResidualGram:
+        return self.gram().pinv()
+
     def pinv(self) -> Matrix:
         # Rows are orthogonal with A Aᵀ = diag(w_S² Π_{i∉S} n_i): A⁺ = Aᵀ (A Aᵀ)⁻¹.
         inverse = {

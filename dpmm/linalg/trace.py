@@ -3,22 +3,18 @@
 The expected error of a workload ``W`` under a strategy ``A`` is
 ``trace(WᵀW (AᵀA)⁺)``; both Grams are usually sums of Kronecker products (or
 elements of the marginal algebra), whose trace of product factors into small
-per-attribute traces.
+per-attribute traces. Weighted matrices and sums are split here, on either side;
+each type's ``_trace_dot`` hook then handles only the partners it knows.
 """
 
 from __future__ import annotations
-
-import math
-from collections.abc import Callable
 
 import numpy as np
 
 from dpmm.linalg.base import DENSE_LIMIT, Matrix
 from dpmm.linalg.combinators import Dense, Sparse, Sum, Weighted
-from dpmm.linalg.elementary import Identity, Ones
-from dpmm.linalg.kron import Kron
 
-__all__ = ["linear_trace", "trace_of_product"]
+__all__ = ["trace_of_product"]
 
 
 def trace_of_product(X: Matrix, Y: Matrix) -> float:
@@ -46,42 +42,12 @@ def _structured(X: Matrix, Y: Matrix) -> float | None:
         return X.weight * trace_of_product(X.base, Y)
     if isinstance(X, Sum):
         return float(sum(trace_of_product(term, Y) for term in X.terms))
-    if isinstance(X, Identity):
-        return Y.trace()
-    if isinstance(X, Ones):
-        # trace(1 1ᵀ Y) = 1ᵀ Y 1 for square X; otherwise sum of the whole Y.
-        return float(Y._matmat(np.ones((Y.shape[1], 1))).sum())
-    if isinstance(X, Kron) and isinstance(Y, Kron) and _kron_aligned(X, Y):
-        return math.prod(trace_of_product(x, y) for x, y in zip(X.factors, Y.factors, strict=True))
-    hook = getattr(X, "_trace_dot", None)
-    if hook is not None:
-        result = hook(Y)
-        if result is not NotImplemented:
-            return float(result)
+    result = X._trace_dot(Y)
+    if result is not NotImplemented:
+        return float(result)
     if isinstance(X, Dense | Sparse) and isinstance(Y, Dense | Sparse):
         return _generic(X, Y)
     return None
-
-
-def linear_trace(hook: Callable[[Matrix], object], other: Matrix) -> object | None:
-    """``trace(M @ other)`` by linearity when ``other`` is Weighted or a Sum, else None.
-
-    ``hook`` is M's own ``_trace_dot``; a term it cannot take makes the whole
-    result ``NotImplemented``.
-    """
-    if isinstance(other, Weighted):
-        inner = hook(other.base)
-        return inner if inner is NotImplemented else other.weight * inner
-    if isinstance(other, Sum):
-        parts = [hook(term) for term in other.terms]
-        return NotImplemented if NotImplemented in parts else float(sum(parts))
-    return None
-
-
-def _kron_aligned(X: Kron, Y: Kron) -> bool:
-    return len(X.factors) == len(Y.factors) and all(
-        x.shape == (y.shape[1], y.shape[0]) for x, y in zip(X.factors, Y.factors, strict=True)
-    )
 
 
 def _generic(X: Matrix, Y: Matrix) -> float:

@@ -1,10 +1,11 @@
 """Integer strategies: exact column norms, exact sensitivities and exact answers.
 
-Exact noise (DESIGN §5.1) needs an integer query ``A x`` and an exact sensitivity. Until
-quantization exists, only strategies whose entries are integers are measured: the elementary
-counting matrices, sparse or dense arrays of integers, and Kronecker products, vertical
-stacks and integer multiples of those. Their sensitivities are computed from integer column
-norms built from the structure, never from floating-point norms.
+Exact noise (DESIGN §5.1) needs an integer query ``A x`` and an exact sensitivity. Only
+strategies whose entries are integers are measured (:mod:`dpmm.measure.quantize` puts a
+real-valued one on an integer grid first). Their sensitivities come from the exact integer
+column norms every matrix type builds from its structure
+(:meth:`~dpmm.linalg.Matrix.integer_column_norms`), never from floating-point norms; a type
+that does not know its entries to be integers is refused.
 
 The answers ``A x`` are computed by the matrices' own float64 products. That is exact when
 every intermediate value is an integer below 2**53: each structured product forms integer
@@ -26,20 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpmm.errors import DomainError, DpmmError, TooLargeError
-from dpmm.linalg import (
-    Dense,
-    Identity,
-    Kron,
-    Marginals,
-    Matrix,
-    Ones,
-    Prefix,
-    RangeQueries,
-    Sparse,
-    VStack,
-    Weighted,
-)
+from dpmm.errors import DomainError, DpmmError, NotIntegerError, TooLargeError
+from dpmm.linalg import Kron, Marginals, Matrix
 from dpmm.linalg.helmert_blocks import HelmertBlocks
 
 __all__ = [
@@ -54,8 +43,6 @@ __all__ = [
 FLOAT_EXACT = 2**53
 #: Answers checked and converted to int64 per block.
 _BLOCK = 2**22
-#: Column norms and entry bounds above this are refused rather than risk int64 overflow.
-_INT_LIMIT = 2**62
 #: Above this many columns a marginal strategy is fingerprinted by its structure, not a probe.
 PROBE_LIMIT = 2**27
 #: Above this many rows a Kronecker strategy is fingerprinted from its factors' fingerprints
@@ -76,8 +63,8 @@ class ExactStrategy:
     """A strategy's exact integer facts: column norms, sensitivities and largest entry."""
 
     matrix: Matrix
-    #: Sum of |a_ij| per column, int64 (one value for all columns of a marginal strategy
-    #: on more than PROBE_LIMIT cells).
+    #: Sum of |a_ij| per column, int64 (one value for all columns where the type gives a
+    #: common value or a bound on a huge domain: see ``Matrix.integer_column_norms``).
     column_l1: np.ndarray
     #: Sum of a_ij² per column, int64.
     column_l2_squared: np.ndarray
@@ -147,8 +134,14 @@ def analyze_strategy(matrix: object) -> ExactStrategy:
         raise MeasurementError(
             f"a strategy must be a dpmm.linalg matrix, got {type(matrix).__name__}"
         )
-    column_l1, column_l2_squared, bound = _norms(matrix)
-    return ExactStrategy(matrix, column_l1, column_l2_squared, bound)
+    try:
+        return ExactStrategy(matrix, *matrix.integer_column_norms())
+    except NotIntegerError as error:
+        raise MeasurementError(
+            f"{error}; real-valued strategies need quantization first (dpmm.measure.quantize)"
+        ) from None
+    except TooLargeError as error:
+        raise MeasurementError(f"the sensitivity of {matrix!r} cannot be found: {error}") from None
 
 
 def exact_answers(strategy: ExactStrategy, x: np.ndarray) -> np.ndarray:
@@ -197,118 +190,3 @@ def helmert_answers(matrix: HelmertBlocks, tables: dict) -> np.ndarray:
         return matrix.table_answers(tables)
     except (DomainError, TooLargeError) as error:
         raise MeasurementError(str(error)) from None
-
-
-def _norms(matrix: Matrix) -> tuple[np.ndarray, np.ndarray, int]:
-    """(column L1 norms, column sums of squares, entry bound) from the matrix's structure."""
-    rows, cols = matrix.shape
-    if isinstance(matrix, HelmertBlocks):
-        try:
-            return matrix.integer_column_norms()
-        except TooLargeError as error:
-            raise MeasurementError(
-                f"the sensitivity of {matrix!r} cannot be found: {error}"
-            ) from None
-    # Subclasses first: Hierarchical and Haar are Sparse, Marginal is Kron, Marginals and
-    # AllRange are VStack and RangeQueries, so each is covered by its parent's rule.
-    if isinstance(matrix, Identity):
-        ones = np.ones(cols, dtype=np.int64)
-        return ones, ones, 1
-    if isinstance(matrix, Ones):
-        counts = np.full(cols, rows, dtype=np.int64)
-        return counts, counts, 1
-    if isinstance(matrix, Prefix):
-        counts = cols - np.arange(cols, dtype=np.int64)
-        return counts, counts, 1
-    if isinstance(matrix, RangeQueries):
-        counts = matrix.coverage().astype(np.int64)
-        return counts, counts, 1
-    if isinstance(matrix, Sparse | Dense):
-        return _array_norms(matrix)
-    if isinstance(matrix, Marginals):
-        # Every column meets exactly one row of each table, with entry w_a: the norms are
-        # the same for every column, kept as one value on astronomical domains.
-        weights = [
-            _integer(w, f"the weight {w!r} of {matrix!r:.80}") for w in matrix.weights.values()
-        ]
-        l1, l2_squared = sum(abs(w) for w in weights), sum(w * w for w in weights)
-        _guard(l1, matrix)
-        _guard(l2_squared, matrix)
-        bound = max(abs(w) for w in weights)
-        size = cols if cols <= PROBE_LIMIT else 1
-        return _checked(np.full(size, l1, np.int64), np.full(size, l2_squared, np.int64), bound)
-    if isinstance(matrix, Weighted):
-        weight = _integer(matrix.weight, f"the weight {matrix.weight!r} of {matrix!r}")
-        l1, l2_squared, bound = _norms(matrix.base)
-        _guard(int(l2_squared.max(initial=0)) * weight * weight, matrix)
-        _guard(bound * abs(weight), matrix)
-        return _checked(l1 * abs(weight), l2_squared * weight * weight, bound * abs(weight))
-    if isinstance(matrix, Kron):
-        l1, l2_squared, bound = np.ones(1, np.int64), np.ones(1, np.int64), 1
-        for factor in matrix.factors:
-            f_l1, f_l2, f_bound = _norms(factor)
-            _guard(int(l1.max(initial=0)) * int(f_l1.max(initial=0)), matrix)
-            _guard(int(l2_squared.max(initial=0)) * int(f_l2.max(initial=0)), matrix)
-            l1, l2_squared, bound = np.kron(l1, f_l1), np.kron(l2_squared, f_l2), bound * f_bound
-            _guard(bound, matrix)
-        return _checked(l1, l2_squared, bound)
-    if isinstance(matrix, VStack):
-        l1, l2_squared = np.zeros(cols, np.int64), np.zeros(cols, np.int64)
-        bound = 1
-        for block in matrix.blocks:
-            b_l1, b_l2, b_bound = _norms(block)
-            _guard(int(l1.max(initial=0)) + int(b_l1.max(initial=0)), matrix)
-            _guard(int(l2_squared.max(initial=0)) + int(b_l2.max(initial=0)), matrix)
-            l1, l2_squared, bound = l1 + b_l1, l2_squared + b_l2, max(bound, b_bound)
-        return _checked(l1, l2_squared, bound)
-    raise MeasurementError(
-        f"{matrix!r} ({type(matrix).__name__}) is not known to have integer entries; "
-        "real-valued strategies need quantization, which is not supported yet"
-    )
-
-
-def _array_norms(matrix: Sparse | Dense) -> tuple[np.ndarray, np.ndarray, int]:
-    if isinstance(matrix, Sparse):
-        csc = matrix.matrix.tocsc()
-        values = csc.data
-        columns = np.repeat(np.arange(matrix.shape[1]), np.diff(csc.indptr))
-    else:
-        values = matrix.array.reshape(-1)
-        columns = np.tile(np.arange(matrix.shape[1]), matrix.shape[0])
-    if not np.array_equal(values, np.rint(values)):
-        raise MeasurementError(
-            f"{matrix!r} has non-integer entries; real-valued strategies need quantization, "
-            "which is not supported yet"
-        )
-    magnitudes = np.abs(values)
-    bound = int(magnitudes.max(initial=0))
-    _guard(bound * bound * max(matrix.shape[0], 1), matrix)
-    integers = magnitudes.astype(np.int64)
-    l1 = np.zeros(matrix.shape[1], dtype=np.int64)
-    l2_squared = np.zeros(matrix.shape[1], dtype=np.int64)
-    np.add.at(l1, columns, integers)
-    np.add.at(l2_squared, columns, integers * integers)
-    return l1, l2_squared, max(bound, 1)
-
-
-def _integer(value: float, what: str) -> int:
-    if not float(value).is_integer():
-        raise MeasurementError(
-            f"{what} is not an integer; real-valued strategies need quantization, "
-            "which is not supported yet"
-        )
-    return int(value)
-
-
-def _guard(value: int, matrix: Matrix) -> None:
-    if value >= _INT_LIMIT:
-        raise MeasurementError(f"the column norms of {matrix!r} are too large to hold exactly")
-
-
-def _checked(l1: np.ndarray, l2_squared: np.ndarray, bound: int) -> tuple[np.ndarray, ...]:
-    for values in (l1, l2_squared):
-        if values.size and (values.min() < 0 or int(values.max()) >= _INT_LIMIT):
-            raise MeasurementError("a strategy's column norms are too large to hold exactly")
-    if bound >= _INT_LIMIT:
-        raise MeasurementError("a strategy's entries are too large to hold exactly")
-    return l1, l2_squared, bound

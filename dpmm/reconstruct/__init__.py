@@ -33,7 +33,7 @@ from dpmm.reconstruct.consistent_tables import (
     project_consistent,
 )
 from dpmm.reconstruct.isotonic import isotonic
-from dpmm.reconstruct.least_squares import gram_pinv, least_squares, whiten
+from dpmm.reconstruct.least_squares import least_squares, whiten
 from dpmm.reconstruct.marginal_tables import MarginalMeasurement, marginal_tables
 from dpmm.reconstruct.nnls import nnls
 from dpmm.reconstruct.protocol import Estimate, ReconstructionError, Solver
@@ -61,7 +61,6 @@ __all__ = [
     "block_workload_answers",
     "consistency_violation",
     "covariance_factor",
-    "gram_pinv",
     "isotonic",
     "iter_block_marginals",
     "least_squares",

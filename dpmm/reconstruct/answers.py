@@ -20,7 +20,7 @@ import numpy as np
 
 from dpmm.errors import TooLargeError
 from dpmm.linalg import Dense, Matrix, check_dense_size, query_variances
-from dpmm.reconstruct.least_squares import gram_pinv, whiten
+from dpmm.reconstruct.least_squares import whiten
 from dpmm.reconstruct.protocol import Estimate, ReconstructionError, check_noise_std
 
 __all__ = ["WorkloadAnswers", "covariance_factor", "workload_answers"]
@@ -55,7 +55,7 @@ def covariance_factor(A: Matrix, noise_std: float | np.ndarray | None) -> Matrix
         TooLargeError: A has no structured Gram inverse and too many columns.
     """
     whitened = whiten(A, noise_std)
-    pinv = gram_pinv(whitened)
+    pinv = whitened.gram_pinv()
     if pinv is not None:
         return pinv
     n = A.shape[1]

@@ -27,7 +27,6 @@ import numpy as np
 
 from dpmm.linalg import Dense, Kron, Matrix, Product
 from dpmm.reconstruct.chunked_loop import BlockKron, minimize_on_blocks
-from dpmm.reconstruct.least_squares import gram_pinv
 from dpmm.reconstruct.nnls import largest_gram_eigenvalue
 from dpmm.reconstruct.projected_gradient import (
     Solution,
@@ -158,7 +157,7 @@ def chunked_nnls(
     y = y.astype(np.float64)
     strategy = ChunkedKron(A)
     linear = strategy.apply_adjoint(y).persist()
-    pinvs = [gram_pinv(f) for f in factors]
+    pinvs = [f.gram_pinv() for f in factors]
     if all(p is not None for p in pinvs):
         solve = Kron([Product([p, f.T]) for p, f in zip(pinvs, factors, strict=True)])
         start = ChunkedKron(solve).apply(y)

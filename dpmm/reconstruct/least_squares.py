@@ -1,11 +1,12 @@
 """(Generalized) least squares: closed form where the structure has one, else LSMR.
 
 ``x̂ = (AᵀD⁻²A)⁺ AᵀD⁻² y`` with ``D = diag(noise_std)``. The pseudo-inverse of the
-Gram is never formed densely for a large matrix: a Kronecker strategy uses the
-Kronecker product of its factors' Gram pseudo-inverses, a weighted union of
-marginals the marginal algebra (:class:`~dpmm.linalg.MarginalsGram`), and the
-tree, wavelet, prefix and range strategies their closed-form inverses. Anything
-else is solved by :func:`scipy.sparse.linalg.lsmr` on the implicit operator.
+Gram is never formed densely for a large matrix: the whitened strategy's own
+:meth:`~dpmm.linalg.Matrix.gram_pinv` gives it where its type knows a closed form (a
+Kronecker product the product of its factors', a weighted union of marginals the
+marginal algebra's, the tree, wavelet, prefix, range, eigen-design, p-Identity and
+residual strategies theirs). Anything else is solved by
+:func:`scipy.sparse.linalg.lsmr` on the implicit operator.
 
 With a known total ``1ᵀx = T`` the estimate is the equality-constrained GLS
 ``x̂_T = x̂ + P1 (T − 1ᵀx̂) / (1ᵀP1)``, ``P = (AᵀD⁻²A)⁺``.
@@ -17,22 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator, cg, lsmr
 
-from dpmm.linalg import (
-    AllRange,
-    Dense,
-    Haar,
-    Hierarchical,
-    Identity,
-    Kron,
-    Marginal,
-    Marginals,
-    Matrix,
-    Prefix,
-    Product,
-    Sparse,
-    VStack,
-    Weighted,
-)
+from dpmm.linalg import Marginals, Matrix, Product, Sparse, VStack, Weighted
 from dpmm.linalg.marginals import mask_members
 from dpmm.reconstruct.protocol import (
     DEFAULT_TOLERANCE,
@@ -42,10 +28,7 @@ from dpmm.reconstruct.protocol import (
     check_total,
 )
 
-__all__ = ["gram_pinv", "least_squares", "whiten"]
-
-#: Types whose Gram has a closed-form (or algebraic) pseudo-inverse, never a dense one.
-_STRUCTURED = (Identity, Marginal, Marginals, VStack, Prefix, AllRange, Hierarchical, Haar)
+__all__ = ["least_squares", "whiten"]
 
 
 def whiten(A: Matrix, noise_std: float | np.ndarray | None) -> Matrix:
@@ -83,60 +66,6 @@ def _block_constant(A: Matrix, scales: np.ndarray) -> list[float] | None:
             return None
         levels.append(float(block[0]) if block.size else 1.0)
     return levels
-
-
-def gram_pinv(A: Matrix) -> Matrix | None:
-    """``(AᵀA)⁺`` as a structured implicit matrix, or ``None`` if A has no such structure.
-
-    Example:
-        >>> import numpy as np
-        >>> from dpmm.linalg import Kron, Identity, Prefix
-        >>> P = gram_pinv(Kron([Prefix(3), Identity(2)]))
-        >>> A = Kron([Prefix(3), Identity(2)]).dense()
-        >>> np.allclose(P.dense(), np.linalg.inv(A.T @ A))
-        True
-    """
-    if isinstance(A, Weighted):
-        inner = gram_pinv(A.base)
-        if inner is None or A.weight == 0:
-            return None
-        return Weighted(1.0 / A.weight**2, inner)
-    if type(A) is Kron:
-        done: dict[int, Matrix | None] = {}
-        for factor in A.factors:
-            if id(factor) not in done:
-                done[id(factor)] = gram_pinv(factor) or _small_factor_pinv(factor)
-        parts = [done[id(factor)] for factor in A.factors]
-        if any(part is None for part in parts):
-            return None
-        return Kron(parts)  # type: ignore[arg-type]
-    if not isinstance(A, _STRUCTURED):
-        return None
-    gram = A.gram()
-    if _has_structured_pinv(gram):
-        return gram.pinv()
-    return None
-
-
-#: A Kronecker factor without structure gets a dense Gram pseudo-inverse up to this size.
-SMALL_FACTOR = 4096
-
-
-def _small_factor_pinv(factor: Matrix) -> Matrix | None:
-    """``(FᵀF)⁺`` of a small unstructured factor (a fitted HDMM factor), dense."""
-    n = factor.shape[1]
-    if n > SMALL_FACTOR:
-        return None
-    gram = np.asarray(factor.gram().dense(), dtype=np.float64)
-    return Dense(np.linalg.pinv(gram, rcond=1e-10, hermitian=True))
-
-
-def _has_structured_pinv(matrix: Matrix) -> bool:
-    # Dense, Sparse, Sum and Product inherit the generic (dense) pinv of Matrix.
-    for cls in type(matrix).__mro__:
-        if "pinv" in cls.__dict__:
-            return cls is not Matrix and not (cls is Kron and type(matrix) is Kron)
-    return False
 
 
 def least_squares(
@@ -182,7 +111,7 @@ def least_squares(
     whitened = whiten(A, scales)
     # A common scale cancels out of the estimate; per-row scales whiten the rows.
     rhs = values if np.ndim(scales) == 0 else values / np.asarray(scales)
-    pinv = gram_pinv(whitened)
+    pinv = whitened.gram_pinv()
     if pinv is not None:
         x = np.asarray(pinv @ (whitened.T @ rhs), dtype=np.float64).reshape(-1)
         iterations, residual, converged = 0, 0.0, True

@@ -22,7 +22,6 @@ from dpmm.errors import DpmmError
 from dpmm.linalg import Matrix
 from dpmm.linalg.base import PINV_TOLERANCE, _check_norm, _pnorm
 from dpmm.linalg.spectral import thin_svd
-from dpmm.linalg.trace import linear_trace
 
 __all__ = ["LowRankGram", "LowRankStrategy"]
 
@@ -68,9 +67,6 @@ class LowRankGram(Matrix):
 
     def _trace_dot(self, other: Matrix) -> float | object:
         """``trace(V diag(d) Vᵀ G) = Σ_j d_j v_jᵀ G v_j``; cost one ``G V`` product."""
-        by_terms = linear_trace(self._trace_dot, other)
-        if by_terms is not None:
-            return by_terms
         if other.shape != self.shape:
             return NotImplemented
         applied = np.asarray(other @ self.basis)  # n × k

@@ -20,7 +20,10 @@ from dpmm.linalg import (
     VStack,
     Weighted,
 )
-from dpmm.reconstruct import gram_pinv, least_squares
+from dpmm.linalg.eigen_strategy import EigenStrategy
+from dpmm.linalg.pidentity import PIdentity
+from dpmm.linalg.residual_general import ResidualBlockStrategy
+from dpmm.reconstruct import least_squares
 
 
 def _dense_gls(A: Matrix, y: np.ndarray, std: np.ndarray | float) -> np.ndarray:
@@ -28,11 +31,25 @@ def _dense_gls(A: Matrix, y: np.ndarray, std: np.ndarray | float) -> np.ndarray:
     return np.linalg.pinv(A.dense() / std[:, None]) @ (y / std)
 
 
+def _basis(n: int, seed: int) -> np.ndarray:
+    return np.linalg.qr(np.random.default_rng(seed).normal(size=(n, n)))[0]
+
+
 STRUCTURED = {
     "kron": lambda: Kron([Hierarchical(6, 2), Prefix(3), Identity(2)]),
     "kron-haar": lambda: Kron([Haar(8), AllRange(4)]),
     "marginals": lambda: Marginals((3, 4, 2), {(0, 1): 1.0, (1, 2): 0.5, (): 2.0}),
     "weighted-tree": lambda: Weighted(3.0, Hierarchical(10, 3)),
+    "pidentity": lambda: PIdentity(np.random.default_rng(6).uniform(size=(3, 9)), 2),
+    "eigen": lambda: EigenStrategy(
+        [_basis(4, 7), _basis(3, 8)], [np.array([1.0, 2.0, 0.5, 3.0]), np.array([1.0, 4.0, 2.0])]
+    ),
+    "eigen-unmeasured-direction": lambda: EigenStrategy(
+        [_basis(6, 9)], np.array([1.0, 0.0, 2.0, 0.5, 0.0, 3.0])
+    ),
+    "residual-blocks": lambda: ResidualBlockStrategy(
+        (3, 4), {0: 1.0, 0b01: np.array([2.0, 0.5]), 0b11: np.ones((2, 6)) + np.eye(2, 6)}
+    ),
 }
 
 
@@ -40,11 +57,23 @@ STRUCTURED = {
 def test_structured_least_squares_is_the_dense_pinv_solution(name: str) -> None:
     rng = np.random.default_rng(1)
     A = STRUCTURED[name]()
-    assert gram_pinv(A) is not None  # the closed form, not LSMR
+    assert A.gram_pinv() is not None  # the closed form, not LSMR
     y = rng.normal(size=A.shape[0]) * 5
     estimate = least_squares(A, y)
     assert estimate.iterations == 0
     np.testing.assert_allclose(estimate.x, np.linalg.pinv(A.dense()) @ y, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", ["pidentity", "eigen", "eigen-unmeasured-direction"])
+def test_optimized_templates_take_their_closed_form_gls(name: str) -> None:
+    rng = np.random.default_rng(10)
+    A = STRUCTURED[name]()
+    y = rng.normal(size=A.shape[0]) * 4
+    estimate = least_squares(A, y, noise_std=2.5)
+    assert estimate.iterations == 0 and estimate.residual == 0.0
+    np.testing.assert_allclose(estimate.x, _dense_gls(A, y, 2.5), atol=1e-9)
+    constrained = least_squares(A, y, noise_std=2.5, total=3.0)
+    assert constrained.iterations == 0 and constrained.x.sum() == pytest.approx(3.0)
 
 
 def test_marginals_of_rank_deficient_union_give_minimum_norm_solution() -> None:
@@ -66,7 +95,7 @@ def test_marginals_of_rank_deficient_union_give_minimum_norm_solution() -> None:
 def test_generic_least_squares_uses_lsmr_and_matches_pinv(make) -> None:
     rng = np.random.default_rng(3)
     A = make(rng)
-    assert gram_pinv(A) is None
+    assert A.gram_pinv() is None
     y = rng.normal(size=A.shape[0])
     estimate = least_squares(A, y, tolerance=1e-13)
     assert estimate.iterations > 0 and estimate.converged
@@ -99,7 +128,7 @@ def test_weighted_marginals_keep_their_closed_form() -> None:
 
     A = Marginals((3, 4), {(0,): 1.0, (0, 1): 1.0})
     std = np.concatenate([np.full(3, 2.0), np.full(12, 0.5)])
-    assert gram_pinv(whiten(A, std)) is not None
+    assert whiten(A, std).gram_pinv() is not None
 
 
 @pytest.mark.parametrize("A", [Kron([Hierarchical(6, 2), Identity(3)]), Dense(np.eye(6) + 1)])
