@@ -171,7 +171,9 @@ def eigen_problem(W: Matrix) -> EigenProblem:
         }
         for k, factor in enumerate(factors):
             values = np.ones(n) if isinstance(factor, Identity) else rotated[id(factor)]
-            parts[k].append(np.maximum(values, 0.0))  # rounding can leave tiny negatives
+            # Rounding leaves ±tiny values where the exact eigenvalue is 0 (a total's Gram):
+            # zero them, or a weight of 0 would be given to a direction that is spent on.
+            parts[k].append(np.where(values > COMMUTE_TOLERANCE * n * values.max(), values, 0.0))
         bases.append(basis)
     coefficients = tuple(term.weight**2 for term in terms)
     eigenvalues = KronEigenvalues(coefficients, tuple(tuple(p) for p in parts))

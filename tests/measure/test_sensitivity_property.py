@@ -136,22 +136,6 @@ def dense_column_norms(B: np.ndarray) -> tuple[list[int], list[int]]:
     return np.abs(B).sum(axis=0).tolist(), (B * B).sum(axis=0).tolist()
 
 
-EIGEN_TOTAL_FIRST = (
-    "eigen-design fails ('Eigen weights must be finite and non-negative') when the first "
-    "attribute's Gram has rounding-noise eigenvalues (a total: 1e-34 where 0 is exact): "
-    "the solver gives them weight 0, and the next attribute's Σ λ/x divides by it "
-    "(dpmm/strategy/eigen.py, _spent in _separable)"
-)
-#: (method, case) pairs where the method fails on a workload it applies to: strict
-#: expected failures in test_known_failures, so a fix shows.
-KNOWN_FAILURES = {
-    ("eigen", "kron-pure-0"): EIGEN_TOTAL_FIRST,
-    ("eigen", "kron-zcdp-0"): EIGEN_TOTAL_FIRST,
-    ("eigen", "marginals-pure-2"): EIGEN_TOTAL_FIRST,
-    ("eigen", "marginals-zcdp-2"): EIGEN_TOTAL_FIRST,
-}
-
-
 def case_data(kind: str, seed: int) -> tuple[Matrix, np.ndarray]:
     """The workload of a case and a small data vector, from the case's own seed."""
     rng = np.random.default_rng([seed, KINDS.index(kind)])
@@ -186,8 +170,6 @@ def test_recorded_sensitivity_is_the_largest_dense_column_norm(kind, privacy, se
     W, x = case_data(kind, seed)
     checked = []
     for method in METHODS:
-        if (method, f"{kind}-{privacy}-{seed}") in KNOWN_FAILURES:
-            continue  # test_known_failures
         try:
             A = optimize(W, method, PRIVACY[privacy])
         except UnsupportedQueryError:  # the method does not apply to this workload
@@ -195,23 +177,3 @@ def test_recorded_sensitivity_is_the_largest_dense_column_norm(kind, privacy, se
         check_recorded_sensitivity(A, privacy, x, f"{method} on {W!r}")
         checked.append(method)
     assert {"identity", "hierarchical", "wavelet", "marginals"} <= set(checked)
-
-
-@pytest.mark.parametrize(
-    ("method", "kind", "privacy", "seed"),
-    [
-        pytest.param(
-            method,
-            *case.rsplit("-", 2),
-            marks=[
-                pytest.mark.xfail(strict=True, reason=reason),
-                pytest.mark.filterwarnings("ignore::RuntimeWarning"),  # the division
-            ],
-            id=f"{method}-{case}",
-        )
-        for (method, case), reason in KNOWN_FAILURES.items()
-    ],
-)
-def test_known_failures(method, kind, privacy, seed):
-    W, x = case_data(kind, int(seed))
-    check_recorded_sensitivity(optimize(W, method, PRIVACY[privacy]), privacy, x, method)
