@@ -275,23 +275,18 @@ def _post_process(
     return path, reconstruction, manifest
 
 
-def rerun_post_processing(
-    config: ReleaseConfig, release_dir: str | Path, *, stage: Stage = _direct
-) -> ReleaseResult:
-    """A new version from an earlier version's measurement: no data read, no budget spent.
-
-    The config may change the workload and reconstruction; the domain must be the same.
-    """
-    manifest = load_manifest(release_dir)
-    folder = Path(release_dir)
+def _measured(
+    config: ReleaseConfig, folder: Path, manifest: dict[str, Any]
+) -> tuple[ReleaseConfig, ChosenStrategy, MeasurementRecord, str]:
+    """An earlier version's measurement, its strategy and counting, for ``config`` (at the
+    version's private thresholds, if any)."""
     if manifest.get("domain", {}).get("attributes") != config.domain.to_dict():
         raise ConfigError(
             f"{config.path}: domain: differs from the domain of {folder}, whose measurement "
             "is being post-processed"
         )
-    thresholds = manifest.get("thresholds")
     if config.private_thresholds:
-        config = _earlier_thresholds(config, thresholds, folder)
+        config = _earlier_thresholds(config, manifest.get("thresholds"), folder)
     record = read_measurements(folder / manifest["measurement"]["file"])
     integer = load_matrix(folder / manifest["strategy"]["file"])
     quantized = QuantizedStrategy(integer, int(manifest["strategy"]["quantization_scale"]))
@@ -302,7 +297,28 @@ def rerun_post_processing(
         0.0,
         "release",
     )
-    plan = counting_plan(config, strategy)
+    return config, strategy, record, counting_plan(config, strategy)
+
+
+def recompute_answers(config: ReleaseConfig, release_dir: str | Path) -> Reconstruction:
+    """The answers ``config``'s post-processing gives from a version's own measurement and
+    strategy: deterministic, so for the version's config they are its published answers."""
+    folder = Path(release_dir)
+    config, strategy, record, plan = _measured(config, folder, load_manifest(folder))
+    return reconstruct(config, strategy, record, plan)
+
+
+def rerun_post_processing(
+    config: ReleaseConfig, release_dir: str | Path, *, stage: Stage = _direct
+) -> ReleaseResult:
+    """A new version from an earlier version's measurement: no data read, no budget spent.
+
+    The config may change the workload and reconstruction; the domain must be the same.
+    """
+    folder = Path(release_dir)
+    manifest = load_manifest(folder)
+    thresholds = manifest.get("thresholds")
+    config, strategy, record, plan = _measured(config, folder, manifest)
     path, reconstruction, written = _post_process(
         config,
         strategy,

@@ -1,6 +1,6 @@
 """Audit a release: re-derive its privacy facts from its own files and check the ledger.
 
-:func:`audit_release` runs seven checks in order and reports each as a :class:`Check`; a
+:func:`audit_release` runs eight checks in order and reports each as a :class:`Check`; a
 failed check is a one-sentence finding, never an exception:
 
 1. ``manifest`` — ``manifest.json`` parses and has the known format;
@@ -13,7 +13,10 @@ failed check is a one-sentence finding, never an exception:
    is the manifest's, and a Gaussian's guarantee is within the budget;
 6. ``measurements`` — ``measurements.parquet`` reads (its values match their count and
    sha256) and its header agrees with the manifest;
-7. ``ledger`` — the ledger's hash chain verifies and the release's reservation exists, is
+7. ``answers`` — every estimate and standard error in ``answers.parquet`` is what the
+   release's post-processing gives from ``measurements.parquet`` and ``strategy.npz``
+   under the config the manifest holds (it is deterministic), within 1e-6;
+8. ``ledger`` — the ledger's hash chain verifies and the release's reservation exists, is
    for the dataset and the budget, and is spent; so is each private threshold's
    reservation, and thresholds plus measurement add up to the config's budget.
 
@@ -23,15 +26,20 @@ A check that needs the result of an earlier one that failed fails as "not checke
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sqlite3
 import stat
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path, PurePosixPath
 
+import numpy as np
+
+from dpmm.config import ReleaseConfig, load_config
 from dpmm.errors import DpmmError
 from dpmm.linalg import Matrix, Weighted
 from dpmm.measure.exact import ExactStrategy, MeasurementError, analyze_strategy
@@ -39,7 +47,7 @@ from dpmm.privacy.accounting import discrete_gaussian_zcdp, gaussian_sigma2, lap
 from dpmm.privacy.ledger import Ledger, LedgerTampered
 from dpmm.privacy.params import ZCDP, PureDP, privacy_from_config
 from dpmm.release.catalog import load_manifest
-from dpmm.release.tables import privacy_from_dict, read_measurements
+from dpmm.release.tables import privacy_from_dict, read_answers, read_measurements
 from dpmm.release.writer import MANIFEST_NAME
 
 __all__ = ["AuditReport", "Check", "audit_release", "format_audit"]
@@ -330,6 +338,53 @@ def _check_measurements(state: _State) -> str:
     return f"{path.name} holds {record.values.size} values matching the manifest"
 
 
+#: How far a recomputed answer or standard error may be from the published one (the
+#: same computation, up to the order of floating-point sums on another machine).
+ANSWER_TOLERANCE = 1e-6
+
+
+def _manifest_config(manifest: dict[str, object], folder: Path) -> ReleaseConfig:
+    """The release's config, from the document and the domain its manifest holds."""
+    document = dict(_field(manifest, "config.document"))
+    document["domain"] = {"attributes": _field(manifest, "domain.attributes")}
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / str(_field(manifest, "config.file"))
+        path.write_text(json.dumps(document))
+        return load_config(path)
+
+
+def _check_answers(state: _State) -> str:
+    """Recompute every answer from the measurement and the strategy, as the release did."""
+    # The release's own post-processing (dpmm.pipeline imports this package: imported here).
+    from dpmm.pipeline.release import recompute_answers
+
+    manifest = _need_manifest(state)
+    path = _member(state.folder, "answers.parquet")
+    published = read_answers(path).to_pydict()
+    groups = recompute_answers(_manifest_config(manifest, state.folder), state.folder).groups
+    names = np.asarray(published["group"])
+    count = 0
+    for group in groups:
+        rows = names == group.name
+        order = np.argsort(np.asarray(published["query"])[rows])
+        for column, recomputed in (
+            ("estimate", group.values),
+            ("standard_error", group.standard_errors),
+        ):
+            stated = np.asarray(published[column], dtype=np.float64)[rows][order]
+            if stated.shape != recomputed.shape or not np.allclose(
+                stated, recomputed, rtol=ANSWER_TOLERANCE, atol=ANSWER_TOLERANCE
+            ):
+                raise _FailedCheckError(
+                    f"the {column.replace('_', ' ')}s of group '{group.name}' in {path.name} "
+                    "are not what its measurement and strategy give"
+                )
+        count += int(rows.sum())
+    if count != names.size:
+        raise _FailedCheckError(f"{path.name} holds answers of groups the release does not have")
+    return f"{path.name}: all {count} answers recomputed from the measurement"
+
+
 def _check_ledger(state: _State) -> str:
     manifest = _need_manifest(state)
     location = state.ledger if state.ledger is not None else _field(manifest, "ledger.location")
@@ -418,6 +473,7 @@ _STEPS: tuple[tuple[str, Callable[[_State], str]], ...] = (
     ("sensitivity", _check_sensitivity),
     ("noise", _check_noise),
     ("measurements", _check_measurements),
+    ("answers", _check_answers),
     ("ledger", _check_ledger),
 )
 

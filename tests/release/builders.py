@@ -50,6 +50,13 @@ def workload() -> dict[str, np.ndarray]:
     return {"cells": cells, "by_second": by_second}
 
 
+#: The workload groups as a config states them (the matrices of :func:`workload`).
+CONFIG_GROUPS = {
+    "cells": {"name": "cells", "kind": "identity"},
+    "by_second": {"name": "by_second", "kind": "marginal", "attributes": ["sex"]},
+}
+
+
 def build_release(
     root: Path,
     ledger_path: Path,
@@ -82,7 +89,7 @@ def build_release(
         ledger.close()
     dense = A.dense()
     x_hat = np.linalg.lstsq(dense, record.values.astype(float), rcond=None)[0]
-    variance = float(2 * record.scale**2) if record.scale is not None else float(record.sigma2)
+    variance = record.noise_variance()  # of the discrete noise drawn
     inverse_gram = np.linalg.pinv(dense.T @ dense)
     parts, errors = [], []
     for group in groups:
@@ -108,7 +115,14 @@ def build_release(
         "config": {
             "file": "survey.yaml",
             "sha256": hashlib.sha256(b"cfg").hexdigest(),
-            "document": {"name": name},
+            "document": {  # the config whose post-processing gives these answers
+                "name": name,
+                "domain": {"age": 8, "sex": 2},
+                "privacy": privacy.to_dict(),
+                "workload": [CONFIG_GROUPS[group] for group in groups],
+                "strategy": {"method": "hierarchical"},
+                "release": {"reconstruction": "least_squares"},
+            },
         },
         "domain": {
             "attributes": [{"name": "age", "size": 8}, {"name": "sex", "size": 2}],

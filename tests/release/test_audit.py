@@ -11,11 +11,26 @@ from fractions import Fraction
 import pytest
 
 from dpmm.privacy.params import ZCDP, PureDP
-from dpmm.release import audit_release, format_audit, read_measurements, write_measurements
+from dpmm.release import (
+    audit_release,
+    format_audit,
+    read_answers,
+    read_measurements,
+    write_measurements,
+)
 from dpmm.release.audit import AuditReport, Check
 from tests.release.builders import build_release
 
-NAMES = ["manifest", "files", "strategy", "sensitivity", "noise", "measurements", "ledger"]
+NAMES = [
+    "manifest",
+    "files",
+    "strategy",
+    "sensitivity",
+    "noise",
+    "measurements",
+    "answers",
+    "ledger",
+]
 
 
 @pytest.fixture(scope="module", params=[PureDP("1/2"), ZCDP("1/8")], ids=["laplace", "gauss"])
@@ -59,7 +74,7 @@ def test_a_good_release_passes_every_check(release):
     assert report.ok, format_audit(report)
     assert "spent" in report.checks[-1].detail
     text = format_audit(report, ascii_only=True)
-    assert text.count("\nok  ") == 7 and text.endswith("audit passed")
+    assert text.count("\nok  ") == len(NAMES) and text.endswith("audit passed")
     assert "✓ files" in format_audit(report, ascii_only=False)
 
 
@@ -111,8 +126,34 @@ def test_a_scale_changed_consistently_with_its_hashes_fails_the_noise_check(rele
     manifest["privacy"][key] = str(weaker)
     _save(folder, manifest)
     report = audit_release(folder)
-    assert _failed(report) == {"noise"}
+    # The answers' standard errors are those of the recorded noise: they fail as well.
+    assert _failed(report) == {"noise", "answers"}
     assert f"the manifest says {weaker}" in report.checks[4].detail
+
+
+def _rewrite(folder, manifest, name, table):
+    """Replace a listed file and update its size and sha256 in the manifest."""
+    import pyarrow.parquet as pq
+
+    pq.write_table(table, folder / name)
+    data = (folder / name).read_bytes()
+    manifest["files"][name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    _save(folder, manifest)
+
+
+@pytest.mark.parametrize("column", ["estimate", "standard_error"])
+def test_a_forged_answer_with_its_hash_updated_fails_the_answers_check(release, column):
+    import pyarrow as pa
+
+    folder, manifest, _ = release
+    table = read_answers(folder / "answers.parquet")
+    values = table.column(column).to_numpy().copy()
+    values[len(values) // 2] += 1.0
+    index = table.schema.get_field_index(column)
+    _rewrite(folder, manifest, "answers.parquet", table.set_column(index, column, pa.array(values)))
+    report = audit_release(folder)
+    assert _failed(report) == {"answers"}
+    assert "are not what its measurement and strategy give" in report.checks[6].detail
 
 
 def test_an_edited_ledger_row_fails_the_ledger_check(release, tmp_path):

@@ -74,8 +74,9 @@ def test_diff_reports_fields_and_group_deltas(releases):
     assert cells.max_abs_delta == pytest.approx(np.max(np.abs(a - b)), rel=1e-12)
     assert cells.mean_abs_delta > 0
     assert cells.mean_standard_error_a == pytest.approx(first.answers.standard_error[:16].mean())
-    # Half the ε doubles the Laplace scale, hence every standard error.
-    assert cells.mean_standard_error_b == pytest.approx(2 * cells.mean_standard_error_a)
+    # Half the ε doubles the Laplace scale, hence (up to the discrete noise's 0.1 %, at
+    # scales 8 and 16) every standard error.
+    assert cells.mean_standard_error_b == pytest.approx(2 * cells.mean_standard_error_a, rel=1e-3)
     text = format_diff(diff)
     assert "privacy.budget" in text and "groups only in a: by_second" in text
     assert f"{cells.max_abs_delta:.4g}" in text
