@@ -56,7 +56,7 @@ class Kron(Matrix):
             applied = factor._rmatmat(moved) if transpose else factor._matmat(moved)
             tensor = applied.reshape(rows, before, after).transpose(1, 0, 2)
             before *= rows
-        return tensor.reshape(-1, columns)
+        return tensor.reshape(before, columns)  # also for 0 columns
 
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         return self._apply(X, transpose=False)

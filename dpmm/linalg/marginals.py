@@ -287,7 +287,7 @@ class MarginalsGram(Matrix):
         for mask, coefficient in self.coefficients.items():
             axes = tuple(i for i in range(dims) if not mask >> i & 1)
             result += coefficient * tensor.sum(axis=axes, keepdims=True)
-        return result.reshape(-1, columns)
+        return result.reshape(self._cells, columns)  # also for 0 columns
 
     def _adjoint(self) -> MarginalsGram:
         return self
