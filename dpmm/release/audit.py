@@ -48,7 +48,7 @@ from dpmm.privacy.ledger import Ledger, LedgerTampered
 from dpmm.privacy.params import ZCDP, PureDP, privacy_from_config
 from dpmm.release.catalog import load_manifest
 from dpmm.release.tables import privacy_from_dict, read_answers, read_measurements
-from dpmm.release.writer import MANIFEST_NAME
+from dpmm.release.writer import MANIFEST_NAME, leftovers
 
 __all__ = ["AuditReport", "Check", "audit_release", "format_audit"]
 
@@ -184,7 +184,14 @@ def _check_files(state: _State) -> str:
         raise _FailedCheckError(
             f"the folder holds files the manifest does not list: {', '.join(unlisted)}"
         )
-    return f"{len(listed)} files match their sizes and sha256"
+    left = leftovers(state.folder.parent)  # by a writer killed while writing
+    note = (
+        f"; {len(left)} unfinished write{'s' if len(left) > 1 else ''} beside it "
+        f"({', '.join(p.name for p in left)}), removed by the next release"
+        if left
+        else ""
+    )
+    return f"{len(listed)} files match their sizes and sha256{note}"
 
 
 def _check_strategy(state: _State) -> str:

@@ -6,7 +6,8 @@ their sizes and sha256 go into the manifest, and then, under an exclusive lock o
 every file and folder is fsynced, and the temporary folder is renamed to ``v{version:04d}``.
 A reader therefore sees either no version or a complete one, even across a crash; two
 writers of the same release name get distinct versions; and a failure at any step removes
-the temporary folder and leaves no version behind.
+the temporary folder and leaves no version behind. A writer holds an flock on its temporary
+folder; one left by a killed writer (unheld) is removed by the next write of that release.
 
 Example:
     >>> import pathlib, tempfile
@@ -22,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -39,6 +41,7 @@ __all__ = [
     "MANIFEST_FORMAT",
     "MANIFEST_NAME",
     "file_digests",
+    "leftovers",
     "next_version",
     "release_versions",
     "write_release",
@@ -81,7 +84,10 @@ def write_release(
     _complete_header(manifest, name)
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f"{TMP_PREFIX}{uuid.uuid4().hex}"
-    tmp.mkdir()
+    with exclusive_lock(folder / LOCK_NAME):  # no other writer is between mkdir and claim
+        remove_leftovers(folder)
+        tmp.mkdir()
+        claim = _claim(tmp)
     try:
         write_files(tmp)
         if (tmp / MANIFEST_NAME).exists() or (tmp / MANIFEST_NAME).is_symlink():
@@ -105,7 +111,41 @@ def write_release(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        os.close(claim)
     return target
+
+
+def _claim(tmp: Path) -> int:
+    """Hold an flock on a temporary folder while it is written (released when the
+    descriptor closes, so a killed writer leaves it unclaimed), or -1 if taken."""
+    descriptor = os.open(tmp, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        return -1
+    return descriptor
+
+
+def leftovers(folder: Path) -> list[Path]:
+    """The temporary folders under a release's folder that no live writer holds (a writer
+    killed while writing leaves one)."""
+    found = []
+    for tmp in sorted(folder.glob(f"{TMP_PREFIX}*")) if folder.is_dir() else []:
+        claim = _claim(tmp) if tmp.is_dir() and not tmp.is_symlink() else -1
+        if claim >= 0:
+            os.close(claim)
+            found.append(tmp)
+    return found
+
+
+def remove_leftovers(folder: Path) -> int:
+    """Remove :func:`leftovers` (call under the release folder's lock); returns how many."""
+    removed = leftovers(folder)
+    for tmp in removed:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return len(removed)
 
 
 def next_version(root: str | os.PathLike[str], name: str) -> int:

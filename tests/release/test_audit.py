@@ -231,3 +231,11 @@ def test_a_quantized_strategy_file_is_audited_as_its_integer_matrix():
     assert found.fingerprint() == analyze_strategy(integer).fingerprint()
     with pytest.raises(MeasurementError):
         _integer_strategy(Weighted(1 / 8, integer), 4)
+
+
+def test_an_unfinished_write_beside_the_release_is_reported(release):
+    folder, _, _ = release
+    (folder.parent / ".tmp-0123456789abcdef").mkdir()
+    report = audit_release(folder)
+    assert report.ok
+    assert "1 unfinished write beside it (.tmp-0123456789abcdef)" in report.checks[1].detail

@@ -122,3 +122,19 @@ def test_concurrent_writers_get_distinct_versions(tmp_path):
         json.loads((tmp_path / "survey" / n / "manifest.json").read_text())["writer"] for n in names
     }
     assert len(writers) == 2
+
+
+def test_a_killed_writers_folder_is_removed_by_the_next_write_and_a_live_ones_kept(tmp_path):
+    write_release(tmp_path, "survey", {}, _files({"a": b"1"}))
+    killed = tmp_path / "survey" / ".tmp-0123456789abcdef"
+    killed.mkdir()
+    (killed / "answers.parquet").write_bytes(b"partial")
+    live = tmp_path / "survey" / ".tmp-fedcba9876543210"
+    live.mkdir()
+    claim = writer_module._claim(live)  # a writer still at work holds its folder
+    try:
+        assert writer_module.leftovers(tmp_path / "survey") == [killed]
+        assert write_release(tmp_path, "survey", {}, _files({"a": b"2"})).name == "v0002"
+        assert _leftovers(tmp_path / "survey") == [live.name, "v0001", "v0002"]
+    finally:
+        os.close(claim)
