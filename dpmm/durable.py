@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["atomic_write", "exclusive_lock", "fsync_folder"]
+__all__ = ["atomic_write", "exclusive_lock", "fsync_folder", "is_held", "try_lock"]
 
 
 @contextmanager
@@ -40,6 +40,28 @@ def exclusive_lock(path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(descriptor)
+
+
+def try_lock(path: Path) -> int | None:
+    """A descriptor holding an exclusive ``flock`` on ``path`` (a folder, or a file created
+    private if missing), or None when another descriptor holds it. Closing the descriptor
+    releases it; so does the death of its process."""
+    flags = os.O_RDONLY if path.is_dir() else os.O_RDWR | os.O_CREAT
+    descriptor = os.open(path, flags, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        return None
+    return descriptor
+
+
+def is_held(path: Path) -> bool:
+    """Whether a live process holds the lock of :func:`try_lock` on ``path``."""
+    descriptor = try_lock(path)
+    if descriptor is not None:
+        os.close(descriptor)
+    return descriptor is None
 
 
 def fsync_folder(folder: Path) -> None:

@@ -19,7 +19,6 @@ read; if one of them is refused, those already made are cancelled.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -31,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from dpmm.config import ReleaseConfig
-from dpmm.durable import exclusive_lock, fsync_folder
+from dpmm.durable import exclusive_lock, fsync_folder, is_held, try_lock
 from dpmm.errors import ConfigError, DpmmError
 from dpmm.measure.record import SUFFIX
 from dpmm.privacy.ledger import Ledger, Reservation
@@ -124,13 +123,7 @@ def _write_state(folder: Path, state: dict[str, Any]) -> None:
 
 
 def _try_lock(folder: Path) -> int | None:
-    descriptor = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(descriptor)
-        return None
-    return descriptor
+    return try_lock(folder / LOCK_FILE)
 
 
 def _resumable(config: ReleaseConfig, ledger: Ledger, runs: Path) -> ReleaseRun | None:
@@ -269,14 +262,6 @@ def _runs(runs: Path) -> list[tuple[Path, dict[str, Any]]]:
     return found
 
 
-def _busy(folder: Path) -> bool:
-    lock = _try_lock(folder)
-    if lock is None:
-        return True
-    os.close(lock)
-    return False
-
-
 def list_runs(config: ReleaseConfig, ledger: Ledger) -> list[RunSummary]:
     """Every run of the config's release, and every reservation of its dataset made for
     this release that no run folder holds (a kill between reserving and the folder)."""
@@ -290,7 +275,7 @@ def list_runs(config: ReleaseConfig, ledger: Ledger) -> list[RunSummary]:
                 state.get("release_id", folder.name),
                 state.get("state", "?"),
                 ledger.status(reservation_id) if reservation_id else "?",
-                _busy(folder),
+                is_held(folder / LOCK_FILE),
                 (folder / RECORD).is_file(),
                 state.get("created", ""),
                 reservation_id,

@@ -23,7 +23,6 @@ Example:
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -34,7 +33,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from dpmm.durable import exclusive_lock, fsync_folder
+from dpmm.durable import exclusive_lock, fsync_folder, is_held, try_lock
 from dpmm.release.errors import ReleaseError
 
 __all__ = [
@@ -87,7 +86,7 @@ def write_release(
     with exclusive_lock(folder / LOCK_NAME):  # no other writer is between mkdir and claim
         remove_leftovers(folder)
         tmp.mkdir()
-        claim = _claim(tmp)
+        claim = try_lock(tmp)  # held while this writer writes into it
     try:
         write_files(tmp)
         if (tmp / MANIFEST_NAME).exists() or (tmp / MANIFEST_NAME).is_symlink():
@@ -112,20 +111,9 @@ def write_release(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     finally:
-        os.close(claim)
+        if claim is not None:
+            os.close(claim)
     return target
-
-
-def _claim(tmp: Path) -> int:
-    """Hold an flock on a temporary folder while it is written (released when the
-    descriptor closes, so a killed writer leaves it unclaimed), or -1 if taken."""
-    descriptor = os.open(tmp, os.O_RDONLY)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(descriptor)
-        return -1
-    return descriptor
 
 
 def leftovers(folder: Path) -> list[Path]:
@@ -133,9 +121,7 @@ def leftovers(folder: Path) -> list[Path]:
     killed while writing leaves one)."""
     found = []
     for tmp in sorted(folder.glob(f"{TMP_PREFIX}*")) if folder.is_dir() else []:
-        claim = _claim(tmp) if tmp.is_dir() and not tmp.is_symlink() else -1
-        if claim >= 0:
-            os.close(claim)
+        if tmp.is_dir() and not tmp.is_symlink() and not is_held(tmp):
             found.append(tmp)
     return found
 
