@@ -30,7 +30,7 @@ import time
 import numpy as np
 
 from dpmm.error import expected_error, svd_bound
-from dpmm.errors import ConfigError, DpmmError
+from dpmm.errors import ArgumentError, DpmmError
 from dpmm.linalg import Dense, Matrix
 from dpmm.privacy import PureDP
 from dpmm.strategy import optimize
@@ -129,7 +129,7 @@ def _run_kind(kind, sizes, m, privacy, rounds, rng) -> dict[int, dict[str, float
                 took = time.perf_counter() - began
                 row[name] = expected_error(evaluated, strategy, privacy) / m
                 cells.append(_cell(row[name], took))
-            except ConfigError:
+            except ArgumentError:
                 cells.append("n/a")
             except DpmmError as error:
                 cells.append(type(error).__name__)

@@ -7,6 +7,7 @@ matrix, so that a user can fix the input without reading a traceback.
 from __future__ import annotations
 
 __all__ = [
+    "ArgumentError",
     "ConfigError",
     "DomainError",
     "DpmmError",
@@ -20,6 +21,11 @@ __all__ = [
 
 class DpmmError(Exception):
     """Base class of every error dpmm raises on purpose."""
+
+
+class ArgumentError(DpmmError, ValueError):
+    """A library function was called with an argument it cannot take; the message names
+    the argument."""
 
 
 class ConfigError(DpmmError, ValueError):

@@ -35,7 +35,7 @@ from numbers import Rational
 
 import numpy as np
 
-from dpmm.errors import ConfigError, PrivacyParameterError, describe_value
+from dpmm.errors import ArgumentError, PrivacyParameterError, describe_value
 from dpmm.privacy.params import exact_fraction
 from dpmm.privacy.randomness import RandomSource, as_random_source
 from dpmm.privacy.samplers import bernoulli_exp
@@ -52,13 +52,13 @@ Rng = RandomSource | np.random.Generator | None
 
 def _exact_scores(scores: Sequence[object]) -> list[Fraction]:
     if isinstance(scores, str | bytes) or not isinstance(scores, Sequence | np.ndarray):
-        raise ConfigError(f"scores must be a sequence of rationals, got {describe_value(scores)}")
+        raise ArgumentError(f"scores must be a sequence of rationals, got {describe_value(scores)}")
     if len(scores) == 0:
-        raise ConfigError("the exponential mechanism needs at least one candidate score")
+        raise ArgumentError("the exponential mechanism needs at least one candidate score")
     exact: list[Fraction] = []
     for score in scores:
         if isinstance(score, bool) or not isinstance(score, Rational | np.integer):
-            raise ConfigError(
+            raise ArgumentError(
                 "scores must be exact rationals (int or Fraction; round floats with "
                 f"grid_scores first), got {describe_value(score)}"
             )
@@ -79,7 +79,7 @@ def exponential_mechanism(
             and the only release setting, is the OS CSPRNG.
 
     Raises:
-        ConfigError: ``scores`` is empty or holds something other than exact rationals.
+        ArgumentError: ``scores`` is empty or holds something other than exact rationals.
         PrivacyParameterError: ε or Δ is not a positive rational.
     """
     exact = _exact_scores(scores)
@@ -118,14 +118,14 @@ def grid_scores(values: Sequence[float] | np.ndarray, grid: int) -> list[Fractio
         [Fraction(1, 4), Fraction(1, 1)]
     """
     if isinstance(grid, bool) or not isinstance(grid, int) or grid < 1:
-        raise ConfigError(f"grid must be a positive integer, got {describe_value(grid)}")
+        raise ArgumentError(f"grid must be a positive integer, got {describe_value(grid)}")
     array = np.asarray(values, dtype=np.float64)
     if array.ndim != 1 or not np.all(np.isfinite(array)):
-        raise ConfigError("scores to round must be a 1-D array of finite numbers")
+        raise ArgumentError("scores to round must be a 1-D array of finite numbers")
     # np.rint on the scaled float is exact integer arithmetic once below 2**52.
     scaled = np.rint(array * grid)
     if np.abs(scaled).max(initial=0) >= 2**52:
-        raise ConfigError(f"scores times the grid {grid} exceed 2**52; use a coarser grid")
+        raise ArgumentError(f"scores times the grid {grid} exceed 2**52; use a coarser grid")
     return [Fraction(int(value), grid) for value in scaled]
 
 

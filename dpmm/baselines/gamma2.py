@@ -59,7 +59,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpmm.baselines.factorization import Factorization
-from dpmm.errors import ConfigError, TooLargeError, describe_value
+from dpmm.errors import ArgumentError, TooLargeError, describe_value
 from dpmm.linalg import Dense, Matrix
 
 __all__ = ["MAX_ENTRIES", "Gamma2Bounds", "dual_bound", "gamma2", "worst_case_strategy"]
@@ -118,9 +118,9 @@ def _dense(W: Matrix | np.ndarray) -> np.ndarray:
     elif isinstance(W, np.ndarray):
         array = np.asarray(W, dtype=np.float64)
     else:
-        raise ConfigError(f"gamma2 needs a dpmm.linalg matrix, got {describe_value(W)}")
+        raise ArgumentError(f"gamma2 needs a dpmm.linalg matrix, got {describe_value(W)}")
     if array.ndim != 2 or array.size == 0 or not np.all(np.isfinite(array)):
-        raise ConfigError("gamma2 needs a non-empty 2-D matrix with finite entries")
+        raise ArgumentError("gamma2 needs a non-empty 2-D matrix with finite entries")
     if array.size > MAX_ENTRIES:
         raise TooLargeError(f"gamma2 needs at most {MAX_ENTRIES:,} entries, got {array.size:,}")
     return array
@@ -136,7 +136,7 @@ def dual_bound(W: Matrix | np.ndarray, p: np.ndarray, q: np.ndarray) -> float:
     """The lower bound ``‖diag(√p) W diag(√q)‖_*`` for weights on the simplex.
 
     Raises:
-        ConfigError: p or q is not a non-negative vector summing to 1 of the right length.
+        ArgumentError: p or q is not a non-negative vector summing to 1 of the right length.
 
     Example:
         >>> import numpy as np
@@ -147,7 +147,7 @@ def dual_bound(W: Matrix | np.ndarray, p: np.ndarray, q: np.ndarray) -> float:
     for name, weights, size in (("p", p, array.shape[0]), ("q", q, array.shape[1])):
         weights = np.asarray(weights, dtype=np.float64)
         if weights.shape != (size,) or np.any(weights < 0) or abs(weights.sum() - 1) > 1e-9:
-            raise ConfigError(f"{name} must be {size} non-negative weights summing to 1")
+            raise ArgumentError(f"{name} must be {size} non-negative weights summing to 1")
     scaled = np.sqrt(p)[:, None] * array * np.sqrt(q)[None, :]
     return float(np.linalg.svd(scaled, compute_uv=False).sum())
 
@@ -189,22 +189,22 @@ def gamma2(
         step: the step size η in (0, 1].
 
     Raises:
-        ConfigError: bad tolerance, step or iteration limit, or a zero matrix.
+        ArgumentError: bad tolerance, step or iteration limit, or a zero matrix.
         TooLargeError: W has more than :data:`MAX_ENTRIES` entries.
     """
     if not 0 < step <= 1:
-        raise ConfigError(f"step must be in (0, 1], got {describe_value(step)}")
+        raise ArgumentError(f"step must be in (0, 1], got {describe_value(step)}")
     if not tolerance > 0:
-        raise ConfigError(f"tolerance must be positive, got {describe_value(tolerance)}")
+        raise ArgumentError(f"tolerance must be positive, got {describe_value(tolerance)}")
     if (
         isinstance(max_iterations, bool)
         or not isinstance(max_iterations, int)
         or max_iterations < 1
     ):
-        raise ConfigError(f"max_iterations must be a positive integer, got {max_iterations!r}")
+        raise ArgumentError(f"max_iterations must be a positive integer, got {max_iterations!r}")
     array = _dense(W)
     if not np.any(array):
-        raise ConfigError("gamma2 of the zero matrix is 0 and has no useful factorization")
+        raise ArgumentError("gamma2 of the zero matrix is 0 and has no useful factorization")
     k, n = array.shape
     p, q = np.full(k, 1.0 / k), np.full(n, 1.0 / n)
     lower, upper = 0.0, np.inf
@@ -230,7 +230,7 @@ def gamma2(
         p = _simplex((1 - step) * p + step * (U * U * sigma).sum(axis=1) / value)
         q = _simplex((1 - step) * q + step * (Vt.T * Vt.T * sigma).sum(axis=1) / value)
     if best is None:  # only when the SVD produced no finite factorization at all
-        raise ConfigError(f"gamma2 found no finite factorization of a {k}x{n} matrix")
+        raise ArgumentError(f"gamma2 found no finite factorization of a {k}x{n} matrix")
     return Gamma2Bounds(
         lower=lower,
         upper=upper,

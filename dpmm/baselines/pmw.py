@@ -46,7 +46,7 @@ import numpy as np
 
 from dpmm.baselines.exponential import exponential_mechanism
 from dpmm.baselines.projection import noisy_total
-from dpmm.errors import ConfigError, PrivacyParameterError, UnsupportedQueryError, describe_value
+from dpmm.errors import ArgumentError, PrivacyParameterError, UnsupportedQueryError, describe_value
 from dpmm.linalg import Marginal, Marginals, Matrix
 from dpmm.privacy import (
     ZCDP,
@@ -92,9 +92,9 @@ def _share(value: object, name: str) -> Fraction:
     try:
         share = Fraction(str(value)) if isinstance(value, float) else Fraction(value)
     except (TypeError, ValueError):
-        raise ConfigError(f"{name} must be a fraction in (0, 1), got {value!r}") from None
+        raise ArgumentError(f"{name} must be a fraction in (0, 1), got {value!r}") from None
     if not 0 < share < 1:
-        raise ConfigError(f"{name} must be in (0, 1), got {describe_value(value)}")
+        raise ArgumentError(f"{name} must be in (0, 1), got {describe_value(value)}")
     return share
 
 
@@ -115,11 +115,11 @@ def pmw_budget(
             when the total is public.
 
     Raises:
-        ConfigError: a share outside (0, 1) or a bad number of rounds.
+        ArgumentError: a share outside (0, 1) or a bad number of rounds.
         PrivacyParameterError: ``privacy`` is neither PureDP nor ZCDP.
     """
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise ConfigError(f"rounds must be a positive integer, got {describe_value(rounds)}")
+        raise ArgumentError(f"rounds must be a positive integer, got {describe_value(rounds)}")
     share = _share(select_share, "select_share")
     if isinstance(privacy, PureDP):
         whole, make = privacy.epsilon, PureDP
@@ -233,9 +233,9 @@ def pmw(
     """
     _check_counting_workload(W)
     if isinstance(replays, bool) or not isinstance(replays, int) or replays < 1:
-        raise ConfigError(f"replays must be a positive integer, got {describe_value(replays)}")
+        raise ArgumentError(f"replays must be a positive integer, got {describe_value(replays)}")
     if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 1):
-        raise ConfigError(f"total must be a positive integer, got {describe_value(total)}")
+        raise ArgumentError(f"total must be a positive integer, got {describe_value(total)}")
     split = pmw_budget(
         privacy, rounds, select_share=select_share, count_share=None if total else count_share
     )

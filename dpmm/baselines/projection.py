@@ -59,7 +59,7 @@ from fractions import Fraction
 import numpy as np
 
 from dpmm.baselines.simplex_solver import SimplexFit, SimplexLeastSquares
-from dpmm.errors import ConfigError, PrivacyParameterError, describe_value
+from dpmm.errors import ArgumentError, PrivacyParameterError, describe_value
 from dpmm.linalg import Matrix
 from dpmm.privacy import ZCDP, PureDP, discrete_gaussian, discrete_laplace
 from dpmm.privacy.randomness import RandomSource
@@ -120,7 +120,7 @@ def _noise_scale(noise_std: object, rows: int) -> float | None:
     if values.ndim == 0:
         values = np.full(rows, float(values))
     if values.shape != (rows,) or not np.all(np.isfinite(values)) or np.any(values <= 0):
-        raise ConfigError(
+        raise ArgumentError(
             f"noise_std must be a positive number or {rows} positive values, "
             f"got {describe_value(noise_std)}"
         )
@@ -135,17 +135,17 @@ def _result(fit: SimplexFit, total: float) -> Projection:
 
 def _check_total(total: object) -> float:
     if isinstance(total, bool) or not isinstance(total, int | float | np.integer | np.floating):
-        raise ConfigError(f"total must be a non-negative number, got {describe_value(total)}")
+        raise ArgumentError(f"total must be a non-negative number, got {describe_value(total)}")
     value = float(total)
     if not np.isfinite(value) or value < 0:
-        raise ConfigError(f"total must be a non-negative finite number, got {value!r}")
+        raise ArgumentError(f"total must be a non-negative finite number, got {value!r}")
     return value
 
 
 def _vector(values: object, rows: int, what: str) -> np.ndarray:
     array = np.asarray(values, dtype=np.float64)
     if array.shape != (rows,) or not np.all(np.isfinite(array)):
-        raise ConfigError(
+        raise ArgumentError(
             f"{what} must be a finite vector of {rows} values, got shape {np.shape(values)}"
         )
     return array
@@ -156,7 +156,7 @@ def _inputs(
 ) -> tuple[np.ndarray, float, float | None]:
     """The checked vector, total and noise scale of a projection of ``values`` through M."""
     if not isinstance(M, Matrix):
-        raise ConfigError(f"{name} must be a dpmm.linalg matrix, got {type(M).__name__}")
+        raise ArgumentError(f"{name} must be a dpmm.linalg matrix, got {type(M).__name__}")
     rows = M.shape[0]
     return _vector(values, rows, what), _check_total(total), _noise_scale(noise_std, rows)
 
@@ -184,7 +184,7 @@ def projection_mechanism(
             ``scale = √Σσᵢ²``. Without it, ``scale`` is the residual ``‖Y − W z‖``.
 
     Raises:
-        ConfigError: the answers do not match W, a negative total, a bad tolerance or
+        ArgumentError: the answers do not match W, a negative total, a bad tolerance or
             noise level.
     """
     answers, n, scale = _inputs(W, "W", noisy_answers, "noisy_answers", total, noise_std)
@@ -212,7 +212,7 @@ def project_measurements(
     are ``W @ result.x``.
 
     Raises:
-        ConfigError: the measurements do not match A, a negative total, a bad tolerance or
+        ArgumentError: the measurements do not match A, a negative total, a bad tolerance or
             noise level.
     """
     values, n, scale = _inputs(A, "A", y, "y", total, noise_std)
@@ -240,7 +240,7 @@ def noisy_total(x: object, privacy: PureDP | ZCDP, *, rng: Rng = None) -> int:
     """
     counts = np.asarray(x)
     if counts.ndim != 1 or np.any(counts < 0) or np.any(counts != np.rint(counts)):
-        raise ConfigError("x must be a histogram of non-negative integer counts")
+        raise ArgumentError("x must be a histogram of non-negative integer counts")
     count = int(counts.sum(dtype=object))
     if isinstance(privacy, PureDP):
         noise = int(discrete_laplace(1 / privacy.epsilon, 1, rng=rng)[0])

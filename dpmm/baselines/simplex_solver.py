@@ -65,7 +65,7 @@ import numpy as np
 from scipy.optimize import nnls
 from scipy.sparse.linalg import LinearOperator, eigsh
 
-from dpmm.errors import ConfigError
+from dpmm.errors import ArgumentError
 from dpmm.linalg import Marginals, Matrix
 from dpmm.linalg.base import DENSE_LIMIT
 
@@ -220,12 +220,12 @@ class SimplexLeastSquares:
         W: the matrix (any dpmm.linalg matrix).
 
     Raises:
-        ConfigError: W is not a dpmm.linalg matrix.
+        ArgumentError: W is not a dpmm.linalg matrix.
     """
 
     def __init__(self, W: Matrix) -> None:
         if not isinstance(W, Matrix):
-            raise ConfigError(f"W must be a dpmm.linalg matrix, got {type(W).__name__}")
+            raise ArgumentError(f"W must be a dpmm.linalg matrix, got {type(W).__name__}")
         self.shape = W.shape
         self._operators = _Operators(W)
         self.lipschitz = _sum_zero_lipschitz(W, self._operators)
@@ -272,7 +272,7 @@ class SimplexLeastSquares:
             start: a warm start (projected onto the simplex first); default uniform.
 
         Raises:
-            ConfigError: a bad accuracy, scale, iteration limit or start.
+            ArgumentError: a bad accuracy, scale, iteration limit or start.
         """
         Y = np.asarray(Y, dtype=np.float64)
         x = self._check(Y, total, scale, accuracy, max_iterations, start)
@@ -342,20 +342,20 @@ class SimplexLeastSquares:
         """Validate the arguments of :meth:`solve`; return the feasible starting point."""
         rows, cols = self.shape
         if Y.shape != (rows,) or not np.all(np.isfinite(Y)):
-            raise ConfigError(f"Y must be a finite vector of {rows} values, got shape {Y.shape}")
+            raise ArgumentError(f"Y must be a finite vector of {rows} values, got shape {Y.shape}")
         if not (math.isfinite(total) and total >= 0):
-            raise ConfigError(f"total must be a non-negative finite number, got {total!r}")
+            raise ArgumentError(f"total must be a non-negative finite number, got {total!r}")
         if not (isinstance(accuracy, int | float) and math.isfinite(accuracy) and accuracy > 0):
-            raise ConfigError(f"accuracy must be a positive number, got {accuracy!r}")
+            raise ArgumentError(f"accuracy must be a positive number, got {accuracy!r}")
         if scale is not None and not (math.isfinite(scale) and scale >= 0):
-            raise ConfigError(f"scale must be a non-negative number, got {scale!r}")
+            raise ArgumentError(f"scale must be a non-negative number, got {scale!r}")
         if max_iterations is not None and int(max_iterations) < 0:
-            raise ConfigError(f"max_iterations must be non-negative, got {max_iterations!r}")
+            raise ArgumentError(f"max_iterations must be non-negative, got {max_iterations!r}")
         if start is None:
             return np.full(cols, total / cols)
         start = np.asarray(start, dtype=np.float64)
         if start.shape != (cols,) or not np.all(np.isfinite(start)):
-            raise ConfigError(f"start must be a finite vector of {cols} values")
+            raise ArgumentError(f"start must be a finite vector of {cols} values")
         return project_simplex(start, total)
 
 

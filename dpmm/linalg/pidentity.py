@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
-from dpmm.errors import ConfigError
+from dpmm.errors import ArgumentError
 from dpmm.linalg.base import Matrix, _check_norm
 from dpmm.linalg.combinators import Dense, Product
 
@@ -42,15 +42,15 @@ def column_scale(theta: np.ndarray, norm: int) -> np.ndarray:
         return 1.0 + theta.sum(axis=0)
     if norm == 2:
         return np.sqrt(1.0 + np.einsum("ij,ij->j", theta, theta))
-    raise ConfigError(f"A p-Identity strategy is normalized in the 1- or 2-norm, got {norm!r}")
+    raise ArgumentError(f"A p-Identity strategy is normalized in the 1- or 2-norm, got {norm!r}")
 
 
 def _check_theta(theta: object) -> np.ndarray:
     array = np.array(theta, dtype=np.float64)
     if array.ndim != 2 or array.shape[1] < 1:
-        raise ConfigError(f"A p-Identity's Θ must be a p × n array with n ≥ 1, got {array.shape}")
+        raise ArgumentError(f"A p-Identity's Θ must be a p × n array with n ≥ 1, got {array.shape}")
     if not np.all(np.isfinite(array)) or np.any(array < 0):
-        raise ConfigError("A p-Identity's Θ must have finite, non-negative entries")
+        raise ArgumentError("A p-Identity's Θ must have finite, non-negative entries")
     return array
 
 

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from dpmm.domain import Domain
-from dpmm.errors import ConfigError, DomainError, TooLargeError
+from dpmm.errors import ArgumentError, DomainError, TooLargeError
 from dpmm.linalg.base import Matrix, _check_norm, check_dense_size
 from dpmm.linalg.marginals import (
     EIGEN_TOLERANCE,
@@ -191,7 +191,9 @@ class ResidualStrategy(Matrix):
                     f"{len(self.domain_shape)} attributes"
                 )
             if not np.isfinite(weight):
-                raise ConfigError(f"Residual weight for set {mask} must be finite, got {weight!r}")
+                raise ArgumentError(
+                    f"Residual weight for set {mask} must be finite, got {weight!r}"
+                )
             self.weights[int(mask)] = float(weight)
         self.block_rows = [self._sizes.multiplicity(mask) for mask in self.weights]
         self.offsets = list(itertools.accumulate(self.block_rows, initial=0))

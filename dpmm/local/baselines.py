@@ -37,7 +37,7 @@ from itertools import combinations
 import numpy as np
 from scipy.linalg import hadamard as sylvester_hadamard
 
-from dpmm.errors import ConfigError
+from dpmm.errors import ArgumentError
 from dpmm.local.mechanism import as_dense_workload, randomized_response
 from dpmm.local.workloads import subset_bits
 
@@ -59,7 +59,7 @@ def hadamard(n: int, epsilon: float, blocks: int = 1) -> np.ndarray:
     ∝ 1 everywhere else. B = 1 is classic Hadamard response; larger B suits large ε.
     """
     if not 1 <= blocks <= n:
-        raise ConfigError(f"Hadamard response needs 1 ≤ blocks ≤ n = {n}, got {blocks}.")
+        raise ArgumentError(f"Hadamard response needs 1 ≤ blocks ≤ n = {n}, got {blocks}.")
     group = -(-n // blocks)
     size = 1 << int(group).bit_length()  # smallest power of two strictly above the group
     code = sylvester_hadamard(size)[:, 1 : group + 1] > 0
@@ -76,7 +76,7 @@ def hierarchical(n: int, epsilon: float, branching: int = 4, blocks: int = 1) ->
     ``blocks`` is passed to each level's :func:`hadamard` (capped by its node count).
     """
     if branching < 2:
-        raise ConfigError(f"The branching factor must be at least 2, got {branching}.")
+        raise ArgumentError(f"The branching factor must be at least 2, got {branching}.")
     levels = []
     # Node sizes b, b², … until one node would hold every cell (the root, never measured).
     size = 1
@@ -168,7 +168,7 @@ def per_user_matrix_mechanism_variance(
     """
     W = as_dense_workload(W)
     if noise not in ("laplace", "gaussian"):
-        raise ConfigError(f"noise must be 'laplace' or 'gaussian', got {noise!r}.")
+        raise ArgumentError(f"noise must be 'laplace' or 'gaussian', got {noise!r}.")
     norm = 1 if noise == "laplace" else 2
     A = _per_user_strategy(W, norm)
     return _noise_variance(W, A, epsilon, norm, delta)

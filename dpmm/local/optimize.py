@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dpmm.errors import ConfigError
+from dpmm.errors import ArgumentError
 from dpmm.local.mechanism import as_dense_workload
 from dpmm.strategy.restarts import restart_generator
 
@@ -99,7 +99,7 @@ def project_columns(
     low = z[:, None]
     high = math.exp(epsilon) * low
     if z.sum() > 1.0 + 1e-12 or high.sum() < 1.0 - 1e-12:
-        raise ConfigError("The row bounds z admit no probability column (need Σz ≤ 1 ≤ e^ε Σz).")
+        raise ArgumentError("The row bounds z admit no probability column (need Σz ≤ 1 ≤ e^ε Σz).")
     # λ lies between the values that put every entry on its lower / upper bound.
     left = (low - R).min(axis=0)
     right = (high - R).max(axis=0)
@@ -294,15 +294,15 @@ def optimize_strategy(
         search_iterations: Iterations each step size of the initial grid runs.
 
     Raises:
-        ConfigError: ε, m or the iteration count is invalid.
+        ArgumentError: ε, m or the iteration count is invalid.
     """
     if not epsilon > 0 or not math.isfinite(epsilon):
-        raise ConfigError(f"ε must be a positive finite number, got {epsilon!r}.")
+        raise ArgumentError(f"ε must be a positive finite number, got {epsilon!r}.")
     W = as_dense_workload(W)
     n = W.shape[1]
     m = 4 * n if outputs is None else int(outputs)
     if m < n or iterations < 0:
-        raise ConfigError(
+        raise ArgumentError(
             f"Need at least n = {n} outputs and iterations ≥ 0, got {m}, {iterations}."
         )
     generator = restart_generator(rng)

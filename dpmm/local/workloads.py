@@ -16,7 +16,7 @@ from itertools import combinations
 
 import numpy as np
 
-from dpmm.errors import ConfigError
+from dpmm.errors import ArgumentError
 
 __all__ = [
     "WORKLOADS",
@@ -51,7 +51,7 @@ def all_range(n: int) -> np.ndarray:
 def _dimensions(n: int) -> int:
     d = int(n).bit_length() - 1
     if n < 2 or 1 << d != n:
-        raise ConfigError(f"Binary-domain workloads need n a power of two ≥ 2, got {n}.")
+        raise ArgumentError(f"Binary-domain workloads need n a power of two ≥ 2, got {n}.")
     return d
 
 
@@ -84,7 +84,7 @@ def k_way_marginals(n: int, k: int = 3) -> np.ndarray:
     """Every marginal over exactly k attributes (C(d, k) · 2^k queries)."""
     d = _dimensions(n)
     if not 1 <= k <= d:
-        raise ConfigError(f"k-way marginals need 1 ≤ k ≤ d = {d}, got k = {k}.")
+        raise ArgumentError(f"k-way marginals need 1 ≤ k ≤ d = {d}, got k = {k}.")
     return _marginals(n, list(combinations(range(d), k)))
 
 
@@ -115,8 +115,8 @@ def build_workload(name: str, n: int) -> np.ndarray:
     """The named workload over n cells.
 
     Raises:
-        ConfigError: an unknown name, or n not a power of two for a binary-domain workload.
+        ArgumentError: an unknown name, or n not a power of two for a binary-domain workload.
     """
     if name not in WORKLOADS:
-        raise ConfigError(f"Unknown workload {name!r}; choose one of {sorted(WORKLOADS)}.")
+        raise ArgumentError(f"Unknown workload {name!r}; choose one of {sorted(WORKLOADS)}.")
     return WORKLOADS[name](n)

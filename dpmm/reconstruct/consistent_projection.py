@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpmm.errors import ConfigError
+from dpmm.errors import ArgumentError
 
 __all__ = ["TableLayout"]
 
@@ -233,12 +233,12 @@ class TableLayout:
 
 
 def check_sizes(keys_and_shapes: Mapping[tuple[int, ...], tuple[int, ...]]) -> None:
-    """Raise ConfigError when one attribute has two different sizes across the tables."""
+    """Raise ArgumentError when one attribute has two different sizes across the tables."""
     seen: dict[int, tuple[int, tuple[int, ...]]] = {}
     for key, shape in keys_and_shapes.items():
         for attr, n in zip(key, shape, strict=True):
             if attr in seen and seen[attr][0] != n:
-                raise ConfigError(
+                raise ArgumentError(
                     f"Attribute {attr} has size {seen[attr][0]} in the table on "
                     f"{list(seen[attr][1])} but size {n} in the table on {list(key)}."
                 )

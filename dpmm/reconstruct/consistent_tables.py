@@ -53,7 +53,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpmm.errors import ConfigError
+from dpmm.errors import ArgumentError
 from dpmm.reconstruct.consistent_projection import TableLayout, check_sizes
 
 __all__ = [
@@ -98,7 +98,7 @@ def _prepare(
 ) -> tuple[dict[tuple[int, ...], np.ndarray], dict[tuple[int, ...], float]]:
     """Validated ``{sorted attrs: float table with sorted axes}`` and per-table weights."""
     if not tables:
-        raise ConfigError("Consistent tables need at least one table.")
+        raise ArgumentError("Consistent tables need at least one table.")
     shape = None if domain_shape is None else tuple(int(n) for n in domain_shape)
     prepared: dict[tuple[int, ...], np.ndarray] = {}
     originals: dict[tuple[int, ...], Sequence[int]] = {}
@@ -106,29 +106,29 @@ def _prepare(
         key_list = [int(i) for i in attrs]
         key = tuple(sorted(key_list))
         if len(set(key)) != len(key) or any(i < 0 for i in key):
-            raise ConfigError(f"The table key {list(attrs)} must list distinct attributes ≥ 0.")
+            raise ArgumentError(f"The table key {list(attrs)} must list distinct attributes ≥ 0.")
         if key in prepared:
-            raise ConfigError(f"The attribute set {list(key)} has two tables; merge them first.")
+            raise ArgumentError(f"The attribute set {list(key)} has two tables; merge them first.")
         array = np.asarray(values, dtype=np.float64)
         if shape is not None:
             if any(i >= len(shape) for i in key):
-                raise ConfigError(
+                raise ArgumentError(
                     f"The table on {list(attrs)} lies outside {len(shape)} attributes."
                 )
             sizes = [shape[i] for i in key_list]
             if array.size != math.prod(sizes):
-                raise ConfigError(
+                raise ArgumentError(
                     f"The table on {list(attrs)} has {array.size} cells, not {math.prod(sizes)}."
                 )
             array = array.reshape(sizes)
         elif array.ndim != len(key) and not (not key and array.size == 1):
-            raise ConfigError(
+            raise ArgumentError(
                 f"The table on {list(attrs)} has {array.ndim} axes; "
                 "pass domain_shape for flat tables."
             )
         array = np.transpose(array, np.argsort(key_list)) if key else array.reshape(())
         if not np.all(np.isfinite(array)):
-            raise ConfigError(f"The table on {list(attrs)} contains NaN or infinite values.")
+            raise ArgumentError(f"The table on {list(attrs)} contains NaN or infinite values.")
         prepared[key] = np.array(array, order="C")  # ascontiguousarray makes 0-d 1-d
         originals[key] = attrs
     check_sizes({key: table.shape for key, table in prepared.items()})
@@ -145,16 +145,18 @@ def _weights(
     for key in originals:
         w = chosen.get(key)
         if w is None or not (math.isfinite(w) and w > 0):
-            raise ConfigError(f"The table on {list(key)} needs a positive finite weight, got {w}.")
+            raise ArgumentError(
+                f"The table on {list(key)} needs a positive finite weight, got {w}."
+            )
     if set(chosen) - set(originals):
         extra = sorted(set(chosen) - set(originals))[0]
-        raise ConfigError(f"A weight is given for {list(extra)}, which has no table.")
+        raise ArgumentError(f"A weight is given for {list(extra)}, which has no table.")
     return chosen
 
 
 def _layout(tables: Tables, weights: Mapping[tuple[int, ...], float], total: float | None):
     if total is not None and not (math.isfinite(total) and total >= 0):
-        raise ConfigError(f"A known total must be finite and non-negative, got {total}.")
+        raise ArgumentError(f"A known total must be finite and non-negative, got {total}.")
     return TableLayout({k: t.shape for k, t in tables.items()}, weights, total)
 
 
@@ -222,7 +224,7 @@ def nonnegative_tables(
         The tables (keys sorted, axes in sorted attribute order) with the certificate.
 
     Raises:
-        ConfigError: an empty or duplicated table, a size that disagrees with the domain or
+        ArgumentError: an empty or duplicated table, a size that disagrees with the domain or
             with another table holding the same attribute, NaN values, a bad weight or total.
 
     Example:
@@ -232,7 +234,7 @@ def nonnegative_tables(
         ([[2.8333, 0.0], [[2.1667, 0.6667], [0.0, 0.0]]], True)
     """
     if not (math.isfinite(tolerance) and tolerance > 0):
-        raise ConfigError(f"The tolerance must be positive, got {tolerance}.")
+        raise ArgumentError(f"The tolerance must be positive, got {tolerance}.")
     prepared, chosen = _prepare(tables, weights, domain_shape)
     layout = _layout(prepared, chosen, total)
     target = layout.stack(prepared)

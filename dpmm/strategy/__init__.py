@@ -43,7 +43,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from dpmm.errors import ConfigError, DpmmError
+from dpmm.errors import ArgumentError, DpmmError
 from dpmm.linalg import Haar, Hierarchical, Identity, Kron, Marginal, Marginals, Matrix, Ones
 from dpmm.privacy import PrivacyParameter
 from dpmm.strategy.eigen import select_eigen
@@ -198,14 +198,14 @@ def select_strategy(
     ``progress`` is called with ``(candidates done, total, candidate name)``.
 
     Raises:
-        ConfigError: ``method`` is not one of :data:`METHODS` or ``auto``.
+        ArgumentError: ``method`` is not one of :data:`METHODS` or ``auto``.
     """
     if method == "auto":
         proven = _proven_optimum(W, privacy)
         return select(W, privacy, METHODS, AUTO_CANDIDATES, progress=progress, proven=proven)
     if method not in METHODS:
         known = ", ".join(STRATEGY_METHODS)
-        raise ConfigError(f"Unknown strategy method '{method}' (expected one of: {known})")
+        raise ArgumentError(f"Unknown strategy method '{method}' (expected one of: {known})")
     if progress is not None:
         progress(0, 1, method)
     start = time.perf_counter()
@@ -220,6 +220,6 @@ def optimize(W: Matrix, method: str, privacy: PrivacyParameter) -> Matrix:
     """The strategy ``method`` selects for workload ``W`` under ``privacy``.
 
     Raises:
-        ConfigError: ``method`` is not one of :data:`METHODS` or ``auto``.
+        ArgumentError: ``method`` is not one of :data:`METHODS` or ``auto``.
     """
     return select_strategy(W, method, privacy).strategy

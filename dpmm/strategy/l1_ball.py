@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dpmm.errors import ConfigError
+from dpmm.errors import ArgumentError
 
 __all__ = ["l1_thresholds", "project_columns", "project_columns_l1", "project_columns_l2"]
 
@@ -23,7 +23,9 @@ __all__ = ["l1_thresholds", "project_columns", "project_columns_l1", "project_co
 def _check_radius(radius: float) -> float:
     radius = float(radius)
     if not np.isfinite(radius) or radius <= 0:
-        raise ConfigError(f"The radius of a norm ball must be positive and finite, got {radius!r}")
+        raise ArgumentError(
+            f"The radius of a norm ball must be positive and finite, got {radius!r}"
+        )
     return radius
 
 
@@ -91,4 +93,4 @@ def project_columns(X: np.ndarray, norm: int, radius: float = 1.0) -> np.ndarray
         return project_columns_l1(X, radius)
     if norm == 2:
         return project_columns_l2(X, radius)
-    raise ConfigError(f"Column projections exist for the 1- and 2-norms only, got norm={norm!r}")
+    raise ArgumentError(f"Column projections exist for the 1- and 2-norms only, got norm={norm!r}")

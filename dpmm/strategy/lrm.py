@@ -199,7 +199,7 @@ def lrm_strategy(
             generator when None.
 
     Raises:
-        ConfigError: A parameter is out of range or W is zero.
+        ArgumentError: A parameter is out of range or W is zero.
         TooLargeError: W is too large to hold densely.
 
     Example:

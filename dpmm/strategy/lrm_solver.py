@@ -34,7 +34,7 @@ import numpy as np
 import scipy.linalg
 import scipy.optimize
 
-from dpmm.errors import ConfigError
+from dpmm.errors import ArgumentError
 from dpmm.linalg.spectral import thin_svd
 from dpmm.privacy import PrivacyParameter
 from dpmm.strategy.l1_ball import project_columns
@@ -349,26 +349,26 @@ def decompose_workload(
         score: Rates an iterate L (lower is better), called once per round.
 
     Raises:
-        ConfigError: a parameter is out of range (rank < 1, γ < 0, ...).
+        ArgumentError: a parameter is out of range (rank < 1, γ < 0, ...).
     """
     if W.ndim != 2 or W.size == 0:
-        raise ConfigError(f"The workload must be a non-empty 2-D array, got shape {W.shape}")
+        raise ArgumentError(f"The workload must be a non-empty 2-D array, got shape {W.shape}")
     if not np.all(np.isfinite(W)):
-        raise ConfigError("The workload has entries that are not finite numbers")
+        raise ArgumentError("The workload has entries that are not finite numbers")
     if not (gamma >= 0 and math.isfinite(gamma)):
-        raise ConfigError(f"gamma must be a non-negative number, got {gamma!r}")
+        raise ArgumentError(f"gamma must be a non-negative number, got {gamma!r}")
     if max_iterations < 1:
-        raise ConfigError(f"max_iterations must be at least 1, got {max_iterations!r}")
+        raise ArgumentError(f"max_iterations must be at least 1, got {max_iterations!r}")
     if not tolerance > 0:
-        raise ConfigError(f"tolerance must be positive, got {tolerance!r}")
+        raise ArgumentError(f"tolerance must be positive, got {tolerance!r}")
     _, singular_values, right_vectors = thin_svd(W)
     workload_rank = numerical_rank(singular_values, W.shape)
     if workload_rank == 0:
-        raise ConfigError("The workload is zero: there is nothing to decompose")
+        raise ArgumentError("The workload is zero: there is nothing to decompose")
     if rank is None:
         rank = math.ceil(1.2 * workload_rank)  # the seed's default r = 1.2 · rank(W)
     if rank < 1:
-        raise ConfigError(f"rank must be at least 1, got {rank!r}")
+        raise ArgumentError(f"rank must be at least 1, got {rank!r}")
 
     L = start = initial_strategy(
         W, singular_values[:workload_rank], right_vectors[:workload_rank], rank, norm, rng

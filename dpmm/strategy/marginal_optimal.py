@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from dpmm.errors import ConfigError, DpmmError, UnsupportedQueryError
+from dpmm.errors import ArgumentError, DpmmError, UnsupportedQueryError
 from dpmm.linalg import Identity, Marginal, Marginals, Matrix, Ones
 from dpmm.linalg.marginals import _submasks
 from dpmm.linalg.residuals import DomainSizes, ResidualStrategy
@@ -285,9 +285,9 @@ def _merge_weights(
     for key, weight in weights.items():
         mask = key if isinstance(key, int) else sum(1 << int(i) for i in key)
         if mask not in workload:
-            raise ConfigError(f"weights names the attribute set {key!r}, which W does not hold")
+            raise ArgumentError(f"weights names the attribute set {key!r}, which W does not hold")
         if not np.isfinite(weight) or weight < 0:
-            raise ConfigError(f"weights[{key!r}] must be a non-negative number, got {weight!r}")
+            raise ArgumentError(f"weights[{key!r}] must be a non-negative number, got {weight!r}")
         scaled[mask] = workload[mask] * float(weight)
     return scaled
 
@@ -314,7 +314,7 @@ def marginal_optimal(
 
     Raises:
         UnsupportedQueryError: pure ε-DP.
-        ConfigError: an unknown objective, or weights naming another set.
+        ArgumentError: an unknown objective, or weights naming another set.
         UnsupportedQueryError: W is not a union of marginals.
 
     Example:
@@ -328,7 +328,7 @@ def marginal_optimal(
     """
     _check_privacy(privacy)
     if objective not in OBJECTIVES:
-        raise ConfigError(
+        raise ArgumentError(
             f"Unknown marginal_optimal objective {objective!r} (expected one of: "
             f"{', '.join(OBJECTIVES)})"
         )

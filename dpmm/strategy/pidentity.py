@@ -25,7 +25,7 @@ import numpy as np
 import scipy.linalg
 import scipy.optimize
 
-from dpmm.errors import ConfigError, UnsupportedQueryError
+from dpmm.errors import ArgumentError, UnsupportedQueryError
 from dpmm.linalg import Matrix
 from dpmm.linalg.elementary import ClosedFormGram, semiseparable_product
 from dpmm.linalg.pidentity import PIdentity, column_scale, woodbury_solve
@@ -73,20 +73,20 @@ THETA_MAX = 1e3
 
 def _check_norm(norm: object) -> int:
     if norm not in (1, 2) or isinstance(norm, bool):
-        raise ConfigError(f"The strategy's sensitivity norm must be 1 or 2, got {norm!r}")
+        raise ArgumentError(f"The strategy's sensitivity norm must be 1 or 2, got {norm!r}")
     return int(norm)
 
 
 def _check_gram(workload_gram: object) -> np.ndarray:
     gram = np.asarray(workload_gram, dtype=np.float64)
     if gram.ndim != 2 or gram.shape[0] != gram.shape[1] or gram.shape[0] < 1:
-        raise ConfigError(f"The workload Gram must be a square n × n array, got {gram.shape}")
+        raise ArgumentError(f"The workload Gram must be a square n × n array, got {gram.shape}")
     if not np.all(np.isfinite(gram)):
-        raise ConfigError("The workload Gram must have finite entries")
+        raise ArgumentError("The workload Gram must have finite entries")
     if not np.array_equal(gram, gram.T):
         # The gradient assumes symmetry; a Gram that is not exactly symmetric is rounding.
         if not np.allclose(gram, gram.T, rtol=1e-8, atol=0.0):
-            raise ConfigError("The workload Gram must be symmetric (it is WᵀW)")
+            raise ArgumentError("The workload Gram must be symmetric (it is WᵀW)")
         gram = (gram + gram.T) / 2
     return np.ascontiguousarray(gram)
 
@@ -229,7 +229,7 @@ def optimize_pidentity(
         privacy constant, i.e. the error at unit noise variance).
 
     Raises:
-        ConfigError: a bad Gram, norm, p or number of restarts.
+        ArgumentError: a bad Gram, norm, p or number of restarts.
 
     Example:
         >>> from dpmm.linalg import Identity, Prefix
@@ -250,7 +250,7 @@ def optimize_pidentity(
     if p is None:
         p = max(1, n // 16)
     if isinstance(p, bool) or not isinstance(p, int | np.integer) or p < 1:
-        raise ConfigError(f"p (the p-Identity's extra queries) must be an integer ≥ 1, got {p!r}")
+        raise ArgumentError(f"p (the p-Identity's extra queries) must be an integer ≥ 1, got {p!r}")
     if generators is None:
         template = PIdentityTemplate(gram, int(p), norm)
     else:

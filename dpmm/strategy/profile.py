@@ -42,7 +42,7 @@ import math
 
 import numpy as np
 
-from dpmm.errors import ConfigError, TooLargeError
+from dpmm.errors import ArgumentError, TooLargeError
 from dpmm.linalg import Dense, Haar, Identity, Kron, Matrix, Weighted
 
 __all__ = ["MAX_SIDE", "haar_tree_equivalent", "reduce_l1"]
@@ -107,7 +107,7 @@ def reduce_l1(
     Raises:
         TooLargeError: A non-Kron ``A`` (or Kron factor) has more than
             :data:`MAX_SIDE` rows or columns.
-        ConfigError: ``max_iterations``, ``starts`` or ``rows`` is out of range.
+        ArgumentError: ``max_iterations``, ``starts`` or ``rows`` is out of range.
 
     Example:
         >>> from dpmm.linalg import Identity
@@ -116,7 +116,7 @@ def reduce_l1(
         True
     """
     if max_iterations < 0 or starts < 0:
-        raise ConfigError(
+        raise ArgumentError(
             f"max_iterations and starts must be non-negative, got {max_iterations} and {starts}"
         )
     if isinstance(A, Kron):
@@ -142,7 +142,7 @@ def reduce_l1(
             f"{MAX_SIDE:,} rows and columns"
         )
     if rows is not None and rows < m:
-        raise ConfigError(f"rows must be at least the strategy's {m} rows, got {rows}")
+        raise ArgumentError(f"rows must be at least the strategy's {m} rows, got {rows}")
     dense = A.dense()
     norm = _l1_norm(dense)
     if norm <= float(np.sqrt((dense * dense).sum(axis=0)).max()) * (1 + 1e-12):
@@ -187,7 +187,7 @@ def haar_tree_equivalent(n: int) -> np.ndarray:
 [0.0, 1.414, 0.0, 0.0], [0.0, 0.0, 1.414, 0.0], [0.0, 0.0, 0.0, 1.414]]
     """
     if n < 1:
-        raise ConfigError(f"A wavelet needs at least one cell, got n={n}")
+        raise ArgumentError(f"A wavelet needs at least one cell, got n={n}")
     width = 1 << (n - 1).bit_length()
     weights: dict[tuple[int, int], float] = {}
     level = [((0, width), 1.0)]  # (dyadic block, weight carried into it)

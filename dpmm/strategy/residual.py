@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpmm.errors import ConfigError, DpmmError, UnsupportedQueryError
+from dpmm.errors import ArgumentError, DpmmError, UnsupportedQueryError
 from dpmm.linalg import Identity, Marginal, Marginals, Matrix, Ones
 from dpmm.linalg.marginals import mask_members
 from dpmm.linalg.residual_general import (
@@ -103,10 +103,10 @@ def workload_terms(W: Matrix) -> tuple[tuple[int, ...], list[tuple[float, list[F
     """W as ``(attribute sizes, [(squared weight, factor splits)])``.
 
     Raises:
-        ConfigError: W is not a dpmm matrix or has a non-finite weight.
+        ArgumentError: W is not a dpmm matrix or has a non-finite weight.
     """
     if not isinstance(W, Matrix):
-        raise ConfigError(f"The residual method needs a dpmm Matrix workload, got {type(W)!r}")
+        raise ArgumentError(f"The residual method needs a dpmm Matrix workload, got {type(W)!r}")
     if isinstance(W, Marginals | Marginal):
         weights = W.weights if isinstance(W, Marginals) else {W.mask: 1.0}
         shape = W.domain_shape
@@ -123,7 +123,7 @@ def workload_terms(W: Matrix) -> tuple[tuple[int, ...], list[tuple[float, list[F
     result = []
     for term in terms:
         if not math.isfinite(term.weight):
-            raise ConfigError(f"Workload {W!r} has a non-finite weight {term.weight!r}")
+            raise ArgumentError(f"Workload {W!r} has a non-finite weight {term.weight!r}")
         splits = []
         for factor in term.factors:
             split = by_object.get(id(factor))
@@ -142,14 +142,14 @@ def workload_terms(W: Matrix) -> tuple[tuple[int, ...], list[tuple[float, list[F
 def _importance(terms: list, weights: Sequence[float] | None, loss: str) -> list:
     if weights is None:
         if loss == "weighted_sum":
-            raise ConfigError("The weighted_sum loss needs weights, one per Kron term of W")
+            raise ArgumentError("The weighted_sum loss needs weights, one per Kron term of W")
         return terms
     if len(weights) != len(terms):
-        raise ConfigError(f"weights has {len(weights)} entries but W has {len(terms)} Kron terms")
+        raise ArgumentError(f"weights has {len(weights)} entries but W has {len(terms)} Kron terms")
     scaled = []
     for (squared, splits), weight in zip(terms, weights, strict=True):
         if not math.isfinite(weight) or weight < 0:
-            raise ConfigError(f"Each weight must be a non-negative number, got {weight!r}")
+            raise ArgumentError(f"Each weight must be a non-negative number, got {weight!r}")
         scaled.append((squared * float(weight), splits))
     return scaled
 
@@ -244,12 +244,14 @@ def residual_optimum(
             multiplying its queries' variances in the loss.
 
     Raises:
-        ConfigError: unknown loss, bad weights, or W not a matrix.
+        ArgumentError: unknown loss, bad weights, or W not a matrix.
         UnsupportedQueryError: the workload has no non-zero query.
         TooLargeError: a sub-workload's subspace is too large to solve densely.
     """
     if loss not in LOSSES:
-        raise ConfigError(f"Unknown residual loss {loss!r} (expected one of: {', '.join(LOSSES)})")
+        raise ArgumentError(
+            f"Unknown residual loss {loss!r} (expected one of: {', '.join(LOSSES)})"
+        )
     shape, terms = workload_terms(W)
     terms = _importance(terms, weights, loss)
     problems = subspace_workloads(terms)

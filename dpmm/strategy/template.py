@@ -17,7 +17,7 @@ import numpy as np
 import scipy.optimize
 from threadpoolctl import threadpool_limits
 
-from dpmm.errors import ConfigError, DpmmError
+from dpmm.errors import ArgumentError, DpmmError
 from dpmm.strategy.restarts import restart_generator
 
 __all__ = ["Template", "TemplateResult", "check_restarts", "descend", "optimize_template"]
@@ -58,7 +58,7 @@ class TemplateResult:
 def check_restarts(restarts: object) -> int:
     """Validate a number of random restarts (an integer ≥ 1)."""
     if isinstance(restarts, bool) or not isinstance(restarts, int | np.integer) or restarts < 1:
-        raise ConfigError(f"The number of restarts must be an integer ≥ 1, got {restarts!r}")
+        raise ArgumentError(f"The number of restarts must be an integer ≥ 1, got {restarts!r}")
     return int(restarts)
 
 
@@ -105,7 +105,7 @@ def optimize_template(
         max_iterations: Most L-BFGS-B iterations per start.
 
     Raises:
-        ConfigError: ``restarts`` is not a positive integer.
+        ArgumentError: ``restarts`` is not a positive integer.
         DpmmError: no start gives a finite loss.
 
     Example:

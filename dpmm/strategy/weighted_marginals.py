@@ -36,7 +36,7 @@ import math
 import numpy as np
 import scipy.optimize
 
-from dpmm.errors import ConfigError, TooLargeError, UnsupportedQueryError
+from dpmm.errors import ArgumentError, TooLargeError, UnsupportedQueryError
 from dpmm.linalg import Identity, Marginals, Matrix, Ones
 from dpmm.linalg.marginals import EIGEN_TOLERANCE
 from dpmm.privacy import PrivacyParameter
@@ -227,7 +227,7 @@ def optimize_marginal_weights(
         privacy constant).
 
     Raises:
-        ConfigError: a bad norm or number of restarts.
+        ArgumentError: a bad norm or number of restarts.
         UnsupportedQueryError: W is not a workload of marginal tables.
         TooLargeError: W reads more than :data:`MAX_ATTRIBUTES` attributes.
 
@@ -240,7 +240,7 @@ def optimize_marginal_weights(
         True
     """
     if norm not in (1, 2) or isinstance(norm, bool):
-        raise ConfigError(f"The strategy's sensitivity norm must be 1 or 2, got {norm!r}")
+        raise ArgumentError(f"The strategy's sensitivity norm must be 1 or 2, got {norm!r}")
     restarts = check_restarts(restarts)
     shape, coefficients = workload_marginal_coefficients(W)
     template = MarginalWeightsTemplate(shape, coefficients, int(norm))

@@ -26,7 +26,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dpmm.errors import ConfigError
+from dpmm.errors import ArgumentError
 from dpmm.privacy import Ledger, exact_fraction
 from dpmm.reconstruct import isotonic as isotonic_regression
 from dpmm.sums.buckets import PrefixSumWorkload
@@ -69,10 +69,10 @@ def answer_prefix_sums(
         ledger, dataset, release_id: Where to charge both shares (optional).
 
     Raises:
-        ConfigError: an unknown algorithm.
+        ArgumentError: an unknown algorithm.
     """
     if algorithm not in ALGORITHMS:
-        raise ConfigError(f"Unknown sum algorithm {algorithm!r} (one of {ALGORITHMS}).")
+        raise ArgumentError(f"Unknown sum algorithm {algorithm!r} (one of {ALGORITHMS}).")
     total = exact_fraction(epsilon, "epsilon")
     noise = noise or ExactNoise()
     charging = {"ledger": ledger, "dataset": dataset, "release_id": release_id}

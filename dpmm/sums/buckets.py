@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from dpmm.errors import ConfigError
+from dpmm.errors import ArgumentError
 from dpmm.linalg import Matrix, Product, RangeQueries, Sparse
 
 __all__ = [
@@ -56,13 +56,15 @@ class PrefixSumWorkload:
         bounds = np.asarray(self.bounds)
         ends = np.asarray(self.ends)
         if bounds.ndim != 1 or bounds.size == 0 or not np.issubdtype(bounds.dtype, np.integer):
-            raise ConfigError("Bucket upper bounds must be a non-empty vector of integers.")
+            raise ArgumentError("Bucket upper bounds must be a non-empty vector of integers.")
         if bounds[0] <= 0 or np.any(np.diff(bounds) <= 0):
-            raise ConfigError("Bucket upper bounds must be positive and strictly increasing.")
+            raise ArgumentError("Bucket upper bounds must be positive and strictly increasing.")
         if ends.ndim != 1 or ends.size == 0 or not np.issubdtype(ends.dtype, np.integer):
-            raise ConfigError("Prefix-sum query ends must be a non-empty vector of bucket indices.")
+            raise ArgumentError(
+                "Prefix-sum query ends must be a non-empty vector of bucket indices."
+            )
         if ends[0] < 0 or ends[-1] >= bounds.size or np.any(np.diff(ends) <= 0):
-            raise ConfigError(
+            raise ArgumentError(
                 f"Prefix-sum query ends must increase strictly within 0…{bounds.size - 1}."
             )
         object.__setattr__(self, "bounds", bounds.astype(np.int64))
@@ -88,7 +90,9 @@ class PrefixSumWorkload:
         if theta is None:
             return self.bounds.copy()
         if int(theta) != theta or theta < 1:
-            raise ConfigError(f"A truncation threshold must be a positive integer, got {theta!r}.")
+            raise ArgumentError(
+                f"A truncation threshold must be a positive integer, got {theta!r}."
+            )
         return np.minimum(self.bounds, int(theta))
 
     def weighted(self, weights: np.ndarray) -> Matrix:
@@ -123,10 +127,10 @@ def prefix_sum_workload(width: int, buckets: int, queries: int) -> PrefixSumWork
     ``Q3`` (query ``i`` of ``Q2`` is the prefix up to ``σ_{10 i} = 8000 i``).
 
     Raises:
-        ConfigError: a non-positive size, or ``queries`` does not divide ``buckets``.
+        ArgumentError: a non-positive size, or ``queries`` does not divide ``buckets``.
     """
     if min(width, buckets, queries) < 1 or buckets % queries:
-        raise ConfigError(
+        raise ArgumentError(
             f"Need positive width and counts with queries dividing buckets; got width={width}, "
             f"buckets={buckets}, queries={queries}."
         )
@@ -146,7 +150,7 @@ def person_totals(values: np.ndarray, persons: np.ndarray) -> np.ndarray:
         The per-person sums, in the order of the sorted identifiers.
 
     Raises:
-        ConfigError: lengths differ, or a value is negative or not finite.
+        ArgumentError: lengths differ, or a value is negative or not finite.
 
     Example:
         >>> person_totals(np.array([1.0, 2.0, 5.0]), np.array([7, 9, 7])).tolist()
@@ -155,9 +159,9 @@ def person_totals(values: np.ndarray, persons: np.ndarray) -> np.ndarray:
     values = np.asarray(values, dtype=np.float64)
     persons = np.asarray(persons)
     if values.shape != persons.shape or values.ndim != 1:
-        raise ConfigError("Values and person identifiers must be vectors of the same length.")
+        raise ArgumentError("Values and person identifiers must be vectors of the same length.")
     if not np.all(np.isfinite(values)) or np.any(values < 0):
-        raise ConfigError("Summed values must be finite and non-negative.")
+        raise ArgumentError("Summed values must be finite and non-negative.")
     _, index = np.unique(persons, return_inverse=True)
     return np.bincount(index, weights=values)
 
@@ -166,16 +170,16 @@ def vectorize(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     """Counts per bucket ``(u_{i−1}, u_i]`` (the first bucket also holds 0): the vector ``x``.
 
     Raises:
-        ConfigError: a value is negative, not finite or above the last upper bound (the
+        ArgumentError: a value is negative, not finite or above the last upper bound (the
             domain is public; values outside it are an input error, not something to clip
             silently).
     """
     values = np.asarray(values, dtype=np.float64)
     bounds = np.asarray(bounds)
     if not np.all(np.isfinite(values)) or np.any(values < 0):
-        raise ConfigError("Values must be finite and non-negative to be bucketed.")
+        raise ArgumentError("Values must be finite and non-negative to be bucketed.")
     if values.size and values.max() > bounds[-1]:
-        raise ConfigError(
+        raise ArgumentError(
             f"A value {values.max():g} lies above the last bucket bound {int(bounds[-1])}."
         )
     index = np.searchsorted(bounds, values, side="left")

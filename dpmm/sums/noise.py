@@ -22,7 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
-from dpmm.errors import ConfigError
+from dpmm.errors import ArgumentError
 from dpmm.privacy import Ledger, PureDP, discrete_laplace
 from dpmm.privacy.samplers import fast_insecure_laplace
 
@@ -83,7 +83,7 @@ def charge(
     Without a ledger nothing is recorded (library use on public or test data).
 
     Raises:
-        ConfigError: a ledger is given without a dataset and a release id.
+        ArgumentError: a ledger is given without a dataset and a release id.
         BudgetExceeded: the ledger has less than ``epsilon`` left (nothing is read).
     """
     state = Charge()
@@ -91,7 +91,7 @@ def charge(
         yield state
         return
     if not dataset or not release_id:
-        raise ConfigError("Charging a ledger needs both a dataset name and a release id.")
+        raise ArgumentError("Charging a ledger needs both a dataset name and a release id.")
     reservation = ledger.reserve(dataset, PureDP(epsilon), release_id)
     try:
         yield state

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from dpmm.errors import ConfigError
+from dpmm.errors import ArgumentError
 from dpmm.linalg import Hierarchical, Matrix, check_dense_size
 from dpmm.privacy import PureDP
 from dpmm.strategy import optimize
@@ -58,7 +58,7 @@ class TreeChooser:
         self._trees: list[tuple[Hierarchical, float, np.ndarray]] = []
         for branching in branchings:
             if branching < 2 or branching > max(n, 2):
-                raise ConfigError(f"A tree branching must lie in 2…{n}, got {branching}.")
+                raise ArgumentError(f"A tree branching must lie in 2…{n}, got {branching}.")
             tree = Hierarchical(n, branching)
             gram_inverse = np.linalg.inv(tree.gram().dense())  # trees have full column rank
             self._trees.append((tree, tree.sensitivity(1), workload_gram * gram_inverse))

@@ -34,7 +34,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dpmm.errors import ConfigError
+from dpmm.errors import ArgumentError
 from dpmm.privacy import Ledger, exact_fraction
 from dpmm.sums.noise import ExactNoise, Noise, charge
 
@@ -57,7 +57,7 @@ def svt_candidates(start: int, growth: Fraction, top: int) -> np.ndarray:
         [10, 15, 22, 33]
     """
     if start < 1 or growth <= 1:
-        raise ConfigError(f"SVT needs start ≥ 1 and growth > 1, got {start!r} and {growth!r}.")
+        raise ArgumentError(f"SVT needs start ≥ 1 and growth > 1, got {start!r} and {growth!r}.")
     values, bound = [], Fraction(start)
     while math.floor(bound) < top:
         values.append(math.floor(bound))
@@ -104,7 +104,7 @@ def svt_threshold(
     share = exact_fraction(epsilon, "epsilon")
     kept = exact_fraction(ratio, "ratio")
     if not 0 < kept < 1:
-        raise ConfigError(f"The SVT keep ratio must lie strictly between 0 and 1, got {kept}.")
+        raise ArgumentError(f"The SVT keep ratio must lie strictly between 0 and 1, got {kept}.")
     candidates = svt_candidates(start, exact_fraction(growth, "growth"), int(bounds[-1]))
     count = 1 if runs is None else runs
     if candidates.size == 0:  # s is at or above the top weight: nothing to ask, nothing spent
@@ -183,7 +183,7 @@ def recursive_threshold(
     share = exact_fraction(epsilon, "epsilon")
     step_size = 2 * float(share) / 5 if beta is None else float(beta)
     if floor < 1 or step_size <= 0:
-        raise ConfigError(f"Need floor ≥ 1 and beta > 0, got {floor!r} and {step_size!r}.")
+        raise ArgumentError(f"Need floor ≥ 1 and beta > 0, got {floor!r} and {step_size!r}.")
     count = 1 if runs is None else runs
     noise = noise or ExactNoise()
     with charge(ledger, dataset, release_id, share * count) as step:

@@ -20,7 +20,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dpmm.errors import ConfigError
+from dpmm.errors import ArgumentError
 from dpmm.privacy import Ledger, exact_fraction
 from dpmm.sums.noise import Noise
 from dpmm.sums.thresholds import (
@@ -64,15 +64,15 @@ class Truncation:
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
-            raise ConfigError(f"Unknown truncation method {self.method!r} (one of {METHODS}).")
+            raise ArgumentError(f"Unknown truncation method {self.method!r} (one of {METHODS}).")
         rho = exact_fraction(self.rho, "rho")
         if not 0 < rho < 1:
-            raise ConfigError(f"The threshold budget share rho must lie in (0, 1), got {rho}.")
+            raise ArgumentError(f"The threshold budget share rho must lie in (0, 1), got {rho}.")
         object.__setattr__(self, "rho", rho)
         object.__setattr__(self, "ratio", exact_fraction(self.ratio, "ratio"))
         object.__setattr__(self, "growth", exact_fraction(self.growth, "growth"))
         if self.method == "fixed" and (self.threshold is None or self.threshold < 1):
-            raise ConfigError("A fixed truncation needs a positive integer threshold.")
+            raise ArgumentError("A fixed truncation needs a positive integer threshold.")
 
     @classmethod
     def from_config(cls, section: Mapping[str, object]) -> Truncation:
@@ -80,7 +80,7 @@ class Truncation:
         known = {field.name for field in fields(cls)}
         unknown = sorted(set(section) - known)
         if unknown:
-            raise ConfigError(f"Unknown truncation key(s) {unknown}; known: {sorted(known)}.")
+            raise ArgumentError(f"Unknown truncation key(s) {unknown}; known: {sorted(known)}.")
         return cls(**section)  # type: ignore[arg-type]
 
     @property

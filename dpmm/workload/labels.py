@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from dpmm.domain import Attribute, Domain
-from dpmm.errors import ConfigError, DpmmError
+from dpmm.errors import ArgumentError, DpmmError
 from dpmm.workload.census import SF1_PRODUCTS, census_factors
 from dpmm.workload.config import WorkloadGroup
 
@@ -111,7 +111,7 @@ def _factor_parts(attribute: Attribute, factor: object) -> Parts:
     if isinstance(factor, Mapping) and "ranges" in factor:
         bounds = np.asarray(factor["ranges"], dtype=np.int64).reshape(-1, 2)
         return _range_parts(attribute, bounds[:, 0], bounds[:, 1])
-    raise ConfigError(f"Workload factor {factor!r} on '{attribute.name}' has no labels")
+    raise ArgumentError(f"Workload factor {factor!r} on '{attribute.name}' has no labels")
 
 
 def _combine(parts: Sequence[Parts]) -> list[str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dpmm.errors import ConfigError
+from dpmm.errors import ArgumentError
 from dpmm.linalg import Dense
 
 __all__ = ["DISCRETE_POSITIVE_PROBABILITY", "wdiscrete", "wrange", "wrelated"]
@@ -24,7 +24,7 @@ DISCRETE_POSITIVE_PROBABILITY = 0.02
 
 def _check_size(value: int, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        raise ArgumentError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
 
 

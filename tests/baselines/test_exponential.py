@@ -14,7 +14,7 @@ from dpmm.baselines import (
     grid_scores,
     rounded_sensitivity,
 )
-from dpmm.errors import ConfigError, PrivacyParameterError
+from dpmm.errors import ArgumentError, PrivacyParameterError
 from dpmm.privacy.randomness import as_random_source
 
 
@@ -63,15 +63,15 @@ def test_grid_rounding_and_its_sensitivity() -> None:
 
 
 def test_bad_inputs_raise_dpmm_errors() -> None:
-    with pytest.raises(ConfigError, match="at least one"):
+    with pytest.raises(ArgumentError, match="at least one"):
         exponential_mechanism([], epsilon=1, sensitivity=1)
-    with pytest.raises(ConfigError, match="exact rationals"):
+    with pytest.raises(ArgumentError, match="exact rationals"):
         exponential_mechanism([0.5, 1.0], epsilon=1, sensitivity=1)
     with pytest.raises(PrivacyParameterError, match="epsilon"):
         exponential_mechanism([1, 2], epsilon=-1, sensitivity=1)
     with pytest.raises(PrivacyParameterError, match="sensitivity"):
         exponential_mechanism([1, 2], epsilon=1, sensitivity=0)
-    with pytest.raises(ConfigError, match="grid"):
+    with pytest.raises(ArgumentError, match="grid"):
         grid_scores([1.0], grid=0)
-    with pytest.raises(ConfigError, match="finite"):
+    with pytest.raises(ArgumentError, match="finite"):
         grid_scores([np.nan], grid=2)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dpmm.baselines import dual_bound, gamma2, worst_case_strategy
-from dpmm.errors import ConfigError, TooLargeError
+from dpmm.errors import ArgumentError, TooLargeError
 from dpmm.linalg import AllRange, Dense, Identity, Prefix
 
 
@@ -89,13 +89,13 @@ def test_worst_case_strategy_beats_identity_on_prefix() -> None:
 
 
 def test_bad_inputs_raise_dpmm_errors() -> None:
-    with pytest.raises(ConfigError, match="zero matrix"):
+    with pytest.raises(ArgumentError, match="zero matrix"):
         gamma2(Dense(np.zeros((2, 2))))
-    with pytest.raises(ConfigError, match="step"):
+    with pytest.raises(ArgumentError, match="step"):
         gamma2(Identity(2), step=2)
-    with pytest.raises(ConfigError, match=r"dpmm\.linalg"):
+    with pytest.raises(ArgumentError, match=r"dpmm\.linalg"):
         gamma2([[1, 2]])  # type: ignore[arg-type]
     with pytest.raises(TooLargeError):
         gamma2(Identity(3000))
-    with pytest.raises(ConfigError, match="non-negative weights"):
+    with pytest.raises(ArgumentError, match="non-negative weights"):
         dual_bound(np.eye(2), np.array([1.0, 1.0]), np.array([0.5, 0.5]))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dpmm.baselines import pmw, pmw_budget
-from dpmm.errors import ConfigError, PrivacyParameterError, UnsupportedQueryError
+from dpmm.errors import ArgumentError, PrivacyParameterError, UnsupportedQueryError
 from dpmm.linalg import Dense, Marginals
 from dpmm.privacy import ZCDP, Ledger, PureDP, compose, pure_to_zcdp
 from dpmm.privacy.ledger import BudgetExceeded
@@ -112,9 +112,9 @@ def test_bad_inputs_raise_dpmm_errors(ledger: Ledger) -> None:
         )  # fmt: skip
     with pytest.raises(BudgetExceeded):
         pmw(_two_way(2), x, ZCDP(2), rounds=1, ledger=ledger, dataset="adult", release_id="r")
-    with pytest.raises(ConfigError, match="rounds"):
+    with pytest.raises(ArgumentError, match="rounds"):
         pmw_budget(ZCDP(1), 0)
-    with pytest.raises(ConfigError, match="select_share"):
+    with pytest.raises(ArgumentError, match="select_share"):
         pmw_budget(ZCDP(1), 2, select_share=1)
     with pytest.raises(PrivacyParameterError):
         pmw_budget("eps=1", 2)  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dpmm.baselines import noisy_total, project_measurements, projection_mechanism
-from dpmm.errors import ConfigError, PrivacyParameterError
+from dpmm.errors import ArgumentError, PrivacyParameterError
 from dpmm.linalg import Identity, Marginals, Prefix
 from dpmm.privacy import ZCDP, PureDP
 from dpmm.privacy.randomness import as_random_source
@@ -155,21 +155,21 @@ def test_noisy_total_is_centred() -> None:
 
 def test_bad_inputs_raise_dpmm_errors() -> None:
     W = Identity(3)
-    with pytest.raises(ConfigError, match="3 values"):
+    with pytest.raises(ArgumentError, match="3 values"):
         projection_mechanism(W, np.zeros(4), 2)
-    with pytest.raises(ConfigError, match="non-negative"):
+    with pytest.raises(ArgumentError, match="non-negative"):
         projection_mechanism(W, np.zeros(3), -1)
-    with pytest.raises(ConfigError, match=r"dpmm\.linalg"):
+    with pytest.raises(ArgumentError, match=r"dpmm\.linalg"):
         projection_mechanism(np.eye(3), np.zeros(3), 1)  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="noise_std"):
+    with pytest.raises(ArgumentError, match="noise_std"):
         projection_mechanism(W, np.zeros(3), 1, noise_std=-1.0)
-    with pytest.raises(ConfigError, match="noise_std"):
+    with pytest.raises(ArgumentError, match="noise_std"):
         projection_mechanism(W, np.zeros(3), 1, noise_std=np.ones(2))
-    with pytest.raises(ConfigError, match="accuracy"):
+    with pytest.raises(ArgumentError, match="accuracy"):
         projection_mechanism(W, np.zeros(3), 1, tolerance=0.0)
-    with pytest.raises(ConfigError, match="noise_std"):
+    with pytest.raises(ArgumentError, match="noise_std"):
         project_measurements(W, np.zeros(3), 1, noise_std=np.array([1.0, 0.0, 1.0]))
-    with pytest.raises(ConfigError, match="histogram"):
+    with pytest.raises(ArgumentError, match="histogram"):
         noisy_total(np.array([1.5]), ZCDP(1))
     with pytest.raises(PrivacyParameterError):
         noisy_total(np.array([1]), "rho=1")  # type: ignore[arg-type]

@@ -10,7 +10,7 @@ from scipy.optimize import minimize
 
 from dpmm.baselines import simplex_solver
 from dpmm.baselines.simplex_solver import SimplexLeastSquares, project_simplex
-from dpmm.errors import ConfigError
+from dpmm.errors import ArgumentError
 from dpmm.linalg import Dense, Marginals, Prefix
 
 
@@ -139,22 +139,22 @@ def test_iteration_limit_reports_an_unconverged_but_valid_bound(
     assert np.linalg.norm(fit.answers - _reference(W.dense(), Y, 40.0)) <= fit.bound + 1e-6
 
 
-def test_bad_inputs_raise_config_errors() -> None:
+def test_bad_inputs_raise_argument_errors() -> None:
     solver = SimplexLeastSquares(_two_way(3))
     Y = np.zeros(12)
-    with pytest.raises(ConfigError, match="accuracy"):
+    with pytest.raises(ArgumentError, match="accuracy"):
         solver.solve(Y, 1.0, accuracy=0.0)
-    with pytest.raises(ConfigError, match="scale"):
+    with pytest.raises(ArgumentError, match="scale"):
         solver.solve(Y, 1.0, scale=-1.0)
-    with pytest.raises(ConfigError, match="12 values"):
+    with pytest.raises(ArgumentError, match="12 values"):
         solver.solve(np.zeros(5), 1.0)
-    with pytest.raises(ConfigError, match="total"):
+    with pytest.raises(ArgumentError, match="total"):
         solver.solve(Y, -2.0)
-    with pytest.raises(ConfigError, match="start"):
+    with pytest.raises(ArgumentError, match="start"):
         solver.solve(Y, 1.0, start=np.zeros(3))
-    with pytest.raises(ConfigError, match="max_iterations"):
+    with pytest.raises(ArgumentError, match="max_iterations"):
         solver.solve(Y, 1.0, max_iterations=-1)
-    with pytest.raises(ConfigError, match=r"dpmm\.linalg"):
+    with pytest.raises(ArgumentError, match=r"dpmm\.linalg"):
         SimplexLeastSquares(np.eye(3))  # type: ignore[arg-type]
 
 

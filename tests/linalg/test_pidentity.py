@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from dpmm.errors import ConfigError
+from dpmm.errors import ArgumentError
 from dpmm.linalg import AllRange, Dense, Prefix, trace_of_product
 from dpmm.linalg.pidentity import PIdentity, PIdentityGramInverse, woodbury_solve
 
@@ -81,7 +81,7 @@ def test_inverse_gram_never_forms_an_n_by_n_inverse():
     ],
 )
 def test_bad_parameters_are_refused(theta, norm):
-    with pytest.raises(ConfigError):
+    with pytest.raises(ArgumentError):
         PIdentity(theta, norm)
 
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from dpmm.errors import ConfigError
+from dpmm.errors import ArgumentError
 from dpmm.local import build_workload, loss_and_gradient, optimize_strategy, project_columns
 from dpmm.local.mechanism import strategy_gram
 
@@ -71,7 +71,7 @@ def test_projection_matches_bisection_and_is_nearest(eps: float) -> None:
 
 
 def test_projection_rejects_infeasible_bounds() -> None:
-    with pytest.raises(ConfigError):
+    with pytest.raises(ArgumentError):
         project_columns(np.zeros((3, 2)), np.full(3, 0.5), 1.0)
 
 
@@ -94,9 +94,9 @@ def test_outputs_default_to_four_n_and_can_be_set() -> None:
         W, 1.0, iterations=2, rng=np.random.default_rng(0), search_iterations=3
     ).Q.shape == (20, 5)
     assert optimize_strategy(W, 1.0, outputs=7, iterations=2, search_iterations=0).Q.shape == (7, 5)
-    with pytest.raises(ConfigError):
+    with pytest.raises(ArgumentError):
         optimize_strategy(W, 1.0, outputs=3)
-    with pytest.raises(ConfigError):
+    with pytest.raises(ArgumentError):
         optimize_strategy(W, -1.0)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy.optimize import linprog
 
-from dpmm.errors import ConfigError
+from dpmm.errors import ArgumentError
 from dpmm.linalg import Marginal
 from dpmm.reconstruct.consistent_tables import (
     consistency_violation,
@@ -182,6 +182,6 @@ def test_early_stop_still_feasible_and_zero_total() -> None:
         ({}, {}, "at least one table"),
     ],
 )
-def test_bad_input_raises_config_error(tables, options, message) -> None:
-    with pytest.raises(ConfigError, match=message):
+def test_bad_input_raises_argument_error(tables, options, message) -> None:
+    with pytest.raises(ArgumentError, match=message):
         nonnegative_tables(tables, **options)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dpmm.error import expected_error, identity_error
-from dpmm.errors import ConfigError
+from dpmm.errors import ArgumentError
 from dpmm.linalg import Dense
 from dpmm.privacy import ZCDP, PureDP
 from dpmm.strategy.l1_ball import l1_thresholds, project_columns_l1, project_columns_l2
@@ -128,8 +128,8 @@ def test_l2_projection_is_nearest_point() -> None:
         assert np.linalg.norm(projected[:, j] - X[:, j]) <= best + 1e-12
 
 
-def test_bad_radius_is_a_config_error() -> None:
-    with pytest.raises(ConfigError):
+def test_bad_radius_is_an_argument_error() -> None:
+    with pytest.raises(ArgumentError):
         project_columns_l1(np.ones((2, 2)), radius=0.0)
 
 
@@ -194,9 +194,9 @@ def test_select_lrm_and_bad_arguments() -> None:
     A = select_lrm(W, PureDP(1))
     assert isinstance(A, Dense) and A.shape[1] == 4  # serializable as every method's strategy
     for bad in ({"rank": 0}, {"gamma": -1.0}, {"max_iterations": 0}, {"tolerance": 0.0}):
-        with pytest.raises(ConfigError):
+        with pytest.raises(ArgumentError):
             lrm_strategy(W, PureDP(1), rng=np.random.default_rng(0), **bad)
-    with pytest.raises(ConfigError):
+    with pytest.raises(ArgumentError):
         lrm_strategy(Dense(np.zeros((2, 3))), PureDP(1), rng=np.random.default_rng(0))
 
 

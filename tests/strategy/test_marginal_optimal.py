@@ -10,7 +10,7 @@ import pytest
 import scipy.optimize
 
 from dpmm.error import expected_error, identity_error, per_query_variance, svd_bound
-from dpmm.errors import ConfigError, DpmmError, UnsupportedQueryError
+from dpmm.errors import ArgumentError, DpmmError, UnsupportedQueryError
 from dpmm.linalg import Identity, Kron, Marginal, Marginals, Ones, Prefix, VStack, Weighted
 from dpmm.linalg.residuals import DomainSizes, ResidualStrategy
 from dpmm.privacy import ZCDP, PureDP
@@ -259,9 +259,9 @@ def test_refuses_pure_dp_other_queries_and_bad_options():
         marginal_optimal(W, PureDP(1))
     with pytest.raises(UnsupportedQueryError, match="marginals"):
         marginal_optimal(Kron([Prefix(2), Identity(3)]), RHO)
-    with pytest.raises(ConfigError, match="objective"):
+    with pytest.raises(ArgumentError, match="objective"):
         marginal_optimal(W, RHO, objective="median")
-    with pytest.raises(ConfigError, match="does not hold"):
+    with pytest.raises(ArgumentError, match="does not hold"):
         marginal_optimal(W, RHO, weights={(1,): 2.0})
     with pytest.raises(UnsupportedQueryError):
         marginal_optimal(Marginals((2, 3), {(0,): 0.0}), RHO)

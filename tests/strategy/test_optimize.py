@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from dpmm.error import expected_error, identity_error
-from dpmm.errors import ConfigError, DpmmError
+from dpmm.errors import ArgumentError, DpmmError
 from dpmm.linalg import (
     AllRange,
     Haar,
@@ -131,8 +131,8 @@ def test_workload_strategy_measures_the_workload():
     assert optimize(W, "workload", ZCDP(1)) is W
 
 
-def test_unknown_method_is_a_config_error():
-    with pytest.raises(ConfigError, match="Unknown strategy method 'best'"):
+def test_unknown_method_is_an_argument_error():
+    with pytest.raises(ArgumentError, match="Unknown strategy method 'best'"):
         optimize(AllRange(4), "best", PureDP(1))
 
 

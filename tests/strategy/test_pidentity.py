@@ -5,7 +5,7 @@ import pytest
 import scipy.linalg
 
 from dpmm.error import expected_error, identity_error
-from dpmm.errors import ConfigError, UnsupportedQueryError
+from dpmm.errors import ArgumentError, UnsupportedQueryError
 from dpmm.linalg import AllRange, Identity, Kron, Prefix
 from dpmm.linalg.pidentity import PIdentity, column_scale
 from dpmm.privacy import ZCDP, PureDP
@@ -114,7 +114,7 @@ def test_select_pidentity_refuses_other_workloads(W):
     ],
 )
 def test_bad_inputs_are_refused(gram, kwargs):
-    with pytest.raises(ConfigError):
+    with pytest.raises(ArgumentError):
         optimize_pidentity(gram, **kwargs)
 
 

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from dpmm.error import expected_error
-from dpmm.errors import ConfigError, TooLargeError
+from dpmm.errors import ArgumentError, TooLargeError
 from dpmm.linalg import (
     AllRange,
     Dense,
@@ -189,9 +189,9 @@ def test_extra_rows_are_used_only_when_asked_for():
 def test_bad_arguments_and_large_matrices_are_refused():
     with pytest.raises(TooLargeError, match="limited to"):
         reduce_l1(Ones(1, MAX_SIDE + 1))
-    with pytest.raises(ConfigError, match="non-negative"):
+    with pytest.raises(ArgumentError, match="non-negative"):
         reduce_l1(Haar(4), max_iterations=-1)
-    with pytest.raises(ConfigError, match="rows"):
+    with pytest.raises(ArgumentError, match="rows"):
         reduce_l1(Haar(4), rows=2)
-    with pytest.raises(ConfigError, match="at least one cell"):
+    with pytest.raises(ArgumentError, match="at least one cell"):
         haar_tree_equivalent(0)

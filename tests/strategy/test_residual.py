@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dpmm.error import expected_error, per_query_variance
-from dpmm.errors import ConfigError, UnsupportedQueryError
+from dpmm.errors import ArgumentError, UnsupportedQueryError
 from dpmm.linalg import (
     AllRange,
     Dense,
@@ -249,15 +249,15 @@ def test_bad_inputs_raise_clear_errors() -> None:
     W = _two_way(3, 4, Prefix)
     with pytest.raises(UnsupportedQueryError, match="Gaussian noise"):
         residual_strategy(W, PureDP(1))
-    with pytest.raises(ConfigError, match="Unknown residual loss"):
+    with pytest.raises(ArgumentError, match="Unknown residual loss"):
         residual_strategy(W, RHO, loss="l1")
-    with pytest.raises(ConfigError, match="needs weights"):
+    with pytest.raises(ArgumentError, match="needs weights"):
         residual_strategy(W, RHO, loss="weighted_sum")
-    with pytest.raises(ConfigError, match="3 Kron terms"):
+    with pytest.raises(ArgumentError, match="3 Kron terms"):
         residual_strategy(W, RHO, weights=[1.0])
-    with pytest.raises(ConfigError, match="non-negative"):
+    with pytest.raises(ArgumentError, match="non-negative"):
         residual_strategy(W, RHO, weights=[1.0, -1.0, 1.0])
-    with pytest.raises(ConfigError, match="dpmm Matrix"):
+    with pytest.raises(ArgumentError, match="dpmm Matrix"):
         residual_strategy(np.eye(3), RHO)  # type: ignore[arg-type]
     with pytest.raises(UnsupportedQueryError, match="no non-zero query"):
         residual_strategy(0.0 * Kron([Prefix(3), Prefix(3)]), RHO)

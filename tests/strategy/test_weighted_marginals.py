@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from dpmm.error import expected_error
-from dpmm.errors import ConfigError, TooLargeError, UnsupportedQueryError
+from dpmm.errors import ArgumentError, TooLargeError, UnsupportedQueryError
 from dpmm.linalg import AllRange, Identity, Kron, Marginals, Ones, VStack, Weighted
 from dpmm.privacy import ZCDP, PureDP
 from dpmm.strategy.weighted_marginals import (
@@ -95,9 +95,9 @@ def test_select_uses_the_privacy_norm():
 def test_bad_inputs_are_refused():
     with pytest.raises(UnsupportedQueryError):
         optimize_marginal_weights(Kron([AllRange(3), Identity(2)]), norm=1)
-    with pytest.raises(ConfigError):
+    with pytest.raises(ArgumentError):
         optimize_marginal_weights(WORKLOADS["mixed"], norm=3)
-    with pytest.raises(ConfigError):
+    with pytest.raises(ArgumentError):
         optimize_marginal_weights(WORKLOADS["mixed"], norm=1, restarts=0)
     with pytest.raises(TooLargeError):
         optimize_marginal_weights(_all_k_way((2,) * 21, 2), norm=1)

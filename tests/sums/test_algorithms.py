@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dpmm.errors import ConfigError
+from dpmm.errors import ArgumentError
 from dpmm.linalg import Hierarchical
 from dpmm.privacy import Ledger, PureDP
 from dpmm.strategy import optimize
@@ -137,12 +137,12 @@ def test_isotonic_output_is_monotone_and_flagged() -> None:
     assert np.all(np.diff(result.values) >= -1e-9)
 
 
-def test_configuration_errors_are_one_sentence_config_errors() -> None:
-    with pytest.raises(ConfigError, match="Unknown sum algorithm"):
+def test_bad_arguments_are_one_sentence_argument_errors() -> None:
+    with pytest.raises(ArgumentError, match="Unknown sum algorithm"):
         answer_prefix_sums(WORKLOAD, COUNTS, 1, "hdmm", Truncation("none"))
-    with pytest.raises(ConfigError, match="Unknown truncation key"):
+    with pytest.raises(ArgumentError, match="Unknown truncation key"):
         Truncation.from_config({"method": "svt", "rate": 2})
-    with pytest.raises(ConfigError, match="rho"):
+    with pytest.raises(ArgumentError, match="rho"):
         Truncation("svt", rho="1.5")
-    with pytest.raises(ConfigError, match="fixed truncation"):
+    with pytest.raises(ArgumentError, match="fixed truncation"):
         Truncation("fixed")

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpmm.errors import ConfigError
+from dpmm.errors import ArgumentError
 from dpmm.sums import PrefixSumWorkload, person_totals, prefix_sum_workload, vectorize
 
 
@@ -36,7 +36,7 @@ def test_truncated_weights_cap_at_theta() -> None:
     workload = prefix_sum_workload(width=10, buckets=5, queries=5)
     assert workload.truncated_weights(25).tolist() == [10, 20, 25, 25, 25]
     assert workload.truncated_weights(None).tolist() == [10, 20, 30, 40, 50]
-    with pytest.raises(ConfigError):
+    with pytest.raises(ArgumentError):
         workload.truncated_weights(0)
 
 
@@ -44,7 +44,7 @@ def test_seed_workloads_have_the_seed_shapes() -> None:
     q2 = prefix_sum_workload(width=800, buckets=1000, queries=100)
     assert q2.bounds[q2.ends][:3].tolist() == [8000, 16000, 24000]
     assert q2.bounds[-1] == 800_000
-    with pytest.raises(ConfigError):
+    with pytest.raises(ArgumentError):
         prefix_sum_workload(width=800, buckets=1000, queries=300)
 
 
@@ -52,9 +52,9 @@ def test_vectorize_uses_half_open_buckets() -> None:
     bounds = np.array([10, 20, 30])
     x = vectorize(np.array([0.0, 10.0, 10.5, 20.0, 29.9, 30.0]), bounds)
     assert x.tolist() == [2, 2, 2]
-    with pytest.raises(ConfigError, match="above the last bucket"):
+    with pytest.raises(ArgumentError, match="above the last bucket"):
         vectorize(np.array([30.5]), bounds)
-    with pytest.raises(ConfigError):
+    with pytest.raises(ArgumentError):
         vectorize(np.array([-1.0]), bounds)
 
 
@@ -64,7 +64,7 @@ def test_person_totals_match_pandas_groupby() -> None:
     values = rng.uniform(0, 1000, 400)
     expected = pd.Series(values).groupby(persons).sum().to_numpy()
     assert np.allclose(person_totals(values, persons), expected)
-    with pytest.raises(ConfigError):
+    with pytest.raises(ArgumentError):
         person_totals(values[:3], persons)
 
 

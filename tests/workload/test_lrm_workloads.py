@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpmm.errors import ConfigError
+from dpmm.errors import ArgumentError
 from dpmm.workload.lrm_workloads import wdiscrete, wrange, wrelated
 
 
@@ -46,5 +46,5 @@ def test_generators_reject_bad_sizes() -> None:
         lambda: wrelated(3, 4, 0, rng),
         lambda: wrelated(3, 4, 1.5, rng),
     ):
-        with pytest.raises(ConfigError):
+        with pytest.raises(ArgumentError):
             call()
