@@ -11,8 +11,13 @@ Subcommands:
 * ``dpmm ledger grant PATH DATASET (--epsilon E | --rho R)`` — add budget to a dataset.
 * ``dpmm ledger show PATH [DATASET] [--json]`` — per dataset: kind, granted, reserved,
   spent and remaining, as exact fractions and decimals; ``--json`` adds the history.
-* ``dpmm ledger verify PATH`` — recompute the ledger's hash chain: ``ok, N entries``,
-  or exit status 1 naming the first bad entry.
+* ``dpmm ledger verify PATH [--anchor SEQ:HASH]`` — recompute the ledger's keyed hash
+  chain (and check an anchor published earlier): ``ok, N entries``, or exit status 1
+  naming the first bad entry.
+* ``dpmm ledger anchor PATH`` — the chain's head ``SEQ:HASH``, for an agency to publish.
+* ``dpmm ledger cancel PATH RESERVATION`` — give back budget no noise was drawn for and
+  no live run holds.
+* ``dpmm ledger upgrade PATH`` — key the chain of a ledger an earlier dpmm wrote (schema 1), once.
 
 Bad input (a config error, an unknown key, a bad budget) prints one line
 ``dpmm: error: <message>`` on stderr and exits with status 2.
@@ -325,20 +330,56 @@ def _balance_lines(balance: Balance) -> list[str]:
 def _ledger_verify(args: argparse.Namespace, out: TextIO) -> int:
     with Ledger.open(args.ledger) as ledger:
         try:
-            count = ledger.verify()
+            count = ledger.verify(args.anchor)
         except LedgerTampered as error:
             print(f"dpmm: error: {_one_line(str(error))}", file=sys.stderr)
             return EXIT_TAMPERED
-    out.write(f"ok, {count:,} {'entry' if count == 1 else 'entries'}\n")
+    anchored = f"; entry {args.anchor[0]} has the anchor's hash" if args.anchor else ""
+    out.write(f"ok, {count:,} {'entry' if count == 1 else 'entries'}{anchored}\n")
+    return 0
+
+
+def _anchor(text: str) -> tuple[int, str]:
+    """``SEQ:HASH`` as printed by ``dpmm ledger anchor``."""
+    seq, _, digest = text.partition(":")
+    if not seq.isdigit() or len(digest) != 64:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an anchor SEQ:HASH")
+    return int(seq), digest.lower()
+
+
+def _ledger_anchor(args: argparse.Namespace, out: TextIO) -> int:
+    with Ledger.open(args.ledger) as ledger:
+        ledger.verify()  # never anchor a ledger that was changed outside dpmm
+        seq, digest = ledger.anchor()
+    out.write(
+        f"ledger {ledger.path} verifies up to entry {seq}; publish this anchor, and check the "
+        f"ledger against it later with 'dpmm ledger verify PATH --anchor ANCHOR':\n"
+        f"{seq}:{digest}\n"
+    )
+    return 0
+
+
+def _ledger_cancel(args: argparse.Namespace, out: TextIO) -> int:
+    from dpmm.pipeline.run_state import cancel_reservation
+
+    with Ledger.open(args.ledger) as ledger:
+        out.write(cancel_reservation(ledger, args.reservation) + "\n")
+    return 0
+
+
+def _ledger_upgrade(args: argparse.Namespace, out: TextIO) -> int:
+    count = Ledger.upgrade(args.ledger)
+    out.write(f"upgraded ledger {args.ledger}: {count:,} entries verified and re-chained\n")
     return 0
 
 
 def _ledger_parser(commands: argparse._SubParsersAction) -> None:
     ledger_parser = commands.add_parser(
         "ledger",
-        help="create, fund, inspect and verify a privacy budget ledger",
-        description="A privacy budget ledger: an append-only, hash-chained SQLite file that "
-        "records every grant, reservation, spend and cancellation in exact fractions.",
+        help="create, fund, inspect, verify and anchor a privacy budget ledger",
+        description="A privacy budget ledger: an append-only SQLite file, hash-chained under "
+        "a key kept beside it (PATH.secret), that records every grant, reservation, spend, "
+        "cancellation and published manifest in exact fractions.",
     )
     actions = ledger_parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     path_help = "the ledger file (a path or a sqlite:///PATH URL)"
@@ -359,7 +400,27 @@ def _ledger_parser(commands: argparse._SubParsersAction) -> None:
     show.set_defaults(run=_ledger_show)
     verify = actions.add_parser("verify", help="recompute the hash chain of every entry")
     verify.add_argument("ledger", metavar="PATH", help=path_help)
+    verify.add_argument(
+        "--anchor",
+        type=_anchor,
+        metavar="SEQ:HASH",
+        help="an anchor printed earlier by 'dpmm ledger anchor': its entry must be unchanged",
+    )
     verify.set_defaults(run=_ledger_verify)
+    anchor = actions.add_parser("anchor", help="print the chain's head, to publish")
+    anchor.add_argument("ledger", metavar="PATH", help=path_help)
+    anchor.set_defaults(run=_ledger_anchor)
+    cancel = actions.add_parser(
+        "cancel", help="give back a reservation no noise was drawn for and no live run holds"
+    )
+    cancel.add_argument("ledger", metavar="PATH", help=path_help)
+    cancel.add_argument("reservation", metavar="RESERVATION", help="its id (see 'ledger show')")
+    cancel.set_defaults(run=_ledger_cancel)
+    upgrade = actions.add_parser(
+        "upgrade", help="key the chain of a ledger written by an earlier dpmm (schema 1), once"
+    )
+    upgrade.add_argument("ledger", metavar="PATH", help=path_help)
+    upgrade.set_defaults(run=_ledger_upgrade)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -233,6 +233,7 @@ def run_release(
             record,
             plan,
             stage,
+            ledger,
             release_id=run.release_id,
             fingerprint=state.get("input_fingerprint", ""),
             partitions=int(state.get("partitions", 0)),
@@ -251,6 +252,7 @@ def _post_process(
     record: MeasurementRecord,
     plan: str,
     stage: Stage,
+    ledger: Ledger,
     *,
     release_id: str,
     fingerprint: str,
@@ -267,11 +269,12 @@ def _post_process(
         release_id=release_id,
         input_fingerprint=fingerprint,
         partitions=partitions,
+        spend=ledger.spend_entry(record.reservation_id),
         reused_from=reused_from,
         thresholds=thresholds,
     )
     release = ReleaseInput(config, strategy, record, reconstruction)
-    path = stage("write-release", write_release)(release, manifest)
+    path = stage("write-release", write_release)(release, manifest, ledger)
     return path, reconstruction, manifest
 
 
@@ -319,18 +322,20 @@ def rerun_post_processing(
     manifest = load_manifest(folder)
     thresholds = manifest.get("thresholds")
     config, strategy, record, plan = _measured(config, folder, manifest)
-    path, reconstruction, written = _post_process(
-        config,
-        strategy,
-        record,
-        plan,
-        stage,
-        release_id=manifest["release_id"],
-        fingerprint=manifest["input"]["fingerprint"],
-        partitions=int(manifest["input"]["partitions"]),
-        reused_from=str(folder.resolve()),
-        thresholds=thresholds if config.private_thresholds else None,
-    )
+    with Ledger.open(manifest["ledger"]["location"]) as ledger:  # it holds the reservation
+        path, reconstruction, written = _post_process(
+            config,
+            strategy,
+            record,
+            plan,
+            stage,
+            ledger,
+            release_id=manifest["release_id"],
+            fingerprint=manifest["input"]["fingerprint"],
+            partitions=int(manifest["input"]["partitions"]),
+            reused_from=str(folder.resolve()),
+            thresholds=thresholds if config.private_thresholds else None,
+        )
     return ReleaseResult(path, manifest["release_id"], False, strategy, reconstruction, written)
 
 

@@ -33,12 +33,14 @@ from dpmm.config import ReleaseConfig
 from dpmm.durable import exclusive_lock, fsync_folder, is_held, try_lock
 from dpmm.errors import ConfigError, DpmmError
 from dpmm.measure.record import SUFFIX
-from dpmm.privacy.ledger import Ledger, Reservation
+from dpmm.privacy.ledger import Ledger, LedgerError, Reservation
+from dpmm.privacy.params import PureDP
 
 __all__ = [
     "ReleaseBusy",
     "ReleaseRun",
     "RunSummary",
+    "cancel_reservation",
     "close_run",
     "list_runs",
     "open_run",
@@ -162,16 +164,19 @@ def _cancel_reserved(ledger: Ledger, reservations: Iterable[Reservation]) -> Non
 
 
 def _reserve(
-    config: ReleaseConfig, ledger: Ledger, release_id: str
+    config: ReleaseConfig, ledger: Ledger, folder: Path
 ) -> tuple[Reservation, dict[str, Reservation]]:
-    """The measurement's reservation and one per private threshold, or none of them."""
-    dataset = config.ledger.dataset
+    """The measurement's reservation and one per private threshold, or none of them, for
+    the run in ``folder`` (named by its release id)."""
+    dataset, release_id, held_by = config.ledger.dataset, folder.name, str(folder.resolve())
     thresholds: dict[str, Reservation] = {}
     try:
         for index, choice in config.private_thresholds:
             budget = config.threshold_privacy(choice.share)
-            thresholds[config.workload[index].name] = ledger.reserve(dataset, budget, release_id)
-        return ledger.reserve(dataset, config.measurement_privacy, release_id), thresholds
+            name = config.workload[index].name
+            thresholds[name] = ledger.reserve(dataset, budget, release_id, held_by)
+        measurement = ledger.reserve(dataset, config.measurement_privacy, release_id, held_by)
+        return measurement, thresholds
     except BaseException:
         _cancel_reserved(ledger, thresholds.values())
         raise
@@ -194,9 +199,9 @@ def open_run(config: ReleaseConfig, ledger: Ledger) -> ReleaseRun:
         release_id = f"{config.name}-{stamp}-{uuid.uuid4().hex[:8]}"
         # A refused reservation leaves the (empty) runs folder and its lock file: removing
         # them here would race with another process waiting on that lock.
-        reservation, thresholds = _reserve(config, ledger, release_id)
-        temporary = runs / f".new-{uuid.uuid4().hex}"
         folder = runs / release_id
+        reservation, thresholds = _reserve(config, ledger, folder)
+        temporary = runs / f".new-{uuid.uuid4().hex}"
         try:
             temporary.mkdir(mode=0o700)  # private to the operator, like the ledger
             (temporary / "measurements").mkdir()
@@ -350,3 +355,50 @@ def close_run(config: ReleaseConfig, ledger: Ledger, run_id: str) -> str:
             "was never persisted, so nothing was published); the next release opens a new run"
         )
     return f"closed run {summary.release_id}: its reserved budget is cancelled"
+
+
+def cancel_reservation(ledger: Ledger, reservation_id: str) -> str:
+    """Cancel a reservation no noise was drawn for and no live run holds.
+
+    A *reserved* reservation has had no noise drawn (a measurement marks it spent before
+    it draws). If a release run holds it, that run must not be live; the next release of
+    its config then marks the run abandoned.
+
+    Returns:
+        One sentence saying what was done.
+
+    Raises:
+        LedgerError: no such reservation, or it is spent (its run can be closed with
+            ``dpmm runs close``).
+        ReleaseBusy: a live process holds its run.
+    """
+    reservation = ledger.reservation(reservation_id)
+    status = ledger.status(reservation)
+    if status == "cancelled":
+        return f"reservation {reservation_id} was already cancelled"
+    if status == "spent":
+        raise LedgerError(
+            f"reservation {reservation_id} (release {reservation.release_id!r}) is spent: noise "
+            "was drawn for it, so its budget stays spent; close its run with 'dpmm runs close "
+            "CONFIG RUN'"
+        )
+    folder = Path(reservation.run_folder) if reservation.run_folder is not None else None
+    if folder is not None and folder.is_dir():  # none: killed before its folder was made
+        lock = try_lock(folder / LOCK_FILE)
+        if lock is None:
+            raise ReleaseBusy(
+                f"reservation {reservation_id} is held by a live run "
+                f"({reservation.run_folder}); wait for it, or stop it first"
+            )
+        try:
+            ledger.cancel(reservation)
+        finally:
+            os.close(lock)
+    else:
+        ledger.cancel(reservation)
+    budget = reservation.budget
+    amount = f"ε = {budget.epsilon}" if isinstance(budget, PureDP) else f"ρ = {budget.rho}"
+    return (
+        f"cancelled reservation {reservation_id} of release {reservation.release_id!r}: "
+        f"{amount} is available again"
+    )

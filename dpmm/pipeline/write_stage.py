@@ -22,6 +22,7 @@ from dpmm.linalg.serialize import matrix_digest, save_matrix
 from dpmm.measure.record import MeasurementRecord
 from dpmm.pipeline.reconstruct_stage import HISTOGRAM_LIMIT, Reconstruction
 from dpmm.pipeline.strategy_stage import ChosenStrategy
+from dpmm.privacy.ledger import Entry, Ledger
 from dpmm.release import AnswerColumns, write_answers, write_histogram, write_measurements
 from dpmm.release import write_release as write_version
 from dpmm.release.manifest import measurement_sections
@@ -58,13 +59,17 @@ def build_manifest(
     release_id: str,
     input_fingerprint: str,
     partitions: int,
+    spend: Entry,
     reused_from: str | None = None,
     thresholds: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The manifest of a release (``version`` and ``files`` are added by the writer).
 
-    ``thresholds`` is the section of private truncation thresholds
-    (:func:`dpmm.pipeline.threshold_stage.threshold_manifest`), when the config has any.
+    ``spend`` is the ledger's entry that spent the measurement's budget: the manifest
+    records its sequence number and hash, so a ledger rewritten before it (even with its
+    key) no longer matches the releases made from it. ``thresholds`` is the section of
+    private truncation thresholds (:func:`dpmm.pipeline.threshold_stage.threshold_manifest`),
+    when the config has any.
     """
     integer = strategy.quantized.integer
     manifest = {
@@ -94,6 +99,7 @@ def build_manifest(
             "reservation_id": record.reservation_id,
             "release_id": record.release_id,
             "reused_from": reused_from,
+            "spend": {"seq": spend.seq, "hash": spend.hash},
         },
         "reconstruction": {
             "method": reconstruction.method,
@@ -157,7 +163,12 @@ class ReleaseInput:
             write_histogram(folder / "histogram.parquet", histogram)
 
 
-def write_release(release: ReleaseInput, manifest: dict[str, Any]) -> Path:
-    """Write the next version of the release; returns its folder."""
+def write_release(release: ReleaseInput, manifest: dict[str, Any], ledger: Ledger) -> Path:
+    """Write the next version of the release, its manifest's sha256 recorded in ``ledger``
+    under the measurement's reservation before the version appears; returns its folder."""
     config = release.config
-    return write_version(config.release.root, config.name, manifest, release.write_files)
+
+    def publish(digest: str) -> None:
+        ledger.publish(release.record.reservation_id, digest)
+
+    return write_version(config.release.root, config.name, manifest, release.write_files, publish)

@@ -31,11 +31,14 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sqlite3
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
@@ -120,9 +123,10 @@ def _name(value: object, what: str) -> str:
 class Ledger:
     """An open ledger file. Create one with :meth:`init`, open it with :meth:`open`."""
 
-    def __init__(self, connection: sqlite3.Connection, path: Path) -> None:
+    def __init__(self, connection: sqlite3.Connection, path: Path, key: bytes) -> None:
         self._db = connection
         self.path = path
+        self._key = key
 
     @classmethod
     def init(cls, location: str | Path, *, timeout: float = BUSY_TIMEOUT) -> Ledger:
@@ -132,7 +136,7 @@ class Ledger:
             raise LedgerError(f"cannot create a ledger at {path}: the file already exists")
         if not path.parent.is_dir():
             raise LedgerError(f"cannot create a ledger at {path}: no folder {path.parent}")
-        ledger = cls(_connect(path, "rwc", timeout), path)
+        ledger = cls(_connect(path, "rwc", timeout), path, _secret(path, create=True))
         try:
             with ledger._write():
                 tables = ledger._db.execute("SELECT name FROM sqlite_master").fetchall()
@@ -158,19 +162,78 @@ class Ledger:
         path = _path(location)
         if not path.is_file():
             raise LedgerError(f"no ledger at {path}; create one with 'dpmm ledger init {path}'")
-        ledger = cls(_connect(path, "rw", timeout), path)
+        connection = _connect(path, "rw", timeout)
         try:
-            version = ledger._meta().get("schema_version")
-        except sqlite3.DatabaseError:
-            ledger.close()
-            raise LedgerError(f"{path} is not a dpmm ledger") from None
-        if version != str(SCHEMA_VERSION):
-            ledger.close()
-            raise LedgerError(
-                f"ledger {path} has schema version {version!r}; "
-                f"this dpmm reads schema version {SCHEMA_VERSION} only"
-            )
-        return ledger
+            version = _schema_version(connection, path)
+            if version == "1":
+                raise LedgerError(
+                    f"ledger {path} was written by an earlier dpmm (schema version 1); "
+                    f"upgrade it once with 'dpmm ledger upgrade {path}'"
+                )
+            if version != str(SCHEMA_VERSION):
+                raise LedgerError(
+                    f"ledger {path} has schema version {version!r}; "
+                    f"this dpmm reads schema version {SCHEMA_VERSION} only"
+                )
+            return cls(connection, path, _secret(path, create=False))
+        except BaseException:
+            connection.close()
+            raise
+
+    @classmethod
+    def upgrade(cls, location: str | Path, *, timeout: float = BUSY_TIMEOUT) -> int:
+        """Bring a schema-1 ledger to this schema, in one transaction: verify its unkeyed
+        chain, then key every entry's hash with the ledger's secret (made now if missing).
+
+        Returns:
+            The number of entries re-chained.
+
+        Raises:
+            LedgerTampered: the schema-1 chain does not verify (nothing is changed).
+            LedgerError: the file is not a schema-1 ledger.
+        """
+        path = _path(location)
+        if not path.is_file():
+            raise LedgerError(f"no ledger at {path}")
+        connection = _connect(path, "rw", timeout)
+        try:
+            if _schema_version(connection, path) != "1":
+                raise LedgerError(f"ledger {path} is not at schema version 1; nothing to upgrade")
+            ledger = cls(connection, path, _secret(path, create=True))
+            with ledger._write(replay=False):
+                for column in ("run_folder", "digest"):
+                    connection.execute(f"ALTER TABLE entries ADD COLUMN {column} TEXT")
+                rows = ledger._rows()
+                previous = GENESIS
+                for expected, row in enumerate(rows, start=1):
+                    unkeyed = _schema_1_hash(row, previous)
+                    if row.seq != expected or unkeyed != row.hash or row.prev_hash != previous:
+                        raise ledger._tampered(
+                            f"entry {expected} is missing or does not match its hash",
+                            expected,
+                            None,
+                        )
+                    previous = row.hash
+                    keyed = replace(row, prev_hash=ledger._head(rows, row.seq - 1), hash="")
+                    keyed = replace(keyed, hash=keyed.expected_hash(ledger._key))
+                    connection.execute(
+                        "UPDATE entries SET prev_hash = ?, hash = ? WHERE seq = ?",
+                        (keyed.prev_hash, keyed.hash, row.seq),
+                    )
+                    rows[row.seq - 1] = keyed
+                if ledger._meta().get("head") != previous:
+                    raise ledger._tampered("its head is not its last entry", len(rows) + 1, None)
+                connection.executemany(
+                    "UPDATE meta SET value = ? WHERE key = ?",
+                    [
+                        (str(SCHEMA_VERSION), "schema_version"),
+                        (ledger._head(rows, len(rows)), "head"),
+                    ],
+                )
+                ledger._check(ledger._rows())
+            return len(rows)
+        finally:
+            connection.close()
 
     def close(self) -> None:
         """Close the database connection (every write is already committed)."""
@@ -201,8 +264,13 @@ class Ledger:
             row = self._append("grant", dataset, kind, amount, None, None)
         return to_entry(row)
 
-    def reserve(self, dataset: str, budget: Budget, release_id: str) -> Reservation:
+    def reserve(
+        self, dataset: str, budget: Budget, release_id: str, run_folder: str | None = None
+    ) -> Reservation:
         """Set ``budget`` aside for a release, in one write transaction; never more than remains.
+
+        ``run_folder`` names the folder of the release run that holds the reservation, so that
+        ``dpmm ledger cancel`` can tell whether a live process holds it.
 
         Raises:
             BudgetExceeded: The request is larger than what remains (or nothing was granted).
@@ -230,8 +298,63 @@ class Ledger:
                     f"{_show(kind, held.remaining)} remaining, less than the {request}; "
                     "nothing was reserved"
                 )
-            row = self._append("reserve", dataset, kind, amount, uuid.uuid4().hex, release_id)
+            reservation_id = uuid.uuid4().hex
+            row = self._append(
+                "reserve", dataset, kind, amount, reservation_id, release_id, run_folder=run_folder
+            )
         return to_reservation(row)
+
+    def publish(self, reservation: Reservation | str, manifest_sha256: str) -> None:
+        """Record the sha256 of the manifest of a release version this spent reservation
+        paid for, before the version becomes visible. A re-run that writes the version again
+        records another; the audit accepts a manifest whose sha256 is one of them.
+
+        Raises:
+            LedgerError: The reservation is not spent, or the digest is not a sha256.
+        """
+        reservation_id = reservation.id if isinstance(reservation, Reservation) else reservation
+        with self._write() as replay:
+            row, status = replay.reservations.get(reservation_id, (None, None))
+            if row is None or status != "spent":
+                raise LedgerError(
+                    f"ledger {self.path} has no spent reservation {reservation_id!r} "
+                    "to publish a release for"
+                )
+            if not isinstance(manifest_sha256, str) or len(manifest_sha256) != 64:
+                raise LedgerError(f"{describe_value(manifest_sha256)} is not a sha256 digest")
+            self._append(
+                "publish",
+                row.dataset,
+                row.budget_kind,
+                Fraction(row.amount),
+                reservation_id,
+                row.release_id,
+                digest=manifest_sha256.lower(),
+            )
+
+    def published(self, reservation: Reservation | str) -> list[str]:
+        """The manifest digests recorded for a reservation, oldest first."""
+        reservation_id = reservation.id if isinstance(reservation, Reservation) else reservation
+        rows = self._rows("WHERE reservation_id = ? AND kind = 'publish'", (reservation_id,))
+        return [str(row.digest) for row in rows]
+
+    def spend_entry(self, reservation: Reservation | str) -> Entry:
+        """The entry that spent a reservation.
+
+        Raises:
+            LedgerError: The reservation is not spent.
+        """
+        reservation_id = reservation.id if isinstance(reservation, Reservation) else reservation
+        rows = self._rows("WHERE reservation_id = ? AND kind = 'spend'", (reservation_id,))
+        if not rows:
+            raise LedgerError(f"ledger {self.path} has no spent reservation {reservation_id!r}")
+        return to_entry(rows[0])
+
+    def anchor(self) -> tuple[int, str]:
+        """The head of the chain, ``(sequence number, hash)``: publish it, and
+        :meth:`verify` with it later proves that no entry up to it was changed since."""
+        meta = self._meta()
+        return int(meta["head_seq"]), meta["head"]
 
     def mark_spent(self, reservation: Reservation | str) -> None:
         """Record the reservation as spent, for good. Marking it again does nothing."""
@@ -262,30 +385,10 @@ class Ledger:
         return to_reservation(rows[0])
 
     def secret(self) -> bytes:
-        """32 random bytes kept beside the ledger (``<ledger>.secret``, mode 0600), made on
-        first use: the key of the input fingerprints a manifest states. Never released.
-
-        Raises:
-            LedgerError: the file exists and is not 32 bytes.
-        """
-        path = self.path.with_name(self.path.name + ".secret")
-        if not path.exists():
-            temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
-            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(descriptor, "wb") as handle:
-                handle.write(os.urandom(SECRET_BYTES))
-                handle.flush()
-                os.fsync(handle.fileno())
-            try:
-                os.link(temporary, path)  # atomic; another process's secret may win
-            except FileExistsError:
-                pass
-            finally:
-                temporary.unlink()
-        secret = path.read_bytes()
-        if len(secret) != SECRET_BYTES:
-            raise LedgerError(f"{path} is not a dpmm ledger secret ({SECRET_BYTES} bytes)")
-        return secret
+        """32 random bytes kept beside the ledger (``<ledger>.secret``, mode 0600), made with
+        it: the key of its hash chain and of the input fingerprints a manifest states. Never
+        released; a ledger cannot be verified without it."""
+        return self._key
 
     def datasets(self) -> list[str]:
         """The datasets that have a grant, in the order of their first grant."""
@@ -313,14 +416,26 @@ class Ledger:
         """Every entry of the dataset, oldest first."""
         return [to_entry(row) for row in self._dataset(dataset)[2]]
 
-    def verify(self) -> int:
+    def verify(self, anchor: tuple[int, str] | None = None) -> int:
         """Recompute the hash chain and replay every entry; returns the number of entries.
+
+        Args:
+            anchor: an earlier :meth:`anchor`; the entry it names must still have its hash.
 
         Raises:
             LedgerTampered: Naming the first entry that was changed, removed or is inconsistent.
         """
         rows = self._rows()
         self._check(rows)
+        if anchor is not None:
+            seq, digest = anchor
+            if not 1 <= seq <= len(rows) or rows[seq - 1].hash != digest:
+                raise self._tampered(
+                    f"entry {seq} does not have the hash of the anchor {seq}:{digest}; the "
+                    "ledger was rewritten after the anchor was taken",
+                    seq,
+                    rows[seq - 1].kind if 1 <= seq <= len(rows) else None,
+                )
         return len(rows)
 
     def _dataset(self, dataset: str) -> tuple[Balance, Replay, list[Row]]:
@@ -370,18 +485,22 @@ class Ledger:
             )
 
     @contextmanager
-    def _write(self) -> Iterator[Replay]:
+    def _write(self, replay: bool = True) -> Iterator[Replay]:
         """One ``BEGIN IMMEDIATE`` transaction over a verified ledger, committed on success."""
         try:
             self._db.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as error:
+        except sqlite3.Error as error:  # locked past the timeout, read-only, unreadable
             raise LedgerError(f"cannot write to ledger {self.path}: {error}") from None
         try:
-            yield self._check(self._rows()) if self._has_entries_table() else Replay()
-        except BaseException:
-            self._db.execute("ROLLBACK")
+            verified = replay and self._has_entries_table()
+            yield self._check(self._rows()) if verified else Replay()
+            self._db.execute("COMMIT")
+        except BaseException as error:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            if isinstance(error, sqlite3.Error):  # a full disk, a read-only file
+                raise LedgerError(f"cannot write to ledger {self.path}: {error}") from None
             raise
-        self._db.execute("COMMIT")
 
     def _has_entries_table(self) -> bool:
         query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'entries'"
@@ -409,7 +528,7 @@ class Ledger:
                 raise self._tampered(
                     f"{name} does not follow the hash of the entry before it", row.seq, row.kind
                 )
-            if row.hash != row.expected_hash():
+            if row.hash != row.expected_hash(self._key):
                 raise self._tampered(
                     f"{name} does not match its hash: its fields were changed", row.seq, row.kind
                 )
@@ -439,6 +558,9 @@ class Ledger:
         amount: Fraction,
         reservation_id: str | None,
         release_id: str | None,
+        *,
+        run_folder: str | None = None,
+        digest: str | None = None,
     ) -> Row:
         meta = self._meta()
         seq = int(meta["head_seq"]) + 1
@@ -452,16 +574,65 @@ class Ledger:
             reservation_id,
             release_id,
             created,
+            run_folder,
+            digest,
             meta["head"],
         )
-        row = Row(*values, hash=Row(*values, hash="").expected_hash())
-        self._db.execute(
-            f"INSERT INTO entries ({COLUMNS}) VALUES ({', '.join('?' * 10)})", row.values()
-        )
+        row = Row(*values, hash=Row(*values, hash="").expected_hash(self._key))
+        marks = ", ".join("?" * len(row.values()))
+        self._db.execute(f"INSERT INTO entries ({COLUMNS}) VALUES ({marks})", row.values())
         self._db.executemany(
             "UPDATE meta SET value = ? WHERE key = ?", [(str(seq), "head_seq"), (row.hash, "head")]
         )
         return row
+
+    @staticmethod
+    def _head(rows: list[Row], seq: int) -> str:
+        return rows[seq - 1].hash if seq else GENESIS
+
+
+def _schema_version(connection: sqlite3.Connection, path: Path) -> str | None:
+    try:
+        return dict(connection.execute("SELECT key, value FROM meta").fetchall()).get(
+            "schema_version"
+        )
+    except sqlite3.DatabaseError:
+        raise LedgerError(f"{path} is not a dpmm ledger") from None
+
+
+def _schema_1_hash(row: Row, previous: str) -> str:
+    """An entry's hash as schema 1 computed it: sha256, unkeyed, without the new columns."""
+    fields = ["dpmm-ledger-entry-v1", *row.values()[:8], previous]
+    canonical = json.dumps(fields, ensure_ascii=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
+def _secret(ledger: Path, *, create: bool) -> bytes:
+    """The ledger's key, ``<ledger>.secret`` (32 random bytes, mode 0600)."""
+    path = ledger.with_name(ledger.name + ".secret")
+    if create and not path.exists():
+        temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(os.urandom(SECRET_BYTES))
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(temporary, path)  # atomic; another process's secret may win
+        except FileExistsError:
+            pass
+        finally:
+            temporary.unlink()
+    try:
+        secret = path.read_bytes()
+    except FileNotFoundError:
+        raise LedgerError(
+            f"ledger {ledger} has lost its key {path} (made with the ledger; its entries "
+            "cannot be verified without it): restore the file from a backup"
+        ) from None
+    if len(secret) != SECRET_BYTES:
+        raise LedgerError(f"{path} is not a dpmm ledger secret ({SECRET_BYTES} bytes)")
+    return secret
 
 
 def _path(location: str | Path) -> Path:

@@ -6,8 +6,12 @@ hash), so that cutting entries off the end is detected as well as editing or
 deleting one in the middle. Every amount is an exact fraction string such as
 ``"1/3"``, never a float.
 
-Each entry's hash is sha256 over a canonical JSON serialization of its fields
-and the previous entry's hash; the first entry follows :data:`GENESIS`. The
+Each entry's hash is HMAC-SHA256, keyed with the ledger's secret (a file beside
+it), over a canonical JSON serialization of its fields and the previous entry's
+hash; the first entry follows :data:`GENESIS`. Without the key, an edited
+ledger's chain cannot be recomputed; with it, an anchor published earlier (an
+entry's sequence number and hash, see ``dpmm ledger anchor``) or a manifest's
+record of its spend entry still tells. The
 state of every dataset (its :class:`Balance`) and of every reservation is rebuilt
 from the rows by :class:`Replay`, which also names the first entry that makes no
 sense (a spend of a cancelled reservation, a reservation beyond the grant).
@@ -16,7 +20,9 @@ sense (a spend of a cancelled reservation, a reservation beyond the grant).
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Context, Decimal
@@ -43,14 +49,17 @@ __all__ = [
     "to_reservation",
 ]
 
-#: The layout this module reads and writes. A ledger with another version is refused.
-SCHEMA_VERSION = 1
+#: The layout this module reads and writes. A ledger with another version is refused
+#: (version 1, unkeyed and without publications, is upgraded by :meth:`Ledger.upgrade`).
+SCHEMA_VERSION = 2
 #: The "previous hash" of the first entry.
 GENESIS = "0" * 64
-#: What an entry records: budget granted, reserved for a release, spent, or released again.
-ENTRY_KINDS = ("grant", "reserve", "spend", "cancel")
+#: What an entry records: budget granted, reserved for a release, spent, released again, or
+#: the sha256 of the manifest of the release version a spent reservation published.
+ENTRY_KINDS = ("grant", "reserve", "spend", "cancel", "publish")
 #: Prefixed to every serialized entry, so a hash cannot be mistaken for one of another format.
-HASH_DOMAIN = "dpmm-ledger-entry-v1"
+HASH_DOMAIN = "dpmm-ledger-entry-v2"
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 URL_SCHEME = "sqlite:///"
 
 CREATE_TABLES = """
@@ -67,13 +76,16 @@ CREATE TABLE entries (
     reservation_id TEXT,
     release_id TEXT,
     created TEXT NOT NULL,
+    run_folder TEXT,
+    digest TEXT,
     prev_hash TEXT NOT NULL,
     hash TEXT NOT NULL
 );
 CREATE INDEX entries_dataset ON entries (dataset, seq);
 """
 COLUMNS = (
-    "seq, kind, dataset, budget_kind, amount, reservation_id, release_id, created, prev_hash, hash"
+    "seq, kind, dataset, budget_kind, amount, reservation_id, release_id, created, run_folder, "
+    "digest, prev_hash, hash"
 )
 
 
@@ -89,14 +101,17 @@ class Row:
     reservation_id: str | None
     release_id: str | None
     created: str
+    run_folder: str | None
+    digest: str | None
     prev_hash: str
     hash: str
 
-    def expected_hash(self) -> str:
-        """sha256 of this entry's fields and the previous entry's hash, in canonical JSON."""
+    def expected_hash(self, key: bytes) -> str:
+        """HMAC-SHA256 under ``key`` of this entry's fields and the previous entry's hash,
+        in canonical JSON."""
         fields = [HASH_DOMAIN, *self.values()[:-1]]  # every column but the hash itself
         canonical = json.dumps(fields, ensure_ascii=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode("ascii")).hexdigest()
+        return hmac.new(key, canonical.encode("ascii"), hashlib.sha256).hexdigest()
 
     def values(self) -> tuple[object, ...]:
         """The row's values in the order of :data:`COLUMNS`."""
@@ -109,6 +124,8 @@ class Row:
             self.reservation_id,
             self.release_id,
             self.created,
+            self.run_folder,
+            self.digest,
             self.prev_hash,
             self.hash,
         )
@@ -126,18 +143,24 @@ Status = Literal["reserved", "spent", "cancelled"]
 
 @dataclass(frozen=True)
 class Reservation:
-    """Budget set aside for one release; counted against the dataset until spent or cancelled."""
+    """Budget set aside for one release; counted against the dataset until spent or cancelled.
+
+    ``run_folder`` is the folder of the release run holding it (None for a reservation made
+    outside a release run).
+    """
 
     id: str
     dataset: str
     budget: Budget
     release_id: str
     created: datetime
+    run_folder: str | None = None
 
 
 @dataclass(frozen=True)
 class Entry:
-    """One entry of the log: a grant, a reservation, a spend or a cancellation."""
+    """One entry of the log: a grant, a reservation, a spend, a cancellation or a
+    publication (``digest``: the sha256 of the published manifest)."""
 
     seq: int
     kind: str
@@ -147,6 +170,7 @@ class Entry:
     release_id: str | None
     created: datetime
     hash: str
+    digest: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready description; the budget's amount is an exact fraction string."""
@@ -158,6 +182,7 @@ class Entry:
             "reservation_id": self.reservation_id,
             "release_id": self.release_id,
             "created": self.created.isoformat(),
+            "digest": self.digest,
             "hash": self.hash,
         }
 
@@ -205,6 +230,10 @@ class Replay:
             return f"has an unreadable amount {row.amount!r} or time {row.created!r}"
         if amount <= 0 or str(amount) != row.amount or created.tzinfo is None:
             return f"has a malformed amount {row.amount!r} or time {row.created!r}"
+        if (row.digest is not None) != (row.kind == "publish") or (
+            row.run_folder is not None and row.kind != "reserve"
+        ):
+            return "has a manifest digest or run folder its kind does not have"
         balance = self.balances.get(row.dataset)
         if balance is not None and balance.kind != row.budget_kind:
             return f"charges a {row.budget_kind} amount to a {balance.kind} budget"
@@ -221,10 +250,14 @@ class Replay:
             self.balances[row.dataset] = _add(balance, reserved=amount)
             return None
         reserve, status = self.reservations.get(row.reservation_id, (None, None))
-        if reserve is None or status != "reserved" or reserve.dataset != row.dataset:
-            return f"{row.kind}s a reservation that is not reserved for this dataset"
-        if reserve.amount != row.amount:
-            return "does not match the amount of its reservation"
+        if reserve is None or reserve.dataset != row.dataset or reserve.amount != row.amount:
+            return f"{row.kind}s no reservation of this dataset and amount"
+        if row.kind == "publish":
+            if status != "spent" or not _SHA256.fullmatch(str(row.digest)):
+                return "publishes a manifest for a reservation that is not spent, or no sha256"
+            return None
+        if status != "reserved":
+            return f"{row.kind}s a reservation that is not reserved"
         status = "spent" if row.kind == "spend" else "cancelled"
         self.reservations[row.reservation_id] = (reserve, status)
         spent = amount if row.kind == "spend" else Fraction(0)
@@ -254,6 +287,7 @@ def to_entry(row: Row) -> Entry:
         release_id=row.release_id,
         created=datetime.fromisoformat(row.created),
         hash=row.hash,
+        digest=row.digest,
     )
 
 
@@ -265,6 +299,7 @@ def to_reservation(row: Row) -> Reservation:
         budget=budget_of(row.budget_kind, Fraction(row.amount)),
         release_id=str(row.release_id),
         created=datetime.fromisoformat(row.created),
+        run_folder=row.run_folder,
     )
 
 

@@ -16,9 +16,12 @@ failed check is a one-sentence finding, never an exception:
 7. ``answers`` — every estimate and standard error in ``answers.parquet`` is what the
    release's post-processing gives from ``measurements.parquet`` and ``strategy.npz``
    under the config the manifest holds (it is deterministic), within 1e-6;
-8. ``ledger`` — the ledger's hash chain verifies and the release's reservation exists, is
-   for the dataset and the budget, and is spent; so is each private threshold's
-   reservation, and thresholds plus measurement add up to the config's budget.
+8. ``ledger`` — the ledger's keyed hash chain verifies; the release's reservation exists,
+   is for the dataset and the budget, and is spent by the entry (sequence number and hash)
+   the manifest recorded; the ledger recorded this ``manifest.json``'s sha256 when the
+   version was written (so a change to any byte of the manifest, and through its file
+   digests to any file, is caught); each private threshold's reservation is spent, and
+   thresholds plus measurement add up to the config's budget.
 
 A check that needs the result of an earlier one that failed fails as "not checked".
 """
@@ -428,11 +431,24 @@ def _check_ledger(state: _State) -> str:
         status = opened.status(reservation_id)
         if status != "spent":
             raise _FailedCheckError(f"reservation {reservation_id} is {status}, not spent")
+        spend = opened.spend_entry(reservation_id)
+        if _field(manifest, "ledger.spend") != {"seq": spend.seq, "hash": spend.hash}:
+            raise _FailedCheckError(
+                f"the ledger's spend of reservation {reservation_id} (entry {spend.seq}) is not "
+                "the entry the manifest recorded: the ledger or the manifest was rewritten"
+            )
+        digest = _digest(state.folder / MANIFEST_NAME)[1]
+        if digest not in opened.published(reservation_id):
+            raise _FailedCheckError(
+                f"{MANIFEST_NAME} (sha256 {digest[:12]}…) is not a manifest the ledger recorded "
+                f"for reservation {reservation_id}: it was changed after it was written"
+            )
         thresholds = _check_threshold_ledger(manifest, opened, dataset, release_id, budget)
     finally:
         opened.close()
     return (
-        f"ledger verifies ({entries} entries); reservation {reservation_id} is spent" + thresholds
+        f"ledger verifies ({entries} entries); reservation {reservation_id} is spent at entry "
+        f"{spend.seq} and the ledger recorded this manifest's sha256" + thresholds
     )
 
 

@@ -62,11 +62,15 @@ def write_release(
     name: str,
     manifest: dict[str, object],
     write_files: Callable[[Path], None],
+    publish: Callable[[str], None] | None = None,
 ) -> Path:
     """Write the next version of release ``name`` under ``root``; returns its folder.
 
     ``manifest`` is completed in place: ``files`` (size and sha256 of every file that
     ``write_files`` wrote), ``version``, and ``format``/``name`` when missing.
+    ``publish``, if given, is called with the sha256 of ``manifest.json`` once it is on
+    disk and before the version becomes visible (a release records it in its ledger); if
+    it raises, no version is written.
 
     Args:
         root: the folder holding every release (created if needed).
@@ -105,6 +109,8 @@ def write_release(
             _fsync_tree(tmp)
             if target.exists() or target.is_symlink():
                 raise ReleaseError(f"{target} already exists; a release version is never replaced")
+            if publish is not None:
+                publish(hashlib.sha256(text.encode("utf-8")).hexdigest())
             os.rename(tmp, target)
             fsync_folder(folder)
     except BaseException:

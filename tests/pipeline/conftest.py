@@ -130,12 +130,18 @@ def history(config: ReleaseConfig) -> list[Entry]:
 
 
 def kinds(config: ReleaseConfig, release_id: str | None = None) -> list[str]:
-    """The kinds of the dataset's entries (of one release, when given), in order."""
+    """The kinds of the dataset's budget entries (reserve, spend, cancel; of one release,
+    when given), in order. Grants and publications are left out (see :func:`published`)."""
     return [
         e.kind
         for e in history(config)
-        if e.kind != "grant" and (release_id is None or e.release_id == release_id)
+        if e.kind not in ("grant", "publish") and (release_id is None or e.release_id == release_id)
     ]
+
+
+def published(config: ReleaseConfig) -> int:
+    """How many release versions the dataset's ledger recorded a manifest for."""
+    return sum(e.kind == "publish" for e in history(config))
 
 
 def remaining(config: ReleaseConfig) -> Fraction:

@@ -192,4 +192,4 @@ def test_bad_rows_drop_releases_and_tells_the_count_to_the_operators_terminal_on
     assert "dropped" not in (run / "run.json").read_text()
     text = (result.path / "manifest.json").read_text()
     assert "dropped" not in text and "rows_read" not in text
-    assert len(history(config)) == 3
+    assert len(history(config)) == 4  # grant, reserve, spend, publish

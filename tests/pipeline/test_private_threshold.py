@@ -89,6 +89,7 @@ def test_the_threshold_spends_its_share_and_the_measurement_the_rest(tmp_path, p
         ("reserve", PureDP(Fraction(9, 10))),
         ("spend", PureDP(Fraction(1, 10))),
         ("spend", PureDP(Fraction(9, 10))),
+        ("publish", PureDP(Fraction(9, 10))),  # the manifest, under the measurement's
     ]
     assert {e.release_id for e in entries} == {result.release_id}
     assert remaining(config) == 9

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 from fractions import Fraction
 from pathlib import Path
 
@@ -72,6 +73,38 @@ def test_an_orphaned_reservation_is_listed_and_cancelled(
     assert "which no run held" in capsys.readouterr().out
     assert remaining(config) == 2
     assert run_release(config).manifest["release_id"] != held.release_id
+    assert remaining(config) == Fraction(3, 2)
+
+
+def test_ledger_cancel_gives_back_what_no_live_run_holds(
+    config: ReleaseConfig, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    ledger_path = str(config.ledger.path)
+    # A kill between the reservation and its run folder: no folder holds it.
+    with Ledger.open(ledger_path) as ledger:
+        orphan = ledger.reserve("adult", PureDP("1/2"), "grid-x", "/nowhere/grid-x")
+    assert main(["ledger", "cancel", ledger_path, orphan.id]) == 0
+    assert "ε = 1/2 is available again" in capsys.readouterr().out
+    assert main(["ledger", "cancel", ledger_path, orphan.id]) == 0
+    assert "already cancelled" in capsys.readouterr().out
+    # A run killed before measuring holds its reservation; a live one refuses the cancel.
+    with monkeypatch.context() as patched:
+        patched.setattr(run_state, "_try_lock", lambda folder: None)
+        with pytest.raises(run_state.ReleaseBusy):
+            run_release(config)  # the new run is "held by another process" at once
+    (held,) = Ledger.open(ledger_path).active_reservations("adult")
+    assert held.run_folder is not None and Path(held.run_folder).is_dir()
+    lock = run_state._try_lock(Path(held.run_folder))
+    assert main(["ledger", "cancel", ledger_path, held.id]) == 2
+    assert "is held by a live run" in capsys.readouterr().err
+    os.close(lock)
+    assert main(["ledger", "cancel", ledger_path, held.id]) == 0
+    assert remaining(config) == 2
+    result = run_release(config)  # the cancelled run is abandoned; a new one spends
+    assert result.manifest["release_id"] != held.release_id and remaining(config) == Fraction(3, 2)
+    spent = result.manifest["ledger"]["reservation_id"]
+    assert main(["ledger", "cancel", ledger_path, spent]) == 2
+    assert "is spent: noise was drawn for it" in capsys.readouterr().err
     assert remaining(config) == Fraction(3, 2)
 
 

@@ -6,6 +6,7 @@ import multiprocessing
 import os
 import signal
 import sqlite3
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -146,7 +147,7 @@ def test_open_and_init_refuse_what_they_cannot_use(tmp_path: Path, path: Path) -
         Ledger.open(text)
     with sqlite3.connect(path) as connection:
         connection.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
-    with pytest.raises(LedgerError, match="schema version '99'; this dpmm reads schema version 1"):
+    with pytest.raises(LedgerError, match="schema version '99'; this dpmm reads schema version 2"):
         Ledger.open(path)
 
 
@@ -224,17 +225,162 @@ def test_forged_entry_with_a_valid_hash_is_caught_by_the_replay(path: Path, ledg
         "release",
         "2026-01-01T00:00:00+00:00",
     )
-    forged = Row(*values, prev_hash=head.hash, hash="")
-    forged = Row(*values, prev_hash=head.hash, hash=forged.expected_hash())
+    # Forged with the ledger's own key: only the replay can tell.
+    forged = Row(*values, None, None, prev_hash=head.hash, hash="")
+    forged = replace(forged, hash=forged.expected_hash(ledger.secret()))
     with sqlite3.connect(path) as connection:
         connection.execute(
-            f"INSERT INTO entries ({COLUMNS}) VALUES ({', '.join('?' * 10)})", forged.values()
+            f"INSERT INTO entries ({COLUMNS}) VALUES ({', '.join('?' * 12)})", forged.values()
         )
         connection.executemany(
             "UPDATE meta SET value = ? WHERE key = ?", [("4", "head_seq"), (forged.hash, "head")]
         )
-    with pytest.raises(LedgerTampered, match=r"entry 4 \(spend\) spends a reservation that is not"):
+    with pytest.raises(
+        LedgerTampered, match=r"entry 4 \(spend\) spends a reservation that is not reserved"
+    ):
         ledger.verify()
+
+
+class _FailingCommit:
+    """A connection whose COMMIT fails as on a read-only file or a full disk."""
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self._connection = connection
+
+    def execute(self, sql: str, *args: object) -> object:
+        if sql == "COMMIT":
+            raise sqlite3.OperationalError("attempt to write a readonly database")
+        return self._connection.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._connection, name)
+
+
+def test_a_failed_commit_is_one_ledger_error_and_writes_nothing(ledger: Ledger) -> None:
+    real = ledger._db
+    ledger._db = _FailingCommit(real)
+    with pytest.raises(LedgerError, match=r"cannot write to ledger .*readonly database"):
+        ledger.reserve("adult", THIRD, "release")
+    ledger._db = real
+    assert ledger.verify() == 1 and ledger.remaining("adult") == 1
+
+
+def _rechain(path: Path, key: bytes) -> None:
+    """Recompute every entry's hash under ``key``, as someone editing the file would."""
+    with sqlite3.connect(path) as connection:
+        rows = [Row(*values) for values in connection.execute(f"SELECT {COLUMNS} FROM entries")]
+        previous = "0" * 64
+        for row in sorted(rows, key=lambda row: row.seq):
+            row = replace(row, prev_hash=previous, hash="")
+            previous = row.expected_hash(key)
+            connection.execute(
+                "UPDATE entries SET prev_hash = ?, hash = ? WHERE seq = ?",
+                (row.prev_hash, previous, row.seq),
+            )
+        connection.execute("UPDATE meta SET value = ? WHERE key = 'head'", (previous,))
+
+
+def test_a_chain_recomputed_without_the_key_is_caught(path: Path, ledger: Ledger) -> None:
+    _three_entries(ledger)
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE entries SET amount = '100' WHERE seq = 1")
+    _rechain(path, os.urandom(32))
+    with pytest.raises(LedgerTampered, match=r"entry 1 \(grant\) does not match its hash"):
+        ledger.verify()
+
+
+def test_an_anchor_catches_a_chain_recomputed_with_the_key(path: Path, ledger: Ledger) -> None:
+    _three_entries(ledger)
+    anchor = ledger.anchor()
+    assert anchor[0] == 3 and ledger.verify(anchor) == 3
+    ledger.grant("adult", PureDP(1))
+    assert ledger.verify(anchor) == 4  # later entries do not change an anchor
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE entries SET amount = '100' WHERE seq = 1")
+    _rechain(path, ledger.secret())
+    assert ledger.verify() == 4 and ledger.remaining("adult") == Fraction(302, 3)
+    with pytest.raises(LedgerTampered, match="rewritten after the anchor was taken") as bad:
+        ledger.verify(anchor)
+    assert bad.value.seq == 3
+
+
+def test_a_lost_key_is_named(path: Path) -> None:
+    Path(f"{path}.secret").unlink()
+    with pytest.raises(LedgerError, match=r"has lost its key .*budget\.db\.secret"):
+        Ledger.open(path)
+
+
+def test_publications_follow_a_spend(ledger: Ledger) -> None:
+    reservation = ledger.reserve("adult", THIRD, "release", run_folder="/srv/runs/release")
+    assert ledger.reservation(reservation.id).run_folder == "/srv/runs/release"
+    with pytest.raises(LedgerError, match="no spent reservation"):
+        ledger.publish(reservation, "a" * 64)
+    ledger.mark_spent(reservation)
+    with pytest.raises(LedgerError, match="is not a sha256"):
+        ledger.publish(reservation, "abc")
+    ledger.publish(reservation, "a" * 64)
+    ledger.publish(reservation.id, "B" * 64)
+    assert ledger.published(reservation) == ["a" * 64, "b" * 64]
+    assert [entry.kind for entry in ledger.history("adult")][-2:] == ["publish", "publish"]
+    assert ledger.history("adult")[-1].to_dict()["digest"] == "b" * 64
+    assert ledger.balance("adult").spent == Fraction(1, 3) and ledger.verify() == 5
+
+
+_SCHEMA_1 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE entries (seq INTEGER PRIMARY KEY, kind TEXT NOT NULL, dataset TEXT NOT NULL,
+    budget_kind TEXT NOT NULL, amount TEXT NOT NULL, reservation_id TEXT, release_id TEXT,
+    created TEXT NOT NULL, prev_hash TEXT NOT NULL, hash TEXT NOT NULL);
+"""
+
+
+def _schema_1_ledger(path: Path, amounts: list[str]) -> None:
+    """A ledger as the first schema wrote it: unkeyed sha256 over eight fields."""
+    import hashlib
+    import json
+
+    with sqlite3.connect(path) as connection:
+        connection.executescript(_SCHEMA_1)
+        previous = "0" * 64
+        for seq, (kind, amount) in enumerate(amounts, start=1):
+            fields = [seq, kind, "adult", "pure", amount, None, None]
+            fields += ["2026-01-01T00:00:00+00:00", previous]
+            if kind != "grant":
+                fields[5:7] = ["r1", "release"]
+            text = json.dumps(["dpmm-ledger-entry-v1", *fields], separators=(",", ":"))
+            digest = hashlib.sha256(text.encode()).hexdigest()
+            connection.execute(
+                "INSERT INTO entries VALUES (?,?,?,?,?,?,?,?,?,?)", (*fields, digest)
+            )
+            previous = digest
+        connection.executemany(
+            "INSERT INTO meta VALUES (?, ?)",
+            [("schema_version", "1"), ("head_seq", str(len(amounts))), ("head", previous)],
+        )
+
+
+def test_a_schema_1_ledger_is_upgraded_once_and_keyed(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    _schema_1_ledger(path, [("grant", "1"), ("reserve", "1/3"), ("spend", "1/3")])
+    with pytest.raises(LedgerError, match=r"schema version 1\); upgrade it once with 'dpmm ledger"):
+        Ledger.open(path)
+    assert Ledger.upgrade(path) == 3
+    with Ledger.open(path) as ledger:
+        assert ledger.verify() == 3 and ledger.balance("adult").spent == Fraction(1, 3)
+        ledger.publish("r1", "c" * 64)
+    with pytest.raises(LedgerError, match="not at schema version 1"):
+        Ledger.upgrade(path)
+
+
+def test_a_tampered_schema_1_ledger_is_not_upgraded(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    _schema_1_ledger(path, [("grant", "1"), ("reserve", "1/3")])
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE entries SET amount = '100' WHERE seq = 1")
+    before = path.read_bytes()
+    with pytest.raises(LedgerTampered, match="entry 1 is missing or does not match its hash"):
+        Ledger.upgrade(path)
+    assert path.read_bytes() == before
 
 
 # --- processes ---------------------------------------------------------------------------

@@ -85,6 +85,7 @@ def build_release(
             reservation=reservation,
             rng=np.random.default_rng(seed),
         )
+        spend = ledger.spend_entry(reservation)
     finally:
         ledger.close()
     dense = A.dense()
@@ -152,6 +153,7 @@ def build_release(
             "reservation_id": reservation.id,
             "release_id": release_id,
             "reused_from": None,
+            "spend": {"seq": spend.seq, "hash": spend.hash},
         },
         "reconstruction": {"method": "least_squares", "seconds": 0.01},
         "error": {"groups": errors},
@@ -172,7 +174,10 @@ def build_release(
         save_matrix(A, folder / "strategy.npz")
         write_histogram(folder / "histogram.parquet", x_hat)
 
-    folder = write_release(root, name, manifest, write_files)
+    with Ledger.open(ledger_path) as ledger:
+        folder = write_release(
+            root, name, manifest, write_files, lambda digest: ledger.publish(reservation, digest)
+        )
     return Built(folder, manifest, record, answers, reservation.id)
 
 

@@ -10,6 +10,7 @@ from fractions import Fraction
 
 import pytest
 
+from dpmm.privacy.ledger import Ledger
 from dpmm.privacy.params import ZCDP, PureDP
 from dpmm.release import (
     audit_release,
@@ -46,15 +47,24 @@ def release(pristine, tmp_path):
     built, ledger = pristine
     folder = tmp_path / "v0001"
     shutil.copytree(built.folder, folder)
-    shutil.copy(ledger, tmp_path / "ledger.db")
+    for suffix in ("", ".secret"):
+        shutil.copy(f"{ledger}{suffix}", tmp_path / f"ledger.db{suffix}")
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest["ledger"]["location"] = str(tmp_path / "ledger.db")
-    _save(folder, manifest)
+    _save(folder, manifest, publish=True)  # as its writer would have, for the copy
     return folder, manifest, built
 
 
-def _save(folder, manifest):
-    (folder / "manifest.json").write_text(json.dumps(manifest, sort_keys=True, indent=2) + "\n")
+def _save(folder, manifest, *, publish=False):
+    text = json.dumps(manifest, sort_keys=True, indent=2) + "\n"
+    (folder / "manifest.json").write_text(text)
+    if publish:
+        with Ledger.open(manifest["ledger"]["location"]) as ledger:
+            ledger.publish(manifest["ledger"]["reservation_id"], _sha256(text.encode()))
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def _failed(report: AuditReport) -> set[str]:
@@ -95,15 +105,20 @@ def test_a_changed_manifest_field_fails_its_check(release):
     changed = fingerprint[:-1] + ("0" if fingerprint[-1] != "0" else "1")  # one byte
     (folder / "manifest.json").write_text(text.replace(fingerprint, changed))
     report = audit_release(folder)
-    assert _failed(report) == {"strategy", "measurements"}
+    assert _failed(report) == {"strategy", "measurements", "ledger"}
     assert "fingerprint" in report.checks[2].detail
     assert "fingerprint" in report.checks[5].detail
+    assert "is not a manifest the ledger recorded" in report.checks[-1].detail
+
+
+# The tests below forge with the ledger's key, republishing the changed manifest as a
+# writer would: each change is still caught by the check that re-derives the fact.
 
 
 def test_a_changed_sensitivity_fails_sensitivity_and_noise(release):
     folder, manifest, _ = release
     manifest["privacy"]["sensitivity"] = str(Fraction(manifest["privacy"]["sensitivity"]) + 1)
-    _save(folder, manifest)
+    _save(folder, manifest, publish=True)
     report = audit_release(folder)
     assert {"sensitivity", "measurements"} <= _failed(report)
     assert "the manifest says 5" in report.checks[3].detail
@@ -124,21 +139,21 @@ def test_a_scale_changed_consistently_with_its_hashes_fails_the_noise_check(rele
         "bytes": len(data),
     }
     manifest["privacy"][key] = str(weaker)
-    _save(folder, manifest)
+    _save(folder, manifest, publish=True)
     report = audit_release(folder)
     # The answers' standard errors are those of the recorded noise: they fail as well.
     assert _failed(report) == {"noise", "answers"}
     assert f"the manifest says {weaker}" in report.checks[4].detail
 
 
-def _rewrite(folder, manifest, name, table):
+def _rewrite(folder, manifest, name, table, *, publish=True):
     """Replace a listed file and update its size and sha256 in the manifest."""
     import pyarrow.parquet as pq
 
     pq.write_table(table, folder / name)
     data = (folder / name).read_bytes()
     manifest["files"][name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
-    _save(folder, manifest)
+    _save(folder, manifest, publish=publish)
 
 
 @pytest.mark.parametrize("column", ["estimate", "standard_error"])
@@ -150,7 +165,10 @@ def test_a_forged_answer_with_its_hash_updated_fails_the_answers_check(release, 
     values = table.column(column).to_numpy().copy()
     values[len(values) // 2] += 1.0
     index = table.schema.get_field_index(column)
-    _rewrite(folder, manifest, "answers.parquet", table.set_column(index, column, pa.array(values)))
+    forged = table.set_column(index, column, pa.array(values))
+    _rewrite(folder, manifest, "answers.parquet", forged, publish=False)
+    assert _failed(audit_release(folder)) == {"answers", "ledger"}
+    _rewrite(folder, manifest, "answers.parquet", forged)  # even by the ledger's key holder
     report = audit_release(folder)
     assert _failed(report) == {"answers"}
     assert "are not what its measurement and strategy give" in report.checks[6].detail
@@ -214,7 +232,7 @@ def test_a_manifest_with_missing_fields_fails_checks_not_the_audit(release):
     folder, manifest, _ = release
     del manifest["privacy"]["noise"]
     manifest["strategy"]["shape"] = ["a", "b"]
-    _save(folder, manifest)
+    _save(folder, manifest, publish=True)
     report = audit_release(folder)
     assert {"strategy", "noise", "measurements"} <= _failed(report)
     assert "no field privacy.noise" in report.checks[4].detail
