@@ -279,6 +279,12 @@ class Matrix(LinearOperator):
         """The trace of a square matrix."""
         return float(self.diagonal().sum())
 
+    def entry_sum(self) -> float:
+        """``1ᵀ self 1``, the sum of every entry: a closed form where the type has one, else
+        one product with a vector of ones (refused when that vector would be too large)."""
+        check_dense_size(self.shape[1], 1, f"the entry sum of {self!r:.80}")
+        return float(self._matmat(np.ones((self.shape[1], 1))).sum())
+
     def trace_dot(self, other: Matrix) -> float:
         """``trace(self @ other)`` without forming the product when structure allows."""
         from dpmm.linalg.trace import trace_of_product

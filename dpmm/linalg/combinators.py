@@ -248,6 +248,9 @@ class Weighted(Matrix):
     def trace(self) -> float:
         return self.weight * self.base.trace()
 
+    def entry_sum(self) -> float:
+        return self.weight * self.base.entry_sum()
+
     def eigh(self) -> tuple[np.ndarray, Matrix]:
         values, vectors = self.base.eigh()
         values = self.weight * values
@@ -333,6 +336,9 @@ class Sum(Matrix):
 
     def trace(self) -> float:
         return float(sum(term.trace() for term in self.terms))
+
+    def entry_sum(self) -> float:
+        return float(sum(term.entry_sum() for term in self.terms))
 
     def __repr__(self) -> str:
         return "(" + " + ".join(repr(term) for term in self.terms) + ")"

@@ -134,6 +134,9 @@ class Identity(Matrix):
     def _adjoint(self) -> Identity:
         return self
 
+    def entry_sum(self) -> float:
+        return float(self.shape[0])
+
     def _dense(self) -> np.ndarray:
         return np.eye(self.shape[0])
 
@@ -229,7 +232,10 @@ class Ones(Matrix):
         return float(min(self.shape))
 
     def _trace_dot(self, other: Matrix) -> float:
-        return float(other._matmat(np.ones((other.shape[1], 1))).sum())  # 1ᵀ other 1
+        return other.entry_sum()  # trace(1 1ᵀ other) = 1ᵀ other 1
+
+    def entry_sum(self) -> float:
+        return float(self.shape[0] * self.shape[1])
 
     def singular_values(self) -> np.ndarray:
         values = np.zeros(min(self.shape))

@@ -13,7 +13,8 @@ import itertools
 import numpy as np
 import scipy.sparse as sp
 
-from dpmm.linalg.base import Matrix
+from dpmm.errors import TooLargeError
+from dpmm.linalg.base import DENSE_LIMIT, Matrix
 from dpmm.linalg.combinators import Product, Sparse
 
 __all__ = ["Haar", "Hierarchical", "split_interval", "tree_intervals"]
@@ -32,6 +33,20 @@ def split_interval(low: int, high: int, branching: int) -> list[tuple[int, int]]
     return [(int(a), int(b)) for a, b in itertools.pairwise(cuts) if b > a]
 
 
+def _check_tree_size(n: int, branching: int) -> None:
+    """Refuse, before building it, a tree whose stored entries (n per level) exceed the
+    limit of what is materialized (:data:`~dpmm.linalg.base.DENSE_LIMIT`)."""
+    levels, width = 1, 1
+    while width < n:
+        width *= branching
+        levels += 1
+    if n * levels > DENSE_LIMIT:
+        raise TooLargeError(
+            f"Refusing to build a {branching}-ary tree over {n:,} cells: its {n * levels:.3g} "
+            f"stored entries exceed the limit of {DENSE_LIMIT:,}"
+        )
+
+
 def tree_intervals(n: int, branching: int) -> list[tuple[int, int]]:
     """The half-open intervals of a b-ary tree over n cells, breadth first, root first.
 
@@ -46,6 +61,7 @@ def tree_intervals(n: int, branching: int) -> list[tuple[int, int]]:
         raise ValueError(f"A tree needs at least one cell, got n={n}")
     if branching < 2:
         raise ValueError(f"A tree's branching factor must be at least 2, got {branching}")
+    _check_tree_size(n, branching)
     level = [(0, n)]
     nodes: list[tuple[int, int]] = []
     while level:
@@ -87,6 +103,7 @@ class Haar(Sparse):
         if n < 1:
             raise ValueError(f"A wavelet needs at least one cell, got n={n}")
         width = 1 << (n - 1).bit_length()
+        _check_tree_size(width, 2)
         rows, cols, values = [np.zeros(n, dtype=int)], [np.arange(n)], [np.ones(n)]
         row = 1
         block = width

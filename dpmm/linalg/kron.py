@@ -127,6 +127,9 @@ class Kron(Matrix):
             return super().diagonal()
         return self._kron_vector([f.diagonal() for f in self.factors], "diagonal")
 
+    def entry_sum(self) -> float:
+        return math.prod(factor.entry_sum() for factor in self.factors)
+
     def trace(self) -> float:
         if not self._square_factors():
             return super().trace()

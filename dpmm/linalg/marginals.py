@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from dpmm.domain import Domain
+from dpmm.errors import TooLargeError
 from dpmm.linalg.base import IntegerNorms, Matrix, _check_norm, _guard_integer, _integer_weight
 from dpmm.linalg.combinators import Product, Sum, VStack, Weighted
 from dpmm.linalg.elementary import Identity, Ones
@@ -39,6 +40,9 @@ EIGEN_TOLERANCE = 1e-10
 #: Above this many cells a union of marginals gives its (equal) integer column norms as one
 #: value, not one per column.
 NORMS_PER_COLUMN_LIMIT = 2**27
+#: Most subset terms one marginals-algebra step sums (about 2 s): 3^14 for a full table
+#: of 14 attributes fits, 3^15 does not.
+SUBSET_WORK_LIMIT = 2**23
 
 
 def _shape_of(domain: Domain | Sequence[int]) -> tuple[int, ...]:
@@ -98,6 +102,18 @@ def mask_members(mask: int) -> list[int]:
 def _outside_size(cells: int, shape: tuple[int, ...], mask: int) -> int:
     """``Π_{i∉mask} n_i`` from ``cells = Π_i n_i``, in O(|mask|) steps (not O(d))."""
     return cells // math.prod(shape[i] for i in mask_members(mask))
+
+
+def _check_subset_work(masks: Iterable[int], what: str) -> None:
+    """Refuse, before it runs, a sum over the subsets of every mask that would take minutes:
+    ``Σ 2^|mask|`` terms (3^d for the full table of d attributes)."""
+    terms = sum(1 << mask.bit_count() for mask in masks)
+    if terms > SUBSET_WORK_LIMIT:
+        raise TooLargeError(
+            f"Refusing to compute {what}: it sums {terms:.3g} terms over subsets of "
+            f"attributes, more than the limit of {SUBSET_WORK_LIMIT:,} (tables of too many "
+            "attributes; split the workload or use another strategy)"
+        )
 
 
 def _submasks(mask: int) -> Iterator[int]:
@@ -342,6 +358,7 @@ class MarginalsGram(Matrix):
         return cached
 
     def _eigenvalues(self) -> dict[int, float]:
+        _check_subset_work(self.coefficients, "the eigenvalues of a marginals Gram")
         values: dict[int, float] = {}
         for a, u in self.coefficients.items():
             weight = u * self._outside(a)
@@ -366,6 +383,7 @@ class MarginalsGram(Matrix):
     def from_eigenvalues(cls, shape: Sequence[int], values: Mapping[int, float]) -> MarginalsGram:
         """``Σ_b λ_b E_b`` written back in the ``C(a)`` basis (the Möbius inversion)."""
         domain_shape = _shape_of(shape)
+        _check_subset_work(values, "a marginals Gram from its eigenvalues")
         coefficients: dict[int, float] = {}
         outside: dict[int, int] = {}
         cells = math.prod(domain_shape)
@@ -399,7 +417,7 @@ class MarginalsGram(Matrix):
         if isinstance(other, Kron) and self._kron_matches(other):
             # trace(C(a) ⊗_i Y_i) = Π_{i∈a} trace(Y_i) · Π_{i∉a} 1ᵀ Y_i 1.
             traces = [factor.trace() for factor in other.factors]
-            sums = [float(f._matmat(np.ones((f.shape[1], 1))).sum()) for f in other.factors]
+            sums = [factor.entry_sum() for factor in other.factors]
             if all(sums):  # Π_{i∉a} s_i = Π_i s_i / Π_{i∈a} s_i: O(|a|) per set, not O(d)
                 everything = math.prod(sums)
                 return sum(

@@ -544,7 +544,17 @@ def save_matrix(A: Matrix, path: str | Path) -> None:
         raise SerializationError(f"Cannot save {A!r} to '{path}': {error}") from None
 
 
-_READ_ERRORS = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error)
+#: What a damaged archive raises; zipfile raises RuntimeError for a member flagged as
+#: encrypted and NotImplementedError (a RuntimeError) for an unknown compression method.
+_READ_ERRORS = (
+    OSError,
+    ValueError,
+    EOFError,
+    KeyError,
+    RuntimeError,
+    zipfile.BadZipFile,
+    zlib.error,
+)
 
 
 def load_matrix(path: str | Path) -> Matrix:

@@ -128,6 +128,9 @@ def audit_release(
             checks.append(
                 Check(name, False, f"the manifest holds a malformed value ({_sentence(error)})")
             )
+        except Exception as error:  # a damaged file is a finding, never a crash
+            detail = f"a release file could not be read ({type(error).__name__}: {error})"
+            checks.append(Check(name, False, detail))
     return AuditReport(Path(release_dir), tuple(checks))
 
 

@@ -206,6 +206,8 @@ def read_measurements(path: str | os.PathLike[str]) -> MeasurementRecord:
     raw = (table.schema.metadata or {}).get(MEASUREMENT_METADATA_KEY)
     if raw is None:
         raise ReleaseError(f"{path} has no measurement header in its Parquet metadata")
+    if table.column("row").null_count or table.column("value").null_count:
+        raise ReleaseError(f"{path} has rows or values missing (nulls)")
     rows = table.column("row").to_numpy()
     if not np.array_equal(rows, np.arange(rows.size)):
         raise ReleaseError(f"{path} does not list the rows 0, 1, 2, ... in order")

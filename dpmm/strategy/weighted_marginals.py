@@ -38,7 +38,7 @@ import scipy.optimize
 
 from dpmm.errors import ArgumentError, TooLargeError, UnsupportedQueryError
 from dpmm.linalg import Identity, Marginals, Matrix, Ones
-from dpmm.linalg.marginals import EIGEN_TOLERANCE
+from dpmm.linalg.marginals import EIGEN_TOLERANCE, SUBSET_WORK_LIMIT
 from dpmm.privacy import PrivacyParameter
 from dpmm.strategy.marginal_designs import packing_starts
 from dpmm.strategy.product import kron_terms
@@ -52,8 +52,10 @@ __all__ = [
     "workload_marginal_coefficients",
 ]
 
-#: Most attributes the workload may read: the template has one weight per subset of them.
-MAX_ATTRIBUTES = 20
+#: Most attributes the workload may read: the template has one weight per subset of them,
+#: and the strategy's Gram pseudo-inverse sums 3^k subset terms, within the marginals
+#: algebra's bound (:data:`~dpmm.linalg.marginals.SUBSET_WORK_LIMIT`; 14 attributes).
+MAX_ATTRIBUTES = int(math.log(SUBSET_WORK_LIMIT, 3))
 
 #: Lower bound of every weight, relative to the random starts' scale (U[0, 1]): keeps every
 #: λ_A(b) > 0 at L-BFGS-B's trial points, far below any weight that matters.

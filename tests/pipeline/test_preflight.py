@@ -150,3 +150,31 @@ def test_a_budget_near_the_samplers_limit_releases_what_its_plan_says(tmp_path: 
     result = run_release(config)
     (released,) = result.manifest["error"]["groups"]
     assert 0 < released["expected_rmse"] == pytest.approx(planned, rel=1e-9)
+
+
+WIDE = ", ".join(f"a{i}: 10" for i in range(20))
+
+
+@pytest.mark.parametrize(
+    ("domain", "refusal"),
+    [
+        # A Hierarchical(10¹⁰) candidate used to be built interval by interval.
+        ("{a: 10000000000, b: 10000000000}", r"'marginals' cannot be released here: .* GiB"),
+        # A marginals Gram over 2²⁰ subsets used to sum 3²⁰ terms.
+        (f"{{{WIDE}}}", r"'auto' cannot build .* more than the limit of 8,388,608"),
+    ],
+    ids=["two-attributes-of-1e10", "twenty-attributes-of-10"],
+)
+def test_a_domain_beyond_every_selector_is_refused_at_once_before_spending(
+    tmp_path: Path, domain: str, refusal: str
+) -> None:
+    body = (
+        f"name: huge\ndomain: {domain}\nprivacy: {{epsilon: 1}}\n"
+        "workload: [{name: cells, kind: identity}]\n"
+    )
+    config = write_config(tmp_path, body, data=_data(tmp_path), budget=PureDP(2))
+    with pytest.raises(ConfigError, match=refusal):
+        plan(config)
+    with pytest.raises(ConfigError, match=refusal):
+        run_release(config)
+    _untouched(config)

@@ -257,3 +257,16 @@ def test_an_unfinished_write_beside_the_release_is_reported(release):
     report = audit_release(folder)
     assert report.ok
     assert "1 unfinished write beside it (.tmp-0123456789abcdef)" in report.checks[1].detail
+
+
+def test_a_strategy_archive_damaged_into_an_unreadable_zip_is_a_finding(release):
+    """zipfile raises RuntimeError for a member flagged encrypted: a failed check, no crash."""
+    folder, _, _ = release
+    path = folder / "strategy.npz"
+    data = bytearray(path.read_bytes())
+    central = data.index(b"PK\x01\x02")  # the first member's central directory entry
+    data[central + 8] |= 0x01  # its "encrypted" flag
+    path.write_bytes(bytes(data))
+    report = audit_release(folder)
+    assert {"files", "strategy"} <= _failed(report)
+    assert "encrypted" in report.checks[2].detail

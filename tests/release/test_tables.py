@@ -144,3 +144,16 @@ def test_bad_files_are_refused_naming_them(tmp_path):
     pq.write_table(pa.table({"cell": [0.5], "estimate": [1.0]}), tmp_path / "typed.parquet")
     with pytest.raises(ReleaseError, match=r"column 'cell' of .*typed\.parquet has type double"):
         read_histogram(tmp_path / "typed.parquet")
+
+
+def test_a_measurement_value_turned_null_is_refused(record, tmp_path):
+    path = tmp_path / "measurements.parquet"
+    write_measurements(path, record)
+    table = pq.read_table(path)
+    values = table.column("value").to_pylist()
+    values[3] = None
+    index = table.schema.get_field_index("value")
+    damaged = table.set_column(index, table.schema.field("value"), pa.array(values, pa.int64()))
+    pq.write_table(damaged.replace_schema_metadata(table.schema.metadata), path)
+    with pytest.raises(ReleaseError, match="values missing"):
+        read_measurements(path)
