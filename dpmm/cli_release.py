@@ -78,16 +78,21 @@ def error_summary(release_dir: Path) -> str:
     return header + "\n".join(lines) + "\n"
 
 
-def _not_a_user_error(record: logging.LogRecord) -> bool:
-    """False for a log record carrying a dpmm error or an OS error (a full disk, a
-    read-only folder): the terminal gets it as one sentence."""
+def _not_a_failure_report(record: logging.LogRecord) -> bool:
+    """False for a record of an engine reporting a failure (a task's or a flow's failed
+    state, a worker's failed compute, with its traceback) and for any record carrying a
+    dpmm error or an OS error (a full disk, a read-only folder): the command reports the
+    failure itself, as one sentence (or as a traceback, for a bug)."""
+    engine = record.name.startswith(("distributed", "prefect"))
+    if engine and record.levelno >= logging.ERROR:
+        return False
     return not (record.exc_info and isinstance(record.exc_info[1], DpmmError | OSError))
 
 
 def _quiet_engines() -> None:
     """Keep Dask's and Prefect's chatter off a terminal run (the Prefect UI has the logs);
     a refused release (bad config, data or budget) prints its one sentence, not the
-    engines' tracebacks of it (``-v`` shows them)."""
+    engines' reports and tracebacks of it (``-v`` shows them)."""
     names = ("distributed", "prefect", "prefect.flow_runs", "prefect.task_runs")
     for name in names:
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -96,7 +101,7 @@ def _quiet_engines() -> None:
     for name in (*names, ""):
         for handler in logging.getLogger(name).handlers:
             if isinstance(handler, logging.StreamHandler):
-                handler.addFilter(_not_a_user_error)
+                handler.addFilter(_not_a_failure_report)
 
 
 def _run_flow(config_path: Path, from_measurements: str | None) -> Path:

@@ -11,6 +11,7 @@ import pytest
 
 from dpmm.cli import main
 from dpmm.privacy.ledger import Ledger
+from dpmm.privacy.params import PureDP
 
 pytestmark = [pytest.mark.filterwarnings("ignore"), pytest.mark.usefixtures("restore_logging")]
 
@@ -95,3 +96,38 @@ def test_a_bad_config_fails_before_the_flow_starts(tmp_path: Path, capsys) -> No
     assert error.startswith("dpmm: error: ") and "privacy.epsilon" in error
     assert error.count("\n") == 1
     assert not (tmp_path / "releases").exists()
+
+
+def test_bad_data_in_the_flow_is_one_line_on_the_terminal(tmp_path: Path) -> None:
+    """Dask's failed compute and Prefect's failed task states stay off the terminal (their
+    tracebacks are for -v); the operator reads one sentence, with the count and value."""
+    import subprocess
+    import sys
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "data").mkdir()
+    codes = np.random.default_rng(1).integers(0, 8, 300)
+    codes[5] = 42
+    pq.write_table(pa.table({"x": codes}), tmp_path / "data" / "p.parquet")
+    (tmp_path / "r.yaml").write_text(
+        "name: r\ndomain: {x: 8}\nprivacy: {epsilon: 1/2}\n"
+        "workload: [{name: cdf, kind: prefix, attribute: x}]\n"
+        "data: {path: data}\nledger: {path: budget.db}\n"
+    )
+    with Ledger.init(tmp_path / "budget.db") as ledger:
+        ledger.grant("r", PureDP(2))
+    done = subprocess.run(
+        [sys.executable, "-m", "dpmm", "release", "r.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("dpmm: error: File ") and "[1 row, e.g. 42]" in done.stderr
+    with Ledger.open(tmp_path / "budget.db") as ledger:
+        assert ledger.remaining("r") == 2  # the reservation was given back
