@@ -31,6 +31,7 @@ import logging
 import sys
 import textwrap
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from fractions import Fraction
 from typing import TextIO
 
@@ -306,11 +307,21 @@ def _ledger_show(args: argparse.Namespace, out: TextIO) -> int:
             lines.append(f"  {_plural(len(stale), 'reservation')} still reserved:")
             lines.extend(
                 f"    {r.id}  {KINDS[balance.kind][1]} = {_budget_amount(r.budget)}  "
-                f"release {r.release_id!r}  since {r.created.isoformat(timespec='seconds')}"
+                f"release {r.release_id!r}  since {r.created.isoformat(timespec='seconds')} "
+                f"({_age(r.created)} ago)"
                 for r in stale
             )
     out.write("\n".join(lines) + "\n")
     return 0
+
+
+def _age(created: datetime) -> str:
+    """How long ago, in the largest whole unit: ``40 s``, ``12 min``, ``5 h``, ``3 d``."""
+    seconds = max(0, int((datetime.now(UTC) - created).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} s"
 
 
 def _balance_lines(balance: Balance) -> list[str]:

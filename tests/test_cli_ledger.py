@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from pathlib import Path
 
@@ -41,6 +42,7 @@ def test_round_trip(ledger: str, capsys: pytest.CaptureFixture) -> None:
     assert "remaining  1/3  ≈ 0.333333333333" in out
     assert "granted    1/8  = 0.125" in out
     assert "1 reservation still reserved" in out and "adult-2027" in out
+    assert re.search(r"since \S+ \(\d+ s ago\)", out)
 
     status, out, _ = run(["ledger", "show", ledger, "adult", "--json"], capsys)
     assert status == 0
