@@ -25,15 +25,13 @@ import numpy as np
 import scipy.linalg
 import scipy.optimize
 
-from dpmm.errors import ArgumentError, UnsupportedQueryError
+from dpmm.errors import ArgumentError
 from dpmm.linalg import Matrix
 from dpmm.linalg.elementary import ClosedFormGram, semiseparable_product
 from dpmm.linalg.pidentity import PIdentity, column_scale, woodbury_solve
-from dpmm.privacy import PrivacyParameter
-from dpmm.strategy.product import kron_terms
 from dpmm.strategy.template import check_restarts, descend, optimize_template
 
-__all__ = ["PIdentityTemplate", "optimize_pidentity", "select_pidentity"]
+__all__ = ["PIdentityTemplate", "optimize_pidentity"]
 
 #: L-BFGS-B iterations in all for the start kept: on AllRange(256)/(1024) the error is
 #: within 0.5 % of its 2000-iteration value after 300, and beats HDMM's after 100–200.
@@ -59,9 +57,6 @@ def iteration_budget(n: int) -> int:
 #: :data:`MAX_ITERATIONS`): after 100 the starts' order on AllRange(1024) is already that of
 #: their end points, so the others' remaining iterations would be wasted.
 SCREEN_ITERATIONS = 100
-
-#: Largest attribute OPT_0 takes on (its dense n × n workload Gram: 512 MB).
-MAX_DOMAIN = 8192
 
 #: Upper bound of every Θ entry. The Woodbury loss subtracts ``θ²/(1 + θ²)`` from 1 per
 #: column, so an unbounded θ loses every digit: on Prefix(6), whose optimum is the identity,
@@ -267,24 +262,3 @@ def optimize_pidentity(
     if not loss < screened.loss:
         params, loss = screened.params, screened.loss
     return PIdentity(params.reshape(int(p), n), norm), loss
-
-
-def select_pidentity(W: Matrix, privacy: PrivacyParameter) -> PIdentity:
-    """OPT_0 for a one-attribute workload W under ``privacy`` (its norm), three restarts.
-
-    Raises:
-        UnsupportedQueryError: W spans several attributes, or its domain exceeds
-            :data:`MAX_DOMAIN` cells.
-    """
-    if any(len(term.factors) != 1 for term in kron_terms(W)):
-        raise UnsupportedQueryError(
-            f"The p-Identity strategy applies to one attribute; workload {W!r} spans several"
-        )
-    n = W.shape[1]
-    if n > MAX_DOMAIN:
-        raise UnsupportedQueryError(
-            f"The p-Identity strategy needs the dense {n:,} × {n:,} Gram of {W!r}; "
-            f"it applies to at most {MAX_DOMAIN:,} cells"
-        )
-    strategy, _ = optimize_pidentity(W.gram(), norm=privacy.norm)
-    return strategy

@@ -5,8 +5,8 @@ import pytest
 import scipy.linalg
 
 from dpmm.error import expected_error, identity_error
-from dpmm.errors import ArgumentError, UnsupportedQueryError
-from dpmm.linalg import AllRange, Identity, Kron, Prefix
+from dpmm.errors import ArgumentError
+from dpmm.linalg import AllRange, Identity, Prefix
 from dpmm.linalg.pidentity import PIdentity, column_scale
 from dpmm.privacy import ZCDP, PureDP
 from dpmm.strategy.pidentity import (
@@ -14,7 +14,6 @@ from dpmm.strategy.pidentity import (
     THETA_MAX,
     PIdentityTemplate,
     optimize_pidentity,
-    select_pidentity,
     semiseparable_generators,
 )
 from dpmm.strategy.template import optimize_template
@@ -86,21 +85,6 @@ def test_best_restart_is_kept():
     result = optimize_template(template, restarts=3, rng=np.random.default_rng(3))
     assert result.loss == pytest.approx(min(result.start_losses))
     assert template.loss_and_grad(result.params)[0] == pytest.approx(result.loss)
-
-
-def test_select_pidentity_uses_the_privacy_norm():
-    A = select_pidentity(Prefix(32), ZCDP(1))
-    assert isinstance(A, PIdentity)
-    assert A.norm == 2
-    assert A.sensitivity(2) == pytest.approx(1.0)
-
-
-@pytest.mark.parametrize(
-    "W", [Kron([Prefix(4), Identity(3)]), Identity(9000)], ids=["two-attributes", "too-large"]
-)
-def test_select_pidentity_refuses_other_workloads(W):
-    with pytest.raises(UnsupportedQueryError):
-        select_pidentity(W, PureDP(1))
 
 
 @pytest.mark.parametrize(
