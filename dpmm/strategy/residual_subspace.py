@@ -42,7 +42,7 @@ from functools import reduce
 import numpy as np
 
 from dpmm.errors import DpmmError, TooLargeError
-from dpmm.linalg.marginals import _submasks, mask_members
+from dpmm.linalg.marginals import mask_members
 from dpmm.linalg.residual_general import FactorSplit
 from dpmm.linalg.residuals import helmert
 
@@ -249,12 +249,3 @@ def solve_subspace(
 def subspace_basis(shape: Sequence[int], mask: int) -> np.ndarray:
     """``D_S = ⊗_{i∈S} D_i`` densely (``Π(n_i − 1) × Π n_i``)."""
     return reduce(np.kron, [helmert(shape[i]) for i in mask_members(mask)], np.ones((1, 1)))
-
-
-def down_closure(masks: Sequence[int]) -> set[int]:
-    """Every subset of the given sets."""
-    closure: set[int] = set()
-    for mask in masks:
-        if mask not in closure:
-            closure.update(_submasks(mask))
-    return closure
