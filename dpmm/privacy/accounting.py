@@ -37,7 +37,6 @@ __all__ = [
     "laplace_scale",
     "pure_to_approx",
     "pure_to_zcdp",
-    "zcdp_delta",
     "zcdp_epsilon_standard",
     "zcdp_to_approx",
 ]
@@ -187,22 +186,6 @@ def zcdp_epsilon_standard(privacy: ZCDP, delta: object) -> Fraction:
     epsilon = context.add(rho, context.multiply(Decimal(2), root))
     bound = Fraction(epsilon) * (1 + Fraction(1, 10**40))
     return _round_up(bound)
-
-
-def zcdp_delta(privacy: ZCDP, epsilon: object) -> float:
-    """δ(ε) of ρ-zCDP by [CKS20, Corollary 13], in floating point, for display only.
-
-    ``δ = inf_{α>1} exp((α−1)(αρ−ε)) / (α−1) · (1−1/α)^α``. Budgets are never recorded from
-    this value; ``zcdp_to_approx`` verifies its own result in exact-enough arithmetic.
-
-    Example:
-        >>> zcdp_delta(ZCDP("1/2"), 5) < 1e-5
-        True
-    """
-    _require(privacy, ZCDP, "privacy")
-    rho = float(privacy.rho)
-    excess = float(exact_fraction(epsilon, "epsilon") - privacy.rho)
-    return min(1.0, math.exp(_log_delta_float(_best_beta(rho, excess), rho, excess)))
 
 
 def zcdp_to_approx(privacy: ZCDP, delta: object) -> ApproxDP:
