@@ -87,11 +87,6 @@ class ReleaseRun:
         """The measurement store of the run."""
         return self.folder / "measurements"
 
-    @property
-    def strategy_file(self) -> Path:
-        """Where the run's strategy is kept."""
-        return self.folder / "strategy.npz"
-
     def state(self) -> dict[str, Any]:
         """The run's ``run.json``."""
         return json.loads((self.folder / STATE_FILE).read_text())
