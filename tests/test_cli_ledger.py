@@ -114,3 +114,27 @@ def test_empty_ledger(ledger: str, capsys: pytest.CaptureFixture) -> None:
     assert run(["ledger", "verify", ledger], capsys)[1] == "ok, 0 entries\n"
     status, _, err = run(["ledger", "grant", ledger, "adult"], capsys)
     assert status == 2 and "--epsilon" in err  # argparse: one of the two is required
+
+
+def test_a_ledger_locked_past_the_wait_is_one_line(
+    ledger: str, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process holding the write lock longer than the wait: one sentence, exit 2,
+    nothing written."""
+    import dpmm.privacy.ledger as ledger_module
+
+    connect = ledger_module._connect
+    monkeypatch.setattr(ledger_module, "_connect", lambda path, mode, _: connect(path, mode, 0.2))
+    holder = sqlite3.connect(ledger, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        status, out, err = run(["ledger", "grant", ledger, "adult", "--epsilon", "1"], capsys)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert status == 2 and out == ""
+    assert err == (
+        f"dpmm: error: cannot write to ledger {ledger}: another process kept it locked past "
+        "the wait; run the command again when that process has finished\n"
+    )
+    assert run(["ledger", "show", ledger], capsys)[1].splitlines()[1].startswith("no datasets yet")

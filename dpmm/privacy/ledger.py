@@ -489,7 +489,14 @@ class Ledger:
         """One ``BEGIN IMMEDIATE`` transaction over a verified ledger, committed on success."""
         try:
             self._db.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as error:  # locked past the timeout, read-only, unreadable
+        except sqlite3.OperationalError as error:
+            if "locked" in str(error):  # another process held its write lock past the timeout
+                raise LedgerError(
+                    f"cannot write to ledger {self.path}: another process kept it locked past "
+                    "the wait; run the command again when that process has finished"
+                ) from None
+            raise LedgerError(f"cannot write to ledger {self.path}: {error}") from None
+        except sqlite3.Error as error:  # read-only, unreadable
             raise LedgerError(f"cannot write to ledger {self.path}: {error}") from None
         try:
             verified = replay and self._has_entries_table()
