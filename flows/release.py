@@ -1,12 +1,12 @@
 """The ``dpmm-release`` flow: one release, each pipeline stage a named task.
 
-The stages are :mod:`dpmm.pipeline`'s functions. Ingest (``ingest-histogram``) and, for a
-config with private truncation thresholds, the bucket count they are drawn from
-(``count-threshold-buckets``) run on the flow's Dask task runner and count partitions on
-that cluster; the threshold draw (``choose-threshold``) and the other stages run
-in the flow's process, one after the other, so the ledger and the measurement store are
-only touched there. Retries are safe: a re-run of the flow resumes the open run and reuses
-its persisted measurement (DESIGN §5 rule 4); Prefect's cache is never used for it.
+The stages are :mod:`dpmm.pipeline`'s functions, run one after the other in the flow's
+process, so the ledger and the measurement store are only touched there. Ingest
+(``ingest-histogram``) and, for a config with private truncation thresholds, the bucket
+count they are drawn from (``count-threshold-buckets``) submit one task per partition to
+the flow's Dask cluster through a client of the task runner's scheduler. Retries are safe:
+a re-run of the flow resumes the open run and reuses its persisted measurement (DESIGN §5
+rule 4); Prefect's cache is never used for it.
 
 Artifacts (stable keys): ``dpmm-release-<name>`` (where the release is and its error per
 group) and ``dpmm-budget-<dataset>`` (granted, this release, remaining). They hold public
@@ -23,17 +23,16 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
-from prefect_dask import get_dask_client
+from prefect.context import FlowRunContext
 
 from dpmm.config import ReleaseConfig, load_config
 from dpmm.pipeline import (
     ReleaseResult,
-    count_input,
     open_ledger,
     rerun_post_processing,
     run_release,
 )
-from dpmm.pipeline.threshold_stage import COUNT_STAGE, bucket_counts
+from dpmm.pipeline.threshold_stage import COUNT_STAGE
 from dpmm.privacy.ledger_schema import decimal_text
 from dpmm.release.catalog import budget_text
 from flows.cluster import task_runner
@@ -41,22 +40,8 @@ from flows.cluster import task_runner
 __all__ = ["release_flow"]
 
 
-def _ingest_on_cluster(*args: Any, **kwargs: Any) -> Any:
-    """Count the input on the task runner's Dask cluster."""
-    with get_dask_client() as client:
-        kwargs["client"] = client
-        return count_input(*args, **kwargs)
-
-
-def _count_buckets_on_cluster(*args: Any, **kwargs: Any) -> Any:
-    """Count the people per bucket of the private thresholds' attributes on the cluster."""
-    with get_dask_client() as client:
-        kwargs["client"] = client
-        return bucket_counts(*args, **kwargs)
-
-
-#: Stages whose data-parallel counting is submitted to the task runner's cluster.
-_ON_CLUSTER = {"ingest-histogram": _ingest_on_cluster, COUNT_STAGE: _count_buckets_on_cluster}
+#: Stages whose data-parallel counting is submitted to the task runner's Dask cluster.
+_ON_CLUSTER = frozenset({"ingest-histogram", COUNT_STAGE})
 
 
 def _bar(stage: str, unit: str) -> Callable[..., None]:
@@ -95,12 +80,15 @@ def _stage(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
         elif terminal:
             sys.stderr.write(f"  {name} ...")
             sys.stderr.flush()
+        stage_task = task(function, name=name, cache_policy=NO_CACHE)
         if name in _ON_CLUSTER:
-            kwargs.pop("client", None)
-            submitted = task(_ON_CLUSTER[name], name=name, cache_policy=NO_CACHE)
-            result = submitted.submit(*args, **kwargs).result()
+            # The stage runs in the flow's process and submits one Dask task per partition
+            # from there: no worker thread waits on other tasks (with one 1-thread worker
+            # that wait never ended), and a lost worker's partitions are rescheduled.
+            client = FlowRunContext.get().task_runner.client
+            result = stage_task(*args, **{**kwargs, "client": client})
         else:
-            result = task(function, name=name, cache_policy=NO_CACHE)(*args, **kwargs)
+            result = stage_task(*args, **kwargs)
         seconds = time.perf_counter() - started
         logger.info("stage %s: done in %.1f s", name, seconds)
         if terminal:

@@ -106,7 +106,7 @@ def _distributed(
     leaves = [client.submit(func, item, key=key) for item, key in zip(items, keys, strict=True)]
     root = _tree(list(leaves), combine, lambda f, *a: client.submit(f, *a))
     total = len(leaves)
-    pending = as_completed(leaves)
+    pending = as_completed(leaves, loop=client.loop)  # the client need not be Dask's default
     # Only the tree holds a finished partition's result, so it is freed once combined.
     del leaves
     try:
