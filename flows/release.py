@@ -18,6 +18,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 from prefect import flow, get_run_logger, task
@@ -34,7 +35,7 @@ from dpmm.pipeline import (
 )
 from dpmm.pipeline.threshold_stage import COUNT_STAGE
 from dpmm.privacy.ledger_schema import decimal_text
-from dpmm.release.catalog import budget_text
+from dpmm.privacy.params import PureDP
 from flows.cluster import task_runner
 
 __all__ = ["release_flow"]
@@ -98,7 +99,13 @@ def _stage(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
+def _budget_row(label: str, amount: Fraction) -> dict[str, str]:
+    """One row of the budget table, in ``dpmm ledger show``'s exact format."""
+    return {"budget": label, "exact": str(amount), "decimal": decimal_text(amount)}
+
+
 def _artifacts(config: ReleaseConfig, result: ReleaseResult) -> None:
+    folder = result.path.resolve()
     rows = [
         {
             "group": g.name,
@@ -109,7 +116,7 @@ def _artifacts(config: ReleaseConfig, result: ReleaseResult) -> None:
         for g in result.reconstruction.groups
     ]
     create_markdown_artifact(
-        f"# Release `{config.name}`\n\nWritten to `{result.path}` "
+        f"# Release `{config.name}`\n\nWritten to [`{folder}`]({folder.as_uri()}) "
         f"(strategy `{result.strategy.selected}`, reconstruction "
         f"`{result.reconstruction.method}`).",
         key=f"dpmm-release-{config.name}".lower(),
@@ -122,16 +129,20 @@ def _artifacts(config: ReleaseConfig, result: ReleaseResult) -> None:
     )
     with open_ledger(config) as ledger:
         balance = ledger.balance(config.ledger.dataset)
+    privacy = config.privacy
+    this_release = privacy.epsilon if isinstance(privacy, PureDP) else privacy.rho
     budget = [
-        {"": "granted", "amount": decimal_text(balance.granted)},
-        {"": "this release", "amount": budget_text(config.privacy.to_dict())},
-        {"": "spent", "amount": decimal_text(balance.spent)},
-        {"": "remaining", "amount": decimal_text(balance.remaining)},
+        _budget_row("granted", balance.granted),
+        _budget_row("this release", this_release),
+        _budget_row("reserved", balance.reserved),
+        _budget_row("spent", balance.spent),
+        _budget_row("remaining", balance.remaining),
     ]
+    symbol = "ε" if isinstance(privacy, PureDP) else "ρ"
     create_table_artifact(
         budget,
         key=f"dpmm-budget-{config.ledger.dataset}".lower(),
-        description=f"Privacy budget of dataset {config.ledger.dataset}",
+        description=f"Privacy budget ({symbol}) of dataset {config.ledger.dataset}",
     )
 
 
@@ -155,5 +166,11 @@ def release_flow(config_path: str, from_measurements: str | None = None) -> str:
     runner = task_runner(config.cluster)
     result = _stages.with_options(task_runner=runner)(config, from_measurements)
     _artifacts(config, result)
-    get_run_logger().info("release written to %s", result.path)
+    logger = get_run_logger()
+    logger.info(
+        "strategy %s, reconstruction %s", result.strategy.selected, result.reconstruction.method
+    )
+    for group in result.reconstruction.groups:
+        logger.info("group %s: expected RMSE %.4g", group.name, group.expected_rmse)
+    logger.info("release written to %s", result.path.resolve())
     return str(result.path)

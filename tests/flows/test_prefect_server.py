@@ -198,3 +198,43 @@ def test_a_data_error_reaches_the_server_without_a_value_from_the_data(
     stored = _server_text(Path(env["PREFECT_HOME"]))
     assert "column 'x': rows have codes outside 0..15" in stored  # the error did reach it
     assert "9135771" not in stored and "7 rows" not in stored
+
+
+def test_a_cli_release_leaves_labelled_artifacts_and_no_data_value(server, tmp_path: Path) -> None:
+    """The release's artifacts, read back through the REST API: the budget table's rows are
+    labelled and exact (as ``dpmm ledger show`` prints them), the release artifact gives the
+    absolute folder, and nothing holds a count of the data."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    url, env, _ = server
+    codes = np.random.default_rng(9).integers(0, 16, 1_000_003, dtype=np.int8)
+    (tmp_path / "data").mkdir()
+    pq.write_table(pa.table({"x": codes}), tmp_path / "data" / "part.parquet")
+    (tmp_path / "good.yaml").write_text(
+        "name: good\ndomain: {x: 16}\nprivacy: {rho: 1/8}\n"
+        "workload: [{name: cdf, kind: prefix, attribute: x}]\n"
+        "strategy: {method: hierarchical}\ndata: {path: data}\nledger: {path: budget.db}\n"
+    )
+    dpmm = [sys.executable, "-m", "dpmm"]
+    for args in (
+        ["ledger", "init", "budget.db"],
+        ["ledger", "grant", "budget.db", "good", "--rho", "1/2"],
+        ["release", "good.yaml"],
+    ):
+        done = subprocess.run(
+            [*dpmm, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+    artifacts = {a["key"]: a for a in _api(url, "/artifacts/filter", {}) if a.get("key")}
+    budget = json.loads(artifacts["dpmm-budget-good"]["data"])
+    assert [row["budget"] for row in budget] == [
+        "granted", "this release", "reserved", "spent", "remaining"
+    ]  # fmt: skip
+    assert [row["exact"] for row in budget] == ["1/2", "1/8", "0", "1/8", "3/8"]
+    assert [row["decimal"] for row in budget] == ["0.5", "0.125", "0", "0.125", "0.375"]
+    folder = (tmp_path / "releases" / "good" / "v0001").resolve()
+    assert str(folder) in artifacts["dpmm-release-good"]["data"]
+    stored = _server_text(Path(env["PREFECT_HOME"]))
+    assert "1000003" not in stored and "1,000,003" not in stored  # the row count
