@@ -75,7 +75,7 @@ def test_a_flow_killed_after_measuring_is_resumed_with_its_measurement(tmp_path:
     assert f"release written to {version}" in out.decode()
     with Ledger.open(tmp_path / "budget.db") as ledger:
         kinds = [entry.kind for entry in ledger.history("bins")]
-    assert kinds == ["grant", "reserve", "spend"]
+    assert kinds == ["grant", "reserve", "spend", "publish"]  # spent once, one version
     assert np.array_equal(load_measurement(records[0].parent, "strategy").values, measured.values)
     assert (
         subprocess.run(

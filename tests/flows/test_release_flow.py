@@ -55,11 +55,12 @@ def test_rerun_post_processing_and_a_tampered_file(demo: tuple[Path, str], capsy
     with Ledger.open(folder / "budget.db") as ledger:
         kinds = [entry.kind for entry in ledger.history("demo-census")]
     assert kinds.count("spend") == 2
-    # Post-processing again: a third version, no new ledger entry.
+    # Post-processing again: a third version, nothing reserved or spent; the ledger only
+    # records the new manifest it publishes.
     second = folder / "releases" / "demo-census" / "v0002"
     assert main(["release", str(folder / "census.yaml"), "--from-measurements", str(second)]) == 0
     with Ledger.open(folder / "budget.db") as ledger:
-        assert [e.kind for e in ledger.history("demo-census")] == kinds
+        assert [e.kind for e in ledger.history("demo-census")] == [*kinds, "publish"]
     third = folder / "releases" / "demo-census" / "v0003"
     manifest = json.loads((third / "manifest.json").read_text())
     assert manifest["ledger"]["reused_from"] == str(second.resolve())
