@@ -213,8 +213,3 @@ class Domain:
         """The sub-domain of the named attributes, kept in domain order."""
         positions = sorted(set(self.indices(names)))
         return Domain(tuple(self.attrs[i] for i in positions))
-
-    def marginalize(self, names: Iterable[str]) -> Domain:
-        """The sub-domain without the named attributes."""
-        drop = set(self.indices(names))
-        return Domain(tuple(attr for i, attr in enumerate(self.attrs) if i not in drop))

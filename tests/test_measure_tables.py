@@ -80,10 +80,10 @@ def test_a_huge_domain_is_measured_from_its_tables(tmp_path: Path, ledger: Ledge
     ("change", "message"),
     [
         (lambda t: {k: v for k, v in t.items() if k != (1,)}, "was not counted"),
-        (lambda t: {**t, (1,): t[(1,)][:1]}, "must be an integer array of shape"),
+        (lambda t: {**t, (1,): t[(1,)][:1]}, "must be integers of shape"),
         (lambda t: {**t, (1,): t[(1,)] + 1}, "disagree on the number of records"),
-        (lambda t: {**t, (1,): t[(1,)] * -1}, "negative count"),
-        (lambda t: {**t, (1,): t[(1,)].astype(float)}, "must be an integer array"),
+        (lambda t: {**t, (1,): t[(1,)] * -1}, "is negative"),
+        (lambda t: {**t, (1,): t[(1,)].astype(float)}, "must be integers"),
     ],
 )
 def test_bad_tables_are_refused_and_nothing_is_spent(

@@ -30,7 +30,7 @@ and on W's conditioning, which is why a tolerance of 1e-6 could leave the "proje
 from the truth than its input.
 
 Method: FISTA (Beck–Teboulle) with the gradient restart of O'Donoghue–Candès and the exact
-sort-based Euclidean projection onto ``Δₙ``. The step is ``1/L`` for L the largest eigenvalue
+Euclidean projection onto ``Δₙ``. The step is ``1/L`` for L the largest eigenvalue
 of ``WᵀW`` on the sum-zero subspace: the projection onto ``Δₙ`` ignores moves along the
 all-ones vector, and for a union of marginals that direction carries the largest eigenvalue
 (7 times the next one for all 2-way marginals on 14 attributes). W is applied as a dense
@@ -68,6 +68,7 @@ from scipy.sparse.linalg import LinearOperator, eigsh
 from dpmm.errors import ArgumentError
 from dpmm.linalg import Marginals, Matrix
 from dpmm.linalg.base import DENSE_LIMIT
+from dpmm.reconstruct.projected_gradient import project
 
 __all__ = ["DEFAULT_ACCURACY", "SimplexFit", "SimplexLeastSquares", "project_simplex"]
 
@@ -93,23 +94,9 @@ POLISH_ROUNDS = 20
 Vector = np.ndarray
 
 
-def project_simplex(v: np.ndarray, total: float) -> np.ndarray:
-    """The exact Euclidean projection of v onto ``{z ≥ 0, Σz = total}`` (sort-based).
-
-    Example:
-        >>> project_simplex(np.array([3.0, -1.0, 1.0]), 2.0)
-        array([2., 0., 0.])
-    """
-    if total == 0:
-        return np.zeros_like(v)
-    ordered = np.sort(v)[::-1]
-    excess = np.cumsum(ordered) - total
-    # The threshold θ solves Σ max(v − θ, 0) = total; the entries kept are a prefix of
-    # the sorted values, the longest one whose smallest value stays above its θ.
-    ranks = np.arange(1, v.size + 1)
-    kept = int(np.count_nonzero(ordered - excess / ranks > 0))
-    threshold = excess[kept - 1] / kept
-    return np.maximum(v - threshold, 0.0)
+#: The exact Euclidean projection onto ``{z ≥ 0, Σz = total}`` (Michelot's fixed point),
+#: shared with NNLS: :func:`~dpmm.reconstruct.projected_gradient.project`.
+project_simplex = project
 
 
 @dataclass(frozen=True)

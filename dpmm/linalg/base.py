@@ -285,12 +285,6 @@ class Matrix(LinearOperator):
         check_dense_size(self.shape[1], 1, f"the entry sum of {self!r:.80}")
         return float(self._matmat(np.ones((self.shape[1], 1))).sum())
 
-    def trace_dot(self, other: Matrix) -> float:
-        """``trace(self @ other)`` without forming the product when structure allows."""
-        from dpmm.linalg.trace import trace_of_product
-
-        return trace_of_product(self, other)
-
     def _trace_dot(self, other: Matrix) -> float | object:
         """``trace(self @ other)`` from this type's structure, or NotImplemented.
 

@@ -133,13 +133,6 @@ def strategy_gram(Q: np.ndarray) -> np.ndarray:
     return Q[used].T @ scaled  # O(m n²)
 
 
-def _pinv_psd(X: np.ndarray) -> np.ndarray:
-    values, vectors = np.linalg.eigh(X)
-    cutoff = values.max() * X.shape[0] * np.finfo(np.float64).eps * 10
-    inverse = np.where(values > cutoff, 1.0 / np.where(values > cutoff, values, 1.0), 0.0)
-    return (vectors * inverse) @ vectors.T
-
-
 def reconstruction(W: object, Q: np.ndarray) -> np.ndarray:
     """The variance-optimal unbiased reconstruction ``V = W (QᵀD⁻¹Q)⁺ QᵀD⁻¹`` (p × m).
 
@@ -151,7 +144,9 @@ def reconstruction(W: object, Q: np.ndarray) -> np.ndarray:
     Q = check_strategy(Q)
     totals = Q.sum(axis=1)
     inv_totals = np.divide(1.0, totals, out=np.zeros_like(totals), where=totals > 0)
-    X_pinv = _pinv_psd(strategy_gram(Q))
+    X = strategy_gram(Q)
+    # Eigenvalues below 10·n·eps of the largest are the rounding noise of a singular Gram.
+    X_pinv = np.linalg.pinv(X, rcond=10 * X.shape[0] * np.finfo(np.float64).eps, hermitian=True)
     V = (W @ X_pinv) @ (Q.T * inv_totals)
     # Unbiasedness V Q = W fails exactly when W leaves the row space of Q.
     residual = np.abs(V @ Q - W).max()

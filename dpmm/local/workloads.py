@@ -11,12 +11,14 @@ Example:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from itertools import combinations
 
 import numpy as np
 
 from dpmm.errors import ArgumentError
+from dpmm.linalg import AllRange, Identity, Marginals, Prefix
 
 __all__ = [
     "WORKLOADS",
@@ -31,21 +33,23 @@ __all__ = [
 ]
 
 
+#: These workloads are dense by definition: no cap on their size (``Matrix.dense`` has one).
+_NO_LIMIT = sys.maxsize
+
+
 def histogram(n: int) -> np.ndarray:
     """One count per cell: the identity."""
-    return np.eye(n)
+    return Identity(n).dense(limit=_NO_LIMIT)
 
 
 def prefix(n: int) -> np.ndarray:
     """The empirical CDF: query i counts cells 0..i."""
-    return np.tril(np.ones((n, n)))
+    return Prefix(n).dense(limit=_NO_LIMIT)
 
 
 def all_range(n: int) -> np.ndarray:
     """Every interval ``[a, b]``, ``0 ≤ a ≤ b < n`` (n(n+1)/2 queries)."""
-    starts, ends = np.triu_indices(n)
-    cells = np.arange(n)
-    return ((cells >= starts[:, None]) & (cells <= ends[:, None])).astype(np.float64)
+    return AllRange(n).dense(limit=_NO_LIMIT)
 
 
 def _dimensions(n: int) -> int:
@@ -62,16 +66,8 @@ def subset_bits(n: int) -> np.ndarray:
 
 
 def _marginals(n: int, subsets: list[tuple[int, ...]]) -> np.ndarray:
-    bits = subset_bits(n)
-    blocks = []
-    for subset in subsets:
-        if not subset:
-            blocks.append(np.ones((1, n)))
-            continue
-        # Cell u falls in the marginal cell given by its bits on the subset.
-        code = bits[:, list(subset)] @ (1 << np.arange(len(subset))[::-1])
-        blocks.append((code[None, :] == np.arange(1 << len(subset))[:, None]).astype(float))
-    return np.vstack(blocks)
+    """The marginals on ``subsets`` of ``{0,1}^d`` stacked in order (``()`` is the total)."""
+    return Marginals((2,) * _dimensions(n), dict.fromkeys(subsets, 1.0)).dense(limit=_NO_LIMIT)
 
 
 def all_marginals(n: int) -> np.ndarray:

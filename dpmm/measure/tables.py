@@ -27,8 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpmm.errors import DomainError
 from dpmm.linalg import Marginals
-from dpmm.linalg.helmert_blocks import HelmertBlocks
+from dpmm.linalg.helmert_blocks import HelmertBlocks, checked_table
+from dpmm.linalg.marginals import mask_members
 from dpmm.measure.exact import FLOAT_EXACT, ExactStrategy, MeasurementError, helmert_answers
 
 __all__ = ["MarginalCounts", "count_marginals", "marginal_answers", "strategy_tables"]
@@ -127,23 +129,6 @@ def strategy_tables(A: Marginals | HelmertBlocks) -> list[tuple[int, ...]]:
     return [tuple(i for i in range(dims) if mask >> i & 1) for mask in A.weights]
 
 
-def _table(counts: MarginalCounts, attrs: tuple[int, ...]) -> np.ndarray:
-    if attrs not in counts.tables:
-        raise MeasurementError(f"the marginal table on attributes {list(attrs)} was not counted")
-    table = np.asarray(counts.tables[attrs])
-    expected = tuple(counts.domain_shape[i] for i in attrs)
-    if table.shape != expected or not np.issubdtype(table.dtype, np.integer):
-        raise MeasurementError(
-            f"the marginal table on attributes {list(attrs)} must be an integer array of "
-            f"shape {expected}, got {table.dtype} of shape {table.shape}"
-        )
-    if table.size and table.min() < 0:
-        raise MeasurementError(
-            f"the marginal table on attributes {list(attrs)} has a negative count"
-        )
-    return table
-
-
 def marginal_answers(strategy: ExactStrategy, counts: MarginalCounts) -> np.ndarray:
     """``A x`` as int64 for an integer-weighted :class:`~dpmm.linalg.Marginals` strategy or
     an integer residual strategy (:class:`~dpmm.linalg.helmert_blocks.HelmertBlocks`).
@@ -154,14 +139,7 @@ def marginal_answers(strategy: ExactStrategy, counts: MarginalCounts) -> np.ndar
             exceed exact arithmetic.
     """
     A = strategy.matrix
-    if isinstance(A, HelmertBlocks):
-        if tuple(counts.domain_shape) != tuple(A.domain_shape):
-            raise MeasurementError(
-                f"the tables are over a domain of shape {tuple(counts.domain_shape)}, the "
-                f"strategy over {tuple(A.domain_shape)}"
-            )
-        return helmert_answers(A, dict(counts.tables))
-    if not isinstance(A, Marginals):
+    if not isinstance(A, Marginals | HelmertBlocks):
         raise MeasurementError(
             f"answers from marginal tables need a Marginals strategy, got {A!r:.120}"
         )
@@ -170,7 +148,16 @@ def marginal_answers(strategy: ExactStrategy, counts: MarginalCounts) -> np.ndar
             f"the tables are over a domain of shape {tuple(counts.domain_shape)}, the strategy "
             f"over {tuple(A.domain_shape)}"
         )
-    tables = [_table(counts, attrs) for attrs in strategy_tables(A)]
+    if isinstance(A, HelmertBlocks):
+        return helmert_answers(A, dict(counts.tables))
+    shape = A.domain_shape
+    try:
+        tables = [
+            checked_table(counts.tables, mask, tuple(shape[i] for i in mask_members(mask)))
+            for mask in A.weights
+        ]
+    except DomainError as error:
+        raise MeasurementError(str(error)) from None
     totals = {int(table.sum(dtype=np.int64)) for table in tables}
     if len(totals) > 1:
         raise MeasurementError("the marginal tables disagree on the number of records")
@@ -181,6 +168,4 @@ def marginal_answers(strategy: ExactStrategy, counts: MarginalCounts) -> np.ndar
             "measuring them is not supported"
         )
     weights = [int(w) for w in A.weights.values()]
-    return np.concatenate(
-        [w * table.reshape(-1).astype(np.int64) for w, table in zip(weights, tables, strict=True)]
-    )
+    return np.concatenate([w * table.reshape(-1) for w, table in zip(weights, tables, strict=True)])

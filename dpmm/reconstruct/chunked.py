@@ -39,7 +39,7 @@ from dpmm.reconstruct.protocol import (
     ReconstructionError,
     check_noise_std,
     check_total,
-    reported_total,
+    nonnegative_estimate,
     resolve_total,
 )
 
@@ -176,15 +176,7 @@ def chunked_nnls(
         solution = _solve_on_blocks(
             grams, linear, start, largest_gram_eigenvalue(A), tolerance, max_iterations
         )
-        return Estimate(
-            solution.x,
-            "nnls",
-            scales,
-            None,
-            solution.iterations,
-            solution.residual,
-            solution.converged,
-        )
+        return nonnegative_estimate(solution, "nnls", scales, total, None)
     solution = minimize_nonnegative_quadratic(
         ChunkedKron(Kron(grams)).apply,
         linear,
@@ -194,15 +186,7 @@ def chunked_nnls(
         tolerance=tolerance,
         max_iterations=max_iterations,
     )
-    return Estimate(
-        solution.x,
-        "nnls",
-        scales,
-        reported_total(total, known_total),
-        solution.iterations,
-        solution.residual,
-        solution.converged,
-    )
+    return nonnegative_estimate(solution, "nnls", scales, total, known_total)
 
 
 def _solve_on_blocks(

@@ -39,7 +39,7 @@ from dpmm.reconstruct.protocol import (
     Estimate,
     check_measurements,
     check_total,
-    reported_total,
+    nonnegative_estimate,
     resolve_total,
 )
 
@@ -149,12 +149,4 @@ def nnls(
         tolerance=tolerance,
         max_iterations=max_iterations,
     )
-    return Estimate(
-        np.asarray(solution.x),
-        "nnls",
-        scales,
-        reported_total(total, known_total),
-        solution.iterations,
-        solution.residual,
-        solution.converged,
-    )
+    return nonnegative_estimate(solution, "nnls", scales, total, known_total)

@@ -21,6 +21,7 @@ import numpy as np
 
 from dpmm.errors import DpmmError
 from dpmm.linalg import Matrix
+from dpmm.reconstruct.projected_gradient import Solution
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -30,7 +31,7 @@ __all__ = [
     "Solver",
     "check_measurements",
     "check_total",
-    "reported_total",
+    "nonnegative_estimate",
     "resolve_total",
 ]
 
@@ -172,8 +173,26 @@ def resolve_total(total: float | str | None, least_squares_total: float) -> floa
     return total
 
 
-def reported_total(total: float | str | None, used: float | None) -> float | None:
-    """The known total an :class:`Estimate` reports: ``used``, unless it was estimated from
-    the measurements (``total="estimated"``); then None, because that total carries the
-    least-squares total's error and its standard error must not be taken as zero."""
-    return None if isinstance(total, str) else used
+def nonnegative_estimate(
+    solution: Solution,
+    method: str,
+    noise_std: float | np.ndarray | None,
+    total: float | str | None,
+    used: float | None,
+) -> Estimate:
+    """The :class:`Estimate` of a non-negative solver's :class:`Solution`.
+
+    ``total`` is the total the caller was given and ``used`` the one it constrained to.
+    The estimate reports ``used``, unless it was estimated from the measurements
+    (``total="estimated"``); then None, because that total carries the least-squares
+    total's error and its standard error must not be taken as zero.
+    """
+    return Estimate(
+        solution.x,
+        method,
+        noise_std,
+        None if isinstance(total, str) else used,
+        solution.iterations,
+        solution.residual,
+        solution.converged,
+    )

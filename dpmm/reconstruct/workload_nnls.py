@@ -27,7 +27,7 @@ from dpmm.reconstruct.protocol import (
     Estimate,
     ReconstructionError,
     check_total,
-    reported_total,
+    nonnegative_estimate,
     resolve_total,
 )
 
@@ -84,12 +84,4 @@ def workload_nnls(
         tolerance=tolerance,
         max_iterations=max_iterations,
     )
-    return Estimate(
-        np.asarray(solution.x),
-        "workload_nnls",
-        unbiased.noise_std,
-        reported_total(total, known_total),
-        solution.iterations,
-        solution.residual,
-        solution.converged,
-    )
+    return nonnegative_estimate(solution, "workload_nnls", unbiased.noise_std, total, known_total)

@@ -42,7 +42,6 @@ from dpmm.linalg.eigen_strategy import is_dask, kron_apply
 __all__ = [
     "KronEigenvalues",
     "WeightSolution",
-    "primal_value",
     "solve_weights",
 ]
 
@@ -109,24 +108,6 @@ class WeightSolution:
     def gap(self) -> float:
         """The certified relative gap to the optimum."""
         return self.objective / self.dual_bound - 1.0 if self.dual_bound > 0 else math.inf
-
-
-def primal_value(eigenvalues: Any, matrices: Sequence[np.ndarray], x: Any, power: int) -> float:
-    """``F(x) = Σ λ/x^a · max(Mx)^a`` (infinite if a positive λ gets weight 0).
-
-    Example:
-        >>> import numpy as np
-        >>> primal_value(np.array([4.0, 1.0]), [np.eye(2)], np.array([2.0, 1.0]), 1)
-        6.0
-    """
-    positive = eigenvalues > 0
-    if bool(np.asarray((positive & (x <= 0)).any())):
-        return math.inf
-    safe = np.where(positive, x, 1.0)
-    spent = np.where(positive, eigenvalues / safe**power, 0.0).sum()
-    peak = kron_apply(matrices, x).max()
-    spent, peak = _scalars(spent, peak)
-    return float(spent * peak**power)
 
 
 def _scalars(*values: Any) -> tuple[float, ...]:

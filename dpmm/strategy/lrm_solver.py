@@ -42,7 +42,6 @@ from dpmm.strategy.l1_ball import project_columns
 __all__ = [
     "LowRankDecomposition",
     "augmented_lagrangian",
-    "augmented_lagrangian_gradients",
     "decompose_workload",
     "initial_strategy",
     "mean_and_centered",
@@ -115,17 +114,6 @@ def augmented_lagrangian(
     """``J(B, L) = ½ tr(BᵀB) + ⟨Π, W − BL⟩ + β/2 ‖W − BL‖_F²``; cost O(m r n)."""
     gap = W - B @ L
     return float(0.5 * np.sum(B * B) + np.sum(multiplier * gap) + 0.5 * beta * np.sum(gap * gap))
-
-
-def augmented_lagrangian_gradients(
-    W: np.ndarray, B: np.ndarray, L: np.ndarray, multiplier: np.ndarray, beta: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(∂J/∂B, ∂J/∂L) = (B − T Lᵀ + β B L Lᵀ, β BᵀB L − Bᵀ T)`` with ``T = βW + Π``."""
-    target = beta * W + multiplier
-    product = B @ L
-    grad_B = B - target @ L.T + beta * product @ L.T
-    grad_L = beta * (B.T @ product) - B.T @ target
-    return grad_B, grad_L
 
 
 def update_B(W: np.ndarray, L: np.ndarray, multiplier: np.ndarray, beta: float) -> np.ndarray:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from dpmm.linalg.marginals import mask_members
+from dpmm.linalg.marginals import _submasks
 
 __all__ = ["KEEP", "MAX_CANDIDATE_BLOCKS", "packing", "packing_starts"]
 
@@ -63,7 +63,7 @@ def packing(
     if math.comb(attributes, block_size) > MAX_CANDIDATE_BLOCKS:
         return None
     blocks = [sum(1 << i for i in c) for c in itertools.combinations(range(attributes), block_size)]
-    contained = [_subsets_in(block, wanted) for block in blocks]
+    contained = [[m for m in _submasks(block) if m in wanted] for block in blocks]
     holders: dict[int, list[int]] = {}
     for index, inside in enumerate(contained):
         for table in inside:
@@ -84,18 +84,6 @@ def packing(
                 for holder in holders[table]:
                     gain[holder] -= 1
     return chosen, sorted(uncovered)
-
-
-def _subsets_in(block: int, wanted: set[int]) -> list[int]:
-    """The wanted masks contained in ``block``: every subset of its bits, checked."""
-    bits = mask_members(block)
-    found = []
-    for size in range(len(bits) + 1):
-        for combo in itertools.combinations(bits, size):
-            mask = sum(1 << i for i in combo)
-            if mask in wanted:
-                found.append(mask)
-    return found
 
 
 def packing_starts(

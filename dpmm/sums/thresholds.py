@@ -37,16 +37,15 @@ import numpy as np
 from dpmm.errors import ArgumentError
 from dpmm.privacy import Ledger, exact_fraction
 from dpmm.sums.noise import ExactNoise, Noise, charge
+from dpmm.workload.prefix_sum import (  # seed 003's defaults, shared with the config
+    RECURSIVE_FLOOR,
+    RECURSIVE_SHIFT,
+    SVT_GROWTH,
+    SVT_RATIO,
+    SVT_START,
+)
 
 __all__ = ["recursive_grid_statistic", "recursive_threshold", "svt_candidates", "svt_threshold"]
-
-#: Seed 003's SVT parameters: keep ratio, growth of the candidate bounds, first bound.
-SVT_RATIO = Fraction(998, 1000)
-SVT_GROWTH = Fraction(6, 5)
-SVT_START = 50_000
-#: Seed 003's recursive-mechanism parameters: floor θ₀ and upward log shift μ.
-RECURSIVE_FLOOR = 50_000
-RECURSIVE_SHIFT = 0.5
 
 
 def svt_candidates(start: int, growth: Fraction, top: int) -> np.ndarray:

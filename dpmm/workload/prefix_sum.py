@@ -68,8 +68,9 @@ PRIVATE_METHODS = {
     "recursive": ("method", "share", "floor", "shift"),
 }
 
-# Seed 003's settings (the same values as dpmm.sums.thresholds, which this module cannot
-# import: dpmm.sums imports the strategy package, which imports the workload package).
+#: Seed 003's settings (also :mod:`dpmm.sums.thresholds`' defaults): the share of ε spent
+#: on the threshold; SVT's keep ratio, growth of the candidate bounds and first bound; the
+#: recursive mechanism's floor θ₀ and upward log shift μ.
 DEFAULT_SHARE = Fraction(1, 10)
 SVT_RATIO = Fraction(998, 1000)
 SVT_GROWTH = Fraction(6, 5)

@@ -49,7 +49,6 @@ def assert_trace(X: Matrix, Y: Matrix) -> None:
     expected = np.trace(dense_of(X) @ dense_of(Y))
     scale = max(1.0, float(np.abs(dense_of(X)).sum() * np.abs(dense_of(Y)).max(initial=0)))
     assert trace_of_product(X, Y) == pytest.approx(expected, rel=1e-7, abs=1e-9 * scale)
-    assert X.trace_dot(Y) == pytest.approx(expected, rel=1e-7, abs=1e-9 * scale)
 
 
 def assert_variances(W: Matrix, P: Matrix) -> None:

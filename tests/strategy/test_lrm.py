@@ -20,7 +20,6 @@ from dpmm.strategy.lrm import (
 )
 from dpmm.strategy.lrm_solver import (
     augmented_lagrangian,
-    augmented_lagrangian_gradients,
     least_squares_scale,
     mean_and_centered,
     scaled_into_balls,
@@ -31,6 +30,15 @@ from dpmm.strategy.lrm_solver import (
 from dpmm.workload.lrm_workloads import wdiscrete, wrange, wrelated
 
 PRIVACIES = [PureDP(1), ZCDP(1)]
+
+
+def augmented_lagrangian_gradients(
+    W: np.ndarray, B: np.ndarray, L: np.ndarray, multiplier: np.ndarray, beta: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(∂J/∂B, ∂J/∂L) = (B − T Lᵀ + β B L Lᵀ, β BᵀB L − Bᵀ T)`` with ``T = βW + Π``."""
+    target = beta * W + multiplier
+    product = B @ L
+    return B - target @ L.T + beta * product @ L.T, beta * (B.T @ product) - B.T @ target
 
 
 def _problem(rng: np.random.Generator, m: int = 5, n: int = 7, r: int = 4):
