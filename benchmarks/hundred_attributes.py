@@ -108,7 +108,7 @@ def run(d: int, records: int, rho: int, noise_seed: int | None, profile: bool) -
         result["profile"] = text.getvalue()
         clock.lap()
 
-    sets = [tuple(i for i in range(d) if mask >> i & 1) for mask in A.weights]
+    sets = [tuple(i for i in range(d) if mask >> i & 1) for mask in A.blocks]
     chunks = (data[i : i + RECORD_CHUNK] for i in range(0, records, RECORD_CHUNK))
     counts = count_marginals(chunks, shape, sets)
     result["count"] = clock.lap()

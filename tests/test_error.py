@@ -193,12 +193,12 @@ def test_identity_error_and_svd_bound_match_hdmm(name, build, identity, bound):
 
 def test_marginal_algebra_error_equals_the_dense_formula():
     # Both Grams in the marginal algebra: the error is read from shared eigenspaces.
-    from dpmm.linalg.residuals import ResidualStrategy
+    from dpmm.linalg.residual_general import ResidualBlockStrategy
 
     W = Marginals((3, 4, 2), {(0, 1): 1.0, (2,): 2.0, (): 0.5})
     for A in (
         Marginals((3, 4, 2), {(0, 1): 1.0, (1, 2): 0.5, (0, 2): 2.0}),
-        ResidualStrategy((3, 4, 2), {0: 1.0, 0b001: 0.7, 0b010: 1.3, 0b011: 2.0, 0b100: 0.4}),
+        ResidualBlockStrategy((3, 4, 2), {0: 1.0, 0b001: 0.7, 0b010: 1.3, 0b011: 2.0, 0b100: 0.4}),
     ):
         Wd, Ad = W.dense(), A.dense()
         trace = np.trace(Wd @ np.linalg.pinv(Ad.T @ Ad) @ Wd.T)

@@ -3,22 +3,25 @@
 A Kronecker product over d attributes never forms the product: it applies each
 factor along its own axis of the reshaped vector, and every structured
 operation (Gram, pseudo-inverse, norms, traces, eigendecomposition) is the
-Kronecker combination of the factors' results.
+Kronecker combination of the factors' results. :func:`kron_terms` reads a workload
+as a union of weighted Kron products; :func:`kron_rows` is the Kron of small dense arrays.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
 import numpy as np
 
 from dpmm.linalg.base import IntegerNorms, Matrix, _guard_integer, check_dense_size
+from dpmm.linalg.combinators import VStack, Weighted
 from dpmm.linalg.trace import trace_of_product
 
-__all__ = ["Kron"]
+__all__ = ["Kron", "KronTerm", "kron_rows", "kron_terms"]
 
 #: A factor without a closed-form Gram inverse gets a dense one up to this many columns.
 SMALL_FACTOR = 4096
@@ -162,3 +165,44 @@ class Kron(Matrix):
 
     def __repr__(self) -> str:
         return " ⊗ ".join(repr(factor) for factor in self.factors)
+
+
+def kron_rows(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """``parts[0] ⊗ parts[1] ⊗ …`` of dense vectors or matrices (``[1.0]`` for none).
+
+    Example:
+        >>> kron_rows([np.array([1.0, 2.0]), np.array([1.0, 10.0])]).tolist()
+        [1.0, 10.0, 2.0, 20.0]
+    """
+    return reduce(np.kron, parts, np.ones(1))
+
+
+@dataclass(frozen=True)
+class KronTerm:
+    """One product of a union: ``weight · ⊗ factors``."""
+
+    weight: float
+    factors: tuple[Matrix, ...]
+
+
+def kron_terms(W: Matrix) -> list[KronTerm]:
+    """W as a union of weighted Kronecker products with aligned columns.
+
+    A matrix with no Kronecker structure, or a union whose products split the columns
+    differently, is one term with a single factor.
+    """
+    terms = _terms(W, 1.0)
+    sizes = {tuple(f.shape[1] for f in term.factors) for term in terms}
+    if len(sizes) != 1:
+        return [KronTerm(1.0, (W,))]
+    return terms
+
+
+def _terms(W: Matrix, weight: float) -> list[KronTerm]:
+    if isinstance(W, Weighted):
+        return _terms(W.base, weight * W.weight)
+    if isinstance(W, VStack):
+        return [term for block in W.blocks for term in _terms(block, weight)]
+    if isinstance(W, Kron):
+        return [KronTerm(weight, tuple(W.factors))]
+    return [KronTerm(weight, (W,))]

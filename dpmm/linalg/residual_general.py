@@ -15,8 +15,13 @@ its diagonal: a quantized weighted residual) or a small dense matrix with
 * a workload term ``w ⊗_i W_i`` splits per attribute as
   ``W_i = a_i 1ᵀ + B_i D_i`` (``a_i = W_i 1 / n_i``, ``B_i = W_i D_iᵀ``), so its
   least-squares answers have covariance ``Σ_S V_S M_S⁻¹ V_Sᵀ`` with
-  ``V_S = w ⊗_{i∈S} B_i ⊗_{i∉S} a_i``: per-query variances and covariances cost
-  O(rows of the term · block size), never O(cells).
+  ``V_S = w ⊗_{i∈S} B_i ⊗_{i∉S} a_i`` over the sets the term reads (:func:`read_sets`):
+  per-query variances cost O(rows of the term · block size), never O(cells).
+
+With scalar blocks only (the weighted residuals of
+:func:`~dpmm.strategy.marginal_optimal.marginal_optimal`) the Gram is in the marginal
+algebra, and :meth:`ResidualBlockStrategy.gram` returns it as a
+:class:`~dpmm.linalg.residuals.ResidualGram`.
 """
 
 from __future__ import annotations
@@ -25,24 +30,34 @@ import functools
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import reduce
 
 import numpy as np
 
-from dpmm.errors import DomainError, UnsupportedQueryError
+from dpmm.domain import Domain
+from dpmm.errors import ArgumentError, DomainError, UnsupportedQueryError
 from dpmm.linalg.base import Matrix, _check_norm, check_dense_size
-from dpmm.linalg.combinators import VStack, Weighted
 from dpmm.linalg.elementary import Identity, Ones
-from dpmm.linalg.kron import Kron
-from dpmm.linalg.marginals import MarginalsGram, _shape_of, _submasks, mask_members
-from dpmm.linalg.residuals import DomainSizes, ResidualStrategy, helmert
+from dpmm.linalg.kron import Kron, kron_rows, kron_terms
+from dpmm.linalg.marginals import (
+    SUBSET_WORK_LIMIT,
+    Marginal,
+    Marginals,
+    MarginalsGram,
+    _shape_of,
+    _submasks,
+    mask_members,
+)
+from dpmm.linalg.residuals import DomainSizes, ResidualGram, _ResidualStack, helmert
 
 __all__ = [
     "FactorSplit",
     "ResidualBlockGram",
     "ResidualBlockStrategy",
     "block_gram_pinv",
+    "read_sets",
+    "residual_variances",
     "split_factor",
+    "subspace_basis",
     "term_splits",
 ]
 
@@ -112,6 +127,11 @@ class FactorSplit:
         """``BᵀB = D WᵀW Dᵀ``."""
         return self.B.T @ self.B
 
+    @property
+    def size(self) -> int:
+        """The attribute's size n (``B`` has n − 1 columns)."""
+        return self.B.shape[1] + 1
+
 
 def split_factor(factor: Matrix) -> FactorSplit:
     """Split one per-attribute query matrix into its total and residual parts.
@@ -136,53 +156,74 @@ def split_factor(factor: Matrix) -> FactorSplit:
     return FactorSplit(dense.sum(axis=1) / n, dense @ helmert(n).T, None)
 
 
-def kron_union(W: Matrix) -> list[tuple[float, tuple[Matrix, ...]]]:
-    """W as ``[(weight, factors)]`` when it is a (weighted) stack of aligned Kron products."""
-    terms: list[tuple[float, tuple[Matrix, ...]]] = []
+def term_splits(
+    W: Matrix, shape: Sequence[int] | None = None
+) -> list[tuple[float, list[FactorSplit]]]:
+    """W as weighted Kron terms, each factor split: ``[(weight, factor splits)]``.
 
-    def visit(matrix: Matrix, weight: float) -> None:
-        if isinstance(matrix, Weighted):
-            visit(matrix.base, weight * matrix.weight)
-        elif isinstance(matrix, VStack):
-            for block in matrix.blocks:
-                visit(block, weight)
-        elif isinstance(matrix, Kron):
-            terms.append((weight, tuple(matrix.factors)))
-        else:
-            terms.append((weight, (matrix,)))
+    A factor object shared by several terms is split once, and so are all identities
+    (and all totals) of one size; a union of marginals is read from its attribute sets
+    without listing the factors of each marginal.
 
-    visit(W, 1.0)
-    if len({tuple(f.shape[1] for f in factors) for _, factors in terms}) != 1:
-        return [(1.0, (W,))]
-    return terms
-
-
-def term_splits(W: Matrix, shape: Sequence[int]) -> list[tuple[float, list[FactorSplit]]]:
-    """W as weighted Kron terms over ``shape``, each factor split (a factor shared by
-    several terms is split once).
+    Args:
+        W: a (weighted) stack of Kron products (Marginal and Marginals included).
+        shape: the attribute sizes W must be over; W's own when None.
 
     Raises:
         UnsupportedQueryError: W is not a union of Kron products over ``shape``.
     """
     if not isinstance(W, Matrix):
         raise UnsupportedQueryError(f"The workload must be a dpmm Matrix, got {type(W)!r}")
-    terms = kron_union(W)
-    if any(
-        len(factors) != len(shape)
-        or any(f.shape[1] != n for f, n in zip(factors, shape, strict=True))
-        for _, factors in terms
-    ):
+    marginals = isinstance(W, Marginals | Marginal)
+    terms = [] if marginals else kron_terms(W)
+    own = W.domain_shape if marginals else tuple(f.shape[1] for f in terms[0].factors)
+    if shape is not None and own != tuple(shape):
         raise UnsupportedQueryError(f"Workload {W!r} is not a union of Kron products over {shape}")
-    cache: dict[int, FactorSplit] = {}
-    result = []
-    for weight, factors in terms:
-        splits = []
-        for factor in factors:
-            if id(factor) not in cache:
-                cache[id(factor)] = split_factor(factor)
-            splits.append(cache[id(factor)])
-        result.append((float(weight), splits))
-    return result
+    if marginals:
+        weights = W.weights if isinstance(W, Marginals) else {W.mask: 1.0}
+        keep = [split_factor(Identity(n)) for n in own]
+        drop = [split_factor(Ones(1, n)) for n in own]
+        return [
+            (float(w), [keep[i] if m >> i & 1 else drop[i] for i in range(len(own))])
+            for m, w in weights.items()
+        ]
+    shared: dict[tuple, FactorSplit] = {}
+    by_object: dict[int, FactorSplit] = {}  # factor objects repeat across thousands of terms
+
+    def split(factor: Matrix) -> FactorSplit:
+        found = by_object.get(id(factor))  # the terms keep every factor alive: ids stay unique
+        if found is None:
+            key = (type(factor).__name__, factor.shape)
+            if not isinstance(factor, Identity | Ones):
+                found = split_factor(factor)
+            elif (found := shared.get(key)) is None:
+                found = shared[key] = split_factor(factor)
+            by_object[id(factor)] = found
+        return found
+
+    return [(float(term.weight), [split(f) for f in term.factors]) for term in terms]
+
+
+def read_sets(splits: Sequence[FactorSplit]) -> list[int]:
+    """The residual sets S a Kron term reads: ``B_i ≠ 0`` on S and ``a_i ≠ 0`` off S.
+
+    Example:
+        >>> read_sets([split_factor(Identity(2)), split_factor(Ones(1, 3))])
+        [1, 0]
+    """
+    masks = [0]
+    for i, split in enumerate(splits):
+        if split.has_residual:
+            inside = [m | 1 << i for m in masks]
+            masks = inside + masks if split.total_squared > 0 else inside
+        elif not split.total_squared > 0:  # a zero factor: the term reads nothing
+            return []
+    return masks
+
+
+def subspace_basis(shape: Sequence[int], mask: int) -> np.ndarray:
+    """``D_S = ⊗_{i∈S} D_i`` densely (``Π(n_i − 1) × Π n_i``; ``[[1]]`` for the empty set)."""
+    return np.atleast_2d(kron_rows([helmert(shape[i]) for i in mask_members(mask)]))
 
 
 def _block_inverse(block: Block) -> Block:
@@ -206,14 +247,22 @@ def block_gram_pinv(block: Block) -> Block:
     return 1.0 / (block * block) if block else 0.0
 
 
-def _kron_rows(parts: Sequence[np.ndarray]) -> np.ndarray:
-    return reduce(np.kron, parts, np.ones(1)) if parts else np.ones(1)
+def residual_variances(splits: Sequence[FactorSplit], mask: int, inverse: Block) -> np.ndarray:
+    """``diag(V_S M_S⁺ V_Sᵀ)``: each query's variance from set S (unit noise and weight),
+    with ``inverse = M_S⁺`` (:func:`block_gram_pinv`) and ``V_S = ⊗_{i∈S} B_i ⊗_{i∉S} a_i``."""
+    pieces = [s.B if mask >> i & 1 else s.a[:, None] for i, s in enumerate(splits)]
+    if not isinstance(inverse, np.ndarray):
+        return inverse * kron_rows([np.sum(p * p, axis=1) for p in pieces])
+    V = kron_rows(pieces)
+    if _is_diagonal(inverse):
+        return (V * V) @ inverse
+    return np.einsum("qk,kl,ql->q", V, inverse, V)
 
 
 class _Blocks:
     """Shared bookkeeping: the domain, its residual stack R and the blocks per set."""
 
-    def _setup(self, shape: Sequence[int], blocks: Mapping[int, Block]) -> None:
+    def _setup(self, shape: Domain | Sequence[int], blocks: Mapping[int, Block]) -> None:
         self.domain_shape = _shape_of(shape)
         self._sizes = DomainSizes(self.domain_shape)
         self.blocks: dict[int, Block] = {}
@@ -223,14 +272,13 @@ class _Blocks:
             rank = self._sizes.multiplicity(int(mask))
             if isinstance(block, np.ndarray) and block.shape[-1] != rank:
                 raise DomainError(f"Block of set {mask} needs {rank} columns, got {block.shape}")
-            self.blocks[int(mask)] = block
-        self._stack = ResidualStrategy(self.domain_shape, dict.fromkeys(self.blocks, 1.0))
+            if not isinstance(block, np.ndarray) and not np.isfinite(block):
+                raise ArgumentError(f"Residual block of set {mask} must be finite, got {block!r}")
+            self.blocks[int(mask)] = block if isinstance(block, np.ndarray) else float(block)
+        self._stack = _ResidualStack(self._sizes, dict.fromkeys(self.blocks, 1.0))
 
-    def _dense_basis(self, mask: int) -> np.ndarray:
-        """``D_S`` as a dense matrix (rows in residual order, columns the cells of S)."""
-        if not mask:  # the empty set: the one total row over the one "cell"
-            return np.ones((1, 1))
-        return _kron_rows([helmert(self.domain_shape[i]) for i in mask_members(mask)])
+    def _all_scalar(self) -> bool:
+        return not any(isinstance(b, np.ndarray) for b in self.blocks.values())
 
 
 class ResidualBlockGram(_Blocks, Matrix):
@@ -250,12 +298,12 @@ class ResidualBlockGram(_Blocks, Matrix):
         super().__init__((cells, cells))
 
     def _matmat(self, X: np.ndarray) -> np.ndarray:
-        residuals = self._stack._matmat(X)
+        residuals = self._stack.matmat(X)
         for (_, block), start, stop in zip(
             self.blocks.items(), self._stack.offsets[:-1], self._stack.offsets[1:], strict=True
         ):
             residuals[start:stop] = _times(block, residuals[start:stop])
-        return self._stack._rmatmat(residuals)
+        return self._stack.rmatmat(residuals)
 
     def _adjoint(self) -> ResidualBlockGram:
         return self
@@ -321,9 +369,9 @@ class ResidualBlockGram(_Blocks, Matrix):
             outside = math.prod(s for i, s in enumerate(sums) if not mask >> i & 1)
             pieces = [projected[i] for i in mask_members(mask)]
             if _is_diagonal(block):
-                inner = float(_kron_rows([np.diag(p) for p in pieces]) @ block)
+                inner = float(kron_rows([np.diag(p) for p in pieces]) @ block)
             elif isinstance(block, np.ndarray):
-                inner = float(np.sum(_kron_rows(pieces) * block))
+                inner = float(np.sum(kron_rows(pieces) * block))
             else:
                 inner = block * math.prod(float(np.trace(p)) for p in pieces)
             total += outside * inner
@@ -343,13 +391,19 @@ class ResidualBlockStrategy(_Blocks, Matrix):
             with ``Π_{i∈S}(n_i − 1)`` columns (square and invertible, or wide of full row
             rank when the set's workload leaves some directions unread).
 
+    Rows of ``R_S`` run over the Helmert indices of the attributes in S (ascending
+    attribute order, C order); ``R_∅`` is the total.
+
     Example:
         >>> A = ResidualBlockStrategy((2, 3), {0: 1.0, 0b01: 1.0, 0b10: np.eye(2), 0b11: 1.0})
         >>> A.shape, round(A.sensitivity(2) ** 2, 12)   # 1 + 1/2 + 2/3 + 1/3
         ((6, 6), 2.5)
+        >>> B = ResidualBlockStrategy((2, 3), {0: 1.0, 0b01: 1.0, 0b10: 1.0, 0b11: 1.0})
+        >>> B.known_full_column_rank, type(B.gram()).__name__
+        (True, 'ResidualGram')
     """
 
-    def __init__(self, shape: Sequence[int], blocks: Mapping[int, Block]) -> None:
+    def __init__(self, shape: Domain | Sequence[int], blocks: Mapping[int, Block]) -> None:
         self._setup(shape, blocks)
         self.block_rows = [
             b.shape[0] if _is_matrix(b) else self._sizes.multiplicity(m)
@@ -370,30 +424,49 @@ class ResidualBlockStrategy(_Blocks, Matrix):
         )
 
     def _matmat(self, X: np.ndarray) -> np.ndarray:
-        residuals = self._stack._matmat(X)
+        residuals = self._stack.matmat(X)
         out = np.empty((self.shape[0], X.shape[1]))
         for (_, block), start, stop, low, high in self._spans():
             out[low:high] = _times(block, residuals[start:stop])
         return out
 
     def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
-        residuals = np.empty((self._stack.shape[0], Y.shape[1]))
+        residuals = np.empty((self._stack.offsets[-1], Y.shape[1]))
         for (_, block), start, stop, low, high in self._spans():
             piece = Y[low:high]
             residuals[start:stop] = block.T @ piece if _is_matrix(block) else _times(block, piece)
-        return self._stack._rmatmat(residuals)
+        return self._stack.rmatmat(residuals)
+
+    @property
+    def known_full_column_rank(self) -> bool:
+        # Scalar blocks: full rank iff every non-zero projection E_b (b over the attributes
+        # of size > 1) gets a non-zero weight; only possible for few attributes.
+        nontrivial = sum(1 for n in self.domain_shape if n > 1)
+        if nontrivial > 30 or not self._all_scalar():
+            return False
+        covered = {m for m, b in self.blocks.items() if b and self._sizes.multiplicity(m)}
+        return len(covered) == 1 << nontrivial
 
     def _inner(self, block: Block) -> Block:
         return block.T @ block if _is_matrix(block) else block * block
 
-    def gram(self) -> ResidualBlockGram:
+    def gram(self) -> ResidualBlockGram | ResidualGram:
+        """``AᵀA``; in the marginal algebra (eigenvalue ``s_S² c_S`` on ``E_S``) when every
+        block is a scalar, so that the algebra's closed forms apply to it."""
+        if self._all_scalar() and sum(1 << m.bit_count() for m in self.blocks) <= SUBSET_WORK_LIMIT:
+            eigen = {
+                m: b**2 * self._sizes.outside(m)
+                for m, b in self.blocks.items()
+                if b and self._sizes.multiplicity(m)
+            }
+            return ResidualGram(self.domain_shape, eigen, self._sizes)
         return ResidualBlockGram(
             self.domain_shape,
             {m: self._inner(b) for m, b in self.blocks.items()},
             pseudo_inverses={m: block_gram_pinv(b) for m, b in self.blocks.items()},
         )
 
-    def gram_pinv(self) -> ResidualBlockGram:
+    def gram_pinv(self) -> ResidualBlockGram | ResidualGram:
         return self.gram().pinv()
 
     def pinv(self) -> Matrix:
@@ -428,7 +501,7 @@ class ResidualBlockStrategy(_Blocks, Matrix):
         result = {}
         for mask, block in self.blocks.items():
             if isinstance(block, np.ndarray):
-                basis = self._dense_basis(mask)
+                basis = subspace_basis(self.domain_shape, mask)
                 result[mask] = np.sum(np.square(_times(block, basis)), axis=0)
             else:
                 cells = self._sizes.inside(mask)
@@ -458,9 +531,6 @@ class ResidualBlockStrategy(_Blocks, Matrix):
                 value = float(self._squared_column_norms(diagonals).max())
             store["squared_sensitivity"] = value
         return store["squared_sensitivity"]
-
-    def _all_scalar(self) -> bool:
-        return not any(isinstance(b, np.ndarray) for b in self.blocks.values())
 
     def _scalar_squared_norm(self) -> float:
         # Scaled residuals: every column has Σ_S s_S² Π_{i∈S}(1 − 1/n_i), no array needed.
@@ -510,21 +580,6 @@ class ResidualBlockStrategy(_Blocks, Matrix):
             f"over {self.domain_shape})"
         )
 
-    # -- error of a workload, per query, without the domain ------------------------------
-    def _term_parts(self, W: Matrix) -> list[tuple[float, list[FactorSplit]]]:
-        return term_splits(W, self.domain_shape)
-
-    def _sub_workload(self, splits: Sequence[FactorSplit], mask: int) -> list[np.ndarray]:
-        return [s.B if mask >> i & 1 else s.a[:, None] for i, s in enumerate(splits)]
-
-    def _needed(self, splits: Sequence[FactorSplit]) -> list[int]:
-        # Sets S whose sub-workload is not identically zero: B ≠ 0 on S, a ≠ 0 off S.
-        masks = [0]
-        for i, s in enumerate(splits):
-            has_b, has_a = s.has_residual, s.total_squared > 0
-            masks = [m | (1 << i) for m in masks if has_b] + ([m for m in masks] if has_a else [])
-        return masks
-
     def query_variances(self, W: Matrix) -> np.ndarray:
         """``diag(W (AᵀA)⁺ Wᵀ)``: each query's variance at unit noise, by the residual split.
 
@@ -535,56 +590,15 @@ class ResidualBlockStrategy(_Blocks, Matrix):
         check_dense_size(1, W.shape[0], f"the per-query variances of {W!r}")
         inverse = {m: block_gram_pinv(b) for m, b in self.blocks.items()}
         out = []
-        for weight, splits in self._term_parts(W):
-            rows = math.prod(len(s.a) for s in splits)
-            variances = np.zeros(rows)
-            for mask in self._needed(splits):
-                if mask not in inverse or (
-                    not isinstance(inverse[mask], np.ndarray) and not inverse[mask]
-                ):
+        for weight, splits in term_splits(W, self.domain_shape):
+            variances = np.zeros(math.prod(len(s.a) for s in splits))
+            for mask in read_sets(splits):
+                block = inverse.get(mask, 0.0)
+                if not isinstance(block, np.ndarray) and not block:
                     raise UnsupportedQueryError(
                         f"Strategy {self!r} does not measure residual set {mask}, which "
                         f"workload {W!r} reads"
                     )
-                block = inverse[mask]
-                pieces = self._sub_workload(splits, mask)
-                if _is_diagonal(block):
-                    V = _kron_rows(pieces)
-                    variances += (V * V) @ block
-                elif isinstance(block, np.ndarray):
-                    V = _kron_rows(pieces)
-                    variances += np.einsum("qk,kl,ql->q", V, block, V)
-                else:
-                    variances += block * _kron_rows([np.sum(p * p, axis=1) for p in pieces])
+                variances += residual_variances(splits, mask, block)
             out.append(weight * weight * variances)
         return np.concatenate(out)
-
-    def query_covariance(self, W: Matrix, first: int, second: int) -> float:
-        """Covariance (unit noise) of the answers to rows ``first`` and ``second`` of W."""
-        parts = self._term_parts(W)
-        offsets = np.cumsum([0] + [math.prod(len(s.a) for s in sp) for _, sp in parts])
-        if not (0 <= first < offsets[-1] and 0 <= second < offsets[-1]):
-            raise UnsupportedQueryError(f"Query rows {first}, {second} are outside {W!r}")
-        located = []
-        for row in (first, second):
-            term = int(np.searchsorted(offsets, row, side="right") - 1)
-            index = np.unravel_index(row - offsets[term], [len(s.a) for s in parts[term][1]])
-            located.append((parts[term], index))
-        (w1, s1), i1 = located[0]
-        (w2, s2), i2 = located[1]
-        total = 0.0
-        for mask in set(self._needed(s1)) & set(self._needed(s2)):
-            if mask not in self.blocks:
-                raise UnsupportedQueryError(
-                    f"Strategy {self!r} does not measure residual set {mask}, which "
-                    f"workload {W!r} reads"
-                )
-            block = block_gram_pinv(self.blocks[mask])
-            u = _kron_rows([p[j] for p, j in zip(self._sub_workload(s1, mask), i1, strict=True)])
-            v = _kron_rows([p[j] for p, j in zip(self._sub_workload(s2, mask), i2, strict=True)])
-            total += (
-                float(u @ _times(block, v[:, None])[:, 0])
-                if isinstance(block, np.ndarray)
-                else block * float(u @ v)
-            )
-        return w1 * w2 * total

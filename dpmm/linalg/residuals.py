@@ -1,4 +1,4 @@
-"""Residual measurements: the orthogonal basis of the marginal algebra, as a strategy.
+"""The residual basis of the marginal algebra: Helmert factors, size products, Grams.
 
 Over a domain with attribute sizes ``n_1 … n_d``, the residual on a set of
 attributes ``S`` is ``R_S = ⊗_{i∈S} D_i ⊗_{i∉S} 1ᵀ``, where ``D_i`` is the
@@ -7,7 +7,8 @@ attributes ``S`` is ``R_S = ⊗_{i∈S} D_i ⊗_{i∉S} 1ᵀ``, where ``D_i`` is
 
 * ``R_SᵀR_S = (Π_{i∉S} n_i) E_S``, with ``E_S`` the projections of the marginal
   algebra (see :mod:`dpmm.linalg.marginals`): a stack ``A = [w_S R_S]`` has
-  ``AᵀA = Σ_S w_S² (Π_{i∉S} n_i) E_S``, diagonal in the algebra's eigenbasis;
+  ``AᵀA = Σ_S w_S² (Π_{i∉S} n_i) E_S``, diagonal in the algebra's eigenbasis
+  (:class:`ResidualGram`);
 * ``R_S R_Tᵀ = 0`` for ``S ≠ T`` and ``R_S R_Sᵀ = (Π_{i∉S} n_i) I``: the rows of A
   are orthogonal, so ``A⁺ = Aᵀ (AAᵀ)⁻¹`` is again a (transposed) residual stack;
 * every column of ``R_S`` has squared L2 norm ``Π_{i∈S} (1 − 1/n_i)``, so the
@@ -15,7 +16,9 @@ attributes ``S`` is ``R_S = ⊗_{i∈S} D_i ⊗_{i∉S} 1ᵀ``, where ``D_i`` is
 
 All of these cost O(|support| · 2^k) for k-way sets, never O(cells); only the
 mat-vecs touch the domain. A Helmert factor is applied in O(n) by cumulative
-sums: row k (1 ≤ k < n) is ``(x_0 + … + x_{k−1} − k x_k) / √(k(k+1))``.
+sums: row k (1 ≤ k < n) is ``(x_0 + … + x_{k−1} − k x_k) / √(k(k+1))``. The
+strategies built on residuals (a weighted stack is one of scalar blocks) are
+:class:`~dpmm.linalg.residual_general.ResidualBlockStrategy`.
 """
 
 from __future__ import annotations
@@ -26,9 +29,6 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from dpmm.domain import Domain
-from dpmm.errors import ArgumentError, DomainError, TooLargeError
-from dpmm.linalg.base import Matrix, _check_norm, check_dense_size
 from dpmm.linalg.marginals import (
     EIGEN_TOLERANCE,
     MarginalsGram,
@@ -37,7 +37,7 @@ from dpmm.linalg.marginals import (
     mask_members,
 )
 
-__all__ = ["ResidualStrategy", "helmert"]
+__all__ = ["helmert"]
 
 
 def helmert(n: int) -> np.ndarray:
@@ -162,62 +162,39 @@ class ResidualGram(MarginalsGram):
         return ResidualGram(self.domain_shape, inverse, self._sizes)
 
 
-class ResidualStrategy(Matrix):
-    """The stack of weighted residuals ``[w_S R_S]``, in the order of ``weights``.
+class _ResidualStack:
+    """The stack ``[w_S R_S]`` in the order of ``weights``: its products and row offsets.
 
-    Rows of ``R_S`` run over the Helmert indices of the attributes in ``S``
-    (ascending attribute order, C order); ``R_∅`` is the total.
-
-    Args:
-        shape: the domain (or its attribute sizes).
-        weights: ``{attribute mask: w_S}`` (bit i is attribute i).
-
-    Example:
-        >>> A = ResidualStrategy((2, 3), {0: 1.0, 0b01: 1.0, 0b10: 1.0, 0b11: 1.0})
-        >>> A.shape, round(A.sensitivity(2) ** 2, 12)   # 1 + 1/2 + 2/3 + 1/3
-        ((6, 6), 2.5)
-        >>> A.known_full_column_rank, np.allclose(A.pinv() @ (A @ np.arange(6.0)), np.arange(6.0))
-        (True, True)
+    The residual mat-vecs under :class:`~dpmm.linalg.residual_general.ResidualBlockStrategy`
+    (unit weights) and the least-squares histogram; not a :class:`Matrix`. Rows of ``R_S``
+    run over the Helmert indices of the attributes in ``S`` (ascending attribute order,
+    C order); ``R_∅`` is the total.
     """
 
-    def __init__(self, shape: Domain | Sequence[int], weights: Mapping[int, float]) -> None:
-        self.domain_shape = _shape_of(shape)
-        self._sizes = DomainSizes(self.domain_shape)
-        self.weights: dict[int, float] = {}
-        for mask, weight in weights.items():
-            if not isinstance(mask, int | np.integer) or mask < 0 or mask & ~self._sizes.full:
-                raise DomainError(
-                    f"Residual attribute set {mask!r} is not a bit mask over "
-                    f"{len(self.domain_shape)} attributes"
-                )
-            if not np.isfinite(weight):
-                raise ArgumentError(
-                    f"Residual weight for set {mask} must be finite, got {weight!r}"
-                )
-            self.weights[int(mask)] = float(weight)
-        self.block_rows = [self._sizes.multiplicity(mask) for mask in self.weights]
-        self.offsets = list(itertools.accumulate(self.block_rows, initial=0))
-        super().__init__((sum(self.block_rows), self._sizes.cells))
+    def __init__(self, sizes: DomainSizes, weights: Mapping[int, float]) -> None:
+        self.domain_shape, self.cells = sizes.shape, sizes.cells
+        self.weights = dict(weights)
+        rows = [sizes.multiplicity(mask) for mask in self.weights]
+        self.offsets = list(itertools.accumulate(rows, initial=0))
 
     # O(|weights| · cells · k): sum out the other attributes, then one Helmert per member.
-    def _matmat(self, X: np.ndarray) -> np.ndarray:
+    def matmat(self, X: np.ndarray) -> np.ndarray:
         columns = X.shape[1]
         tensor = X.reshape([*self.domain_shape, columns])
         dims = len(self.domain_shape)
-        blocks = []
-        for (mask, weight), rows in zip(self.weights.items(), self.block_rows, strict=True):
+        blocks = [np.zeros((0, columns))]
+        for (mask, weight), start, stop in zip(
+            self.weights.items(), self.offsets[:-1], self.offsets[1:], strict=True
+        ):
             members = mask_members(mask)
-            others = tuple(i for i in range(dims) if i not in members)
-            table = tensor.sum(axis=others)
+            table = tensor.sum(axis=tuple(i for i in range(dims) if i not in members))
             for position in range(len(members)):
                 table = _helmert_apply(table, position)
-            blocks.append(weight * table.reshape(rows, columns))  # -1: ambiguous if no columns
-        if not blocks:
-            return np.zeros((0, columns))
+            blocks.append(weight * table.reshape(stop - start, columns))
         return np.concatenate(blocks, axis=0)
 
     # Helmert adjoints per member, then broadcast over the attributes outside S.
-    def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
+    def rmatmat(self, Y: np.ndarray) -> np.ndarray:
         columns = Y.shape[1]
         dims = len(self.domain_shape)
         result = np.zeros([*self.domain_shape, columns])
@@ -230,98 +207,4 @@ class ResidualStrategy(Matrix):
                 table = _helmert_adjoint(table, position)
             full = [self.domain_shape[i] if i in members else 1 for i in range(dims)]
             result += weight * table.reshape([*full, columns])
-        return result.reshape(self.shape[1], columns)  # -1: ambiguous if no columns
-
-    @property
-    def known_full_column_rank(self) -> bool:
-        # Full rank iff every non-zero projection E_b (b over the attributes of size > 1)
-        # gets a non-zero weight; only possible for few attributes.
-        nontrivial = sum(1 for n in self.domain_shape if n > 1)
-        if nontrivial > 30:
-            return False
-        covered = {m for m, w in self.weights.items() if w and self._sizes.multiplicity(m)}
-        return len(covered) == 1 << nontrivial
-
-    def eigenvalues(self) -> dict[int, float]:
-        """``{S: w_S² Π_{i∉S} n_i}``: the eigenvalues of ``AᵀA`` on the projections E_S."""
-        values: dict[int, float] = {}
-        for mask, weight in self.weights.items():
-            if weight and self._sizes.multiplicity(mask):
-                values[mask] = values.get(mask, 0.0) + weight**2 * self._sizes.outside(mask)
-        return values
-
-    def gram(self) -> ResidualGram:
-        return ResidualGram(self.domain_shape, self.eigenvalues(), self._sizes)
-
-    def gram_pinv(self) -> ResidualGram:
-        return self.gram().pinv()
-
-    def pinv(self) -> Matrix:
-        # Rows are orthogonal with A Aᵀ = diag(w_S² Π_{i∉S} n_i): A⁺ = Aᵀ (A Aᵀ)⁻¹.
-        inverse = {
-            mask: (1.0 / (weight * self._sizes.outside(mask)) if weight else 0.0)
-            for mask, weight in self.weights.items()
-        }
-        return ResidualStrategy(self.domain_shape, inverse).T
-
-    def _squared_column_norm(self) -> float:
-        # fsum: a sensitivity of exactly 1 must not drift with the number of residuals.
-        return math.fsum(
-            w * w * self._sizes.column_norm_squared(m) for m, w in self.weights.items()
-        )
-
-    def uniform_column_norm(self, p: float = 1) -> float | None:
-        # Helmert columns have equal L2 norms, but not equal L1 or ∞ norms.
-        if _check_norm(p) == 2:
-            return math.sqrt(self._squared_column_norm())
-        return None
-
-    def sensitivity(self, p: float = 1) -> float:
-        if _check_norm(p) == 2:
-            return math.sqrt(self._squared_column_norm())
-        if self._sizes.cells > 50_000_000:
-            raise TooLargeError(
-                f"The L{p:g} sensitivity of {self!r} varies over its {self._sizes.cells:.3g} "
-                "cells; only the L2 sensitivity is computed without visiting every cell"
-            )
-        return float(self.column_norms(p).max())
-
-    def column_norms(self, p: float = 1) -> np.ndarray:
-        p = _check_norm(p)
-        check_dense_size(1, self.shape[1], f"the column norms of {self!r}")
-        if p == 2:
-            return np.full(self.shape[1], math.sqrt(self._squared_column_norm()))
-        # A Kron's column norms are the Kron of its factors' (entries are products).
-        dims = len(self.domain_shape)
-        total = np.zeros(self.domain_shape)
-        for mask, weight in self.weights.items():
-            if not self._sizes.multiplicity(mask):
-                continue
-            norms = np.ones([1] * dims)
-            for i in mask_members(mask):
-                factor = helmert(self.domain_shape[i])
-                per_column = np.abs(factor).sum(0) if p == 1 else np.abs(factor).max(0)
-                norms = norms * per_column.reshape([-1 if j == i else 1 for j in range(dims)])
-            contribution = abs(weight) * norms
-            total = total + contribution if p == 1 else np.maximum(total, contribution)
-        return total.reshape(-1)
-
-    def marginal_variance(self, mask: int) -> float:
-        """Variance of one cell of marginal ``mask`` under unit noise and least squares.
-
-        Every cell has ``Σ_{S⊆mask} Π_{i∈S}(1 − 1/n_i) / (Π_{i∈mask∖S} n_i² · w_S²)``;
-        infinite if a needed residual has weight zero. O(2^|mask|), independent of the domain.
-        """
-        total = 0.0
-        for subset in _submasks(mask):
-            if not self._sizes.multiplicity(subset):
-                continue
-            weight = self.weights.get(subset, 0.0)
-            if not weight:
-                return math.inf
-            ratio = self._sizes.inside(mask) // self._sizes.inside(subset)
-            total += self._sizes.column_norm_squared(subset) / (ratio**2 * weight**2)
-        return total
-
-    def __repr__(self) -> str:
-        return f"ResidualStrategy({len(self.weights)} residuals over {self.domain_shape})"
+        return result.reshape(self.cells, columns)  # -1: ambiguous if no columns

@@ -58,7 +58,6 @@ from dpmm.linalg.kron import Kron
 from dpmm.linalg.marginals import Marginal, Marginals, MarginalsGram, mask_members
 from dpmm.linalg.pidentity import PIdentity
 from dpmm.linalg.residual_general import ResidualBlockStrategy
-from dpmm.linalg.residuals import ResidualStrategy
 
 __all__ = [
     "FORMAT",
@@ -199,10 +198,6 @@ _ENCODERS: dict[type, _Encode] = {
     PIdentity: lambda m, e: {"theta": e.array(m.theta), "norm": int(m.norm)},
     EigenStrategy: _encode_eigen,
     EigenGram: _encode_eigen,
-    ResidualStrategy: lambda m, e: {
-        "domain": list(m.domain_shape),
-        "residuals": _weighted_sets(m.weights, len(m.domain_shape)),
-    },
     ResidualBlockStrategy: lambda m, e: {
         "domain": list(m.domain_shape),
         "blocks": [
@@ -475,7 +470,8 @@ _DECODERS: dict[str, _Decode] = {
     ),
     "EigenStrategy": _decode_eigen,
     "EigenGram": _decode_eigen,
-    "ResidualStrategy": lambda n, d, w: ResidualStrategy(
+    # The weighted residuals of files written before they became scalar blocks.
+    "ResidualStrategy": lambda n, d, w: ResidualBlockStrategy(
         d.integers(d.field(n, "domain", w), f"{w}.domain"), d.masks(n, "residuals", w)
     ),
     "ResidualBlockStrategy": _decode_residual_blocks,

@@ -17,7 +17,7 @@ import numpy as np
 from dpmm.linalg.base import DENSE_LIMIT, Matrix, check_dense_size
 from dpmm.linalg.combinators import Dense, Sparse, Sum, VStack, Weighted
 from dpmm.linalg.elementary import Prefix, RangeQueries
-from dpmm.linalg.kron import Kron
+from dpmm.linalg.kron import Kron, kron_rows
 from dpmm.linalg.marginals import Marginal, MarginalsGram
 
 __all__ = ["query_variances"]
@@ -59,7 +59,7 @@ def _variances(W: Matrix, P: Matrix) -> np.ndarray:
         return _variances(W, P.as_kron_sum())
     if isinstance(W, Kron) and isinstance(P, Kron) and _aligned(W, P):
         parts = [_variances(w, p) for w, p in zip(W.factors, P.factors, strict=True)]
-        return _kron_all(parts)
+        return kron_rows(parts)
     return _generic(W, P)
 
 
@@ -72,13 +72,6 @@ def _aligned(W: Kron, P: Kron) -> bool:
     return len(W.factors) == len(P.factors) and all(
         p.shape == (w.shape[1], w.shape[1]) for w, p in zip(W.factors, P.factors, strict=True)
     )
-
-
-def _kron_all(parts: list[np.ndarray]) -> np.ndarray:
-    result = parts[0]
-    for part in parts[1:]:
-        result = np.kron(result, part)
-    return result
 
 
 def _marginal_variance(W: Marginal, P: MarginalsGram) -> float:

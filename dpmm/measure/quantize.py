@@ -37,7 +37,6 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,7 +61,6 @@ from dpmm.linalg import (
 from dpmm.linalg.helmert_blocks import HelmertBlocks, helmert_row_norms
 from dpmm.linalg.marginals import mask_members
 from dpmm.linalg.residual_general import ResidualBlockStrategy
-from dpmm.linalg.residuals import ResidualStrategy
 from dpmm.measure.exact import MeasurementError, analyze_strategy
 from dpmm.privacy import PrivacyParameter
 
@@ -193,10 +191,8 @@ def _quantize(A: Matrix, bits: int) -> tuple[Matrix, int]:
         return _quantize_marginals(A, bits)
     if isinstance(A, VStack):
         return _quantize_stack(A, bits)
-    if isinstance(A, ResidualStrategy):  # scaled residuals: a block strategy of scalars
-        return _quantize_residual(A, A.weights, bits)
     if isinstance(A, ResidualBlockStrategy):
-        return _quantize_residual(A, A.blocks, bits)
+        return _quantize_residual(A, bits)
     return _quantize_other(A, bits)
 
 
@@ -336,7 +332,7 @@ def _round_residual(
 
 
 def _on_common_grid(
-    A: ResidualStrategy | ResidualBlockStrategy,
+    A: ResidualBlockStrategy,
     mask: int,
     values: np.ndarray,
     shift: int,
@@ -366,14 +362,8 @@ def _on_common_grid(
     return Q
 
 
-def _quantize_residual(
-    A: ResidualStrategy | ResidualBlockStrategy,
-    blocks: Mapping[int, float | np.ndarray],
-    bits: int,
-) -> tuple[Matrix, int]:
+def _quantize_residual(A: ResidualBlockStrategy, bits: int) -> tuple[Matrix, int]:
     """Round every block ``L_S diag(1/√c)`` of A to integers ``Q_S`` over one power of two.
-
-    ``blocks`` are A's blocks (a residual strategy's weights are its scalar blocks).
 
     Each block gets its own grid, ``bits`` significant bits relative to its largest entry
     (every entry of a diagonal block: its rows are scaled by ``1/√c_r``, which spans
@@ -391,7 +381,7 @@ def _quantize_residual(
     distinct: dict[tuple, tuple[np.ndarray, int] | None] = {}
     reduced: dict[tuple, np.ndarray] = {}
     rounded: dict[int, tuple[np.ndarray, int]] = {}
-    for mask, block in blocks.items():
+    for mask, block in A.blocks.items():
         sizes = tuple(shape[i] for i in mask_members(mask))
         if not math.prod(n - 1 for n in sizes):
             continue

@@ -29,7 +29,6 @@ from dpmm.config import ReleaseConfig
 from dpmm.errors import ConfigError, DpmmError
 from dpmm.linalg import Marginals, Matrix
 from dpmm.linalg.residual_general import ResidualBlockStrategy
-from dpmm.linalg.residuals import ResidualStrategy
 from dpmm.linalg.serialize import SerializationError, load_matrix, matrix_digest, save_matrix
 from dpmm.measure.exact import MeasurementError
 from dpmm.measure.quantize import QuantizedStrategy, measurable
@@ -112,7 +111,7 @@ def _store(folder: Path, stem: str, chosen: ChosenStrategy, **facts: Any) -> Non
 
 
 #: Strategies measured from marginal tables, on any domain: never the data vector.
-TABLE_STRATEGIES = (Marginals, ResidualStrategy, ResidualBlockStrategy)
+TABLE_STRATEGIES = (Marginals, ResidualBlockStrategy)
 
 
 def _unreleasable(candidate: Candidate, cells: int) -> str | None:

@@ -66,8 +66,8 @@ from dpmm.linalg.helmert_blocks import (
     helmert_transpose,
 )
 from dpmm.linalg.marginals import mask_members
-from dpmm.linalg.residual_general import FactorSplit, term_splits
-from dpmm.linalg.residuals import ResidualStrategy
+from dpmm.linalg.residual_general import FactorSplit, read_sets, term_splits
+from dpmm.linalg.residuals import DomainSizes, _ResidualStack
 
 __all__ = [
     "BlockAnswers",
@@ -266,7 +266,7 @@ class BlockEstimate:
         """
         rows = math.prod(len(split.a) for split in splits)
         values, variances = np.zeros(rows), np.zeros(rows)
-        for mask in _read_sets(splits, self.domain_shape, self._index):
+        for mask in _read_sets(splits, self._index):
             pieces = [
                 split.B if mask >> i & 1 else split.a[:, None] for i, split in enumerate(splits)
             ]
@@ -289,28 +289,19 @@ def block_histogram(estimate: BlockEstimate) -> np.ndarray:
     """
     shape = estimate.domain_shape
     check_dense_size(1, math.prod(shape), "the least-squares histogram")
-    sets = estimate.blocks.sets
-    outside = {
-        mask: math.prod(n for i, n in enumerate(shape) if not mask >> i & 1) for mask in sets
-    }
-    stack = ResidualStrategy(shape, {mask: 1.0 / outside[mask] for mask in sets})
+    sets, sizes = estimate.blocks.sets, DomainSizes(shape)
+    stack = _ResidualStack(sizes, {mask: 1.0 / sizes.outside(mask) for mask in sets})
     z = np.concatenate([estimate.coefficients(mask)[0] for mask in sets])
-    return stack.rmatvec(z)
+    return stack.rmatmat(z[:, None])[:, 0]
 
 
-def _read_sets(
-    splits: Sequence[FactorSplit], shape: Sequence[int], measured: Iterable[int]
-) -> list[int]:
-    """The residual sets a term reads (B ≠ 0 on S, a ≠ 0 off S), all of them measured.
+def _read_sets(splits: Sequence[FactorSplit], measured: Iterable[int]) -> list[int]:
+    """The residual sets a term reads (:func:`read_sets`), all of them measured.
 
     Raises:
         UnsupportedQueryError: the term reads a set that is not in ``measured``.
     """
-    masks = [0]
-    for i, split in enumerate(splits):
-        inside = split.has_residual and shape[i] > 1  # an attribute of size 1 has no residual
-        outside = split.total_squared > 0
-        masks = [m | 1 << i for m in masks if inside] + (masks if outside else [])
+    masks = read_sets(splits)
     for mask in masks:
         if mask not in measured:
             raise UnsupportedQueryError(
@@ -329,7 +320,7 @@ def check_answerable(blocks: HelmertBlocks, W: Matrix) -> None:
     """
     measured = set(blocks.sets)
     for _, splits in term_splits(W, blocks.domain_shape):
-        _read_sets(splits, blocks.domain_shape, measured)
+        _read_sets(splits, measured)
 
 
 def block_workload_answers(estimate: BlockEstimate, W: Matrix) -> BlockAnswers:

@@ -49,9 +49,9 @@ from dpmm.privacy import PrivacyParameter
 from dpmm.strategy.eigen import select_eigen
 from dpmm.strategy.hdmm import TEMPLATES, select_hdmm
 from dpmm.strategy.lrm import select_lrm
-from dpmm.strategy.marginal_optimal import select_marginal_optimal, workload_marginals
+from dpmm.strategy.marginal_optimal import marginal_optimal, workload_marginals
 from dpmm.strategy.product import best_kron_strategy, kron_terms
-from dpmm.strategy.residual import select_residual
+from dpmm.strategy.residual import residual_strategy
 from dpmm.strategy.selection import Candidate, Progress, ProvenOptimum, Selection, select
 
 __all__ = [
@@ -135,8 +135,8 @@ METHODS: dict[str, Callable[[Matrix, PrivacyParameter], Matrix]] = {
     "hdmm": select_hdmm,
     **TEMPLATES,
     "lrm": select_lrm,
-    "marginal_optimal": select_marginal_optimal,
-    "residual": select_residual,
+    "marginal_optimal": marginal_optimal,
+    "residual": residual_strategy,
 }
 
 #: Every name ``optimize`` accepts.

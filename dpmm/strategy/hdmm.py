@@ -16,11 +16,10 @@ their columns in the privacy parameter's norm.
 
 from __future__ import annotations
 
-from dpmm.errors import UnsupportedQueryError
-from dpmm.linalg import Identity, Matrix, Ones
+from dpmm.linalg import Matrix
 from dpmm.privacy import PrivacyParameter
 from dpmm.strategy.kron_template import select_kron_template
-from dpmm.strategy.product import kron_terms
+from dpmm.strategy.marginal_optimal import workload_marginals
 from dpmm.strategy.selection import select
 from dpmm.strategy.union import select_union
 from dpmm.strategy.weighted_marginals import select_marginal_weights
@@ -28,19 +27,8 @@ from dpmm.strategy.weighted_marginals import select_marginal_weights
 __all__ = ["TEMPLATES", "select_hdmm"]
 
 
-def _in_marginal_algebra(W: Matrix) -> bool:
-    return all(
-        isinstance(f, Identity) or (isinstance(f, Ones) and f.shape[0] == 1)
-        for term in kron_terms(W)
-        for f in term.factors
-    )
-
-
 def _marginal_template(W: Matrix, privacy: PrivacyParameter) -> Matrix:
-    if not _in_marginal_algebra(W):
-        raise UnsupportedQueryError(
-            f"Workload {W!r} is not a union of marginals, so OPT_M does not apply"
-        )
+    workload_marginals(W)  # OPT_M applies to a union of marginals only: raises otherwise
     return select_marginal_weights(W, privacy)
 
 

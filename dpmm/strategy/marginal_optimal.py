@@ -2,8 +2,8 @@
 
 For a workload of marginals ``a`` with weights ``w_a``, ``WᵀW`` has eigenvalue
 ``λ(S) = Σ_{a⊇S} w_a² Π_{i∉a} n_i`` on the projection ``E_S`` of the marginal
-algebra. Measuring residuals ``x_S^{1/2} R_S`` (see
-:mod:`dpmm.linalg.residuals`) gives ``AᵀA = Σ_S x_S (Π_{i∉S} n_i) E_S`` and
+algebra. Measuring residuals ``x_S^{1/2} R_S`` (see :mod:`dpmm.linalg.residuals`; a
+residual block strategy of scalar blocks) gives ``AᵀA = Σ_S x_S (Π_{i∉S} n_i) E_S`` and
 squared sensitivity ``Σ_S p_S x_S`` with ``p_S = Π_{i∈S}(1 − 1/n_i)``. With
 ``m_S = Π_{i∈S}(n_i − 1)`` and ``c_S = λ(S) m_S / Π_{i∉S} n_i``:
 
@@ -34,18 +34,19 @@ import scipy.sparse as sp
 
 from dpmm.errors import ArgumentError, DpmmError, UnsupportedQueryError
 from dpmm.linalg import Identity, Marginal, Marginals, Matrix, Ones
+from dpmm.linalg.kron import kron_terms
 from dpmm.linalg.marginals import _submasks
-from dpmm.linalg.residuals import DomainSizes, ResidualStrategy
+from dpmm.linalg.residual_general import ResidualBlockStrategy
+from dpmm.linalg.residuals import DomainSizes
 from dpmm.privacy import PrivacyParameter
-from dpmm.strategy.product import kron_terms
 
 __all__ = [
     "MarginalOptimum",
     "cell_variances",
+    "check_gaussian",
     "marginal_optimal",
     "max_variance_optimum",
     "max_variance_split",
-    "select_marginal_optimal",
     "sum_variance_optimum",
     "workload_marginals",
 ]
@@ -78,18 +79,26 @@ class MarginalOptimum:
     lower_bound: float
     iterations: int = 0
 
-    def strategy(self) -> ResidualStrategy:
-        """The residual strategy with weights ``√x_S``."""
-        return ResidualStrategy(
+    def strategy(self) -> ResidualBlockStrategy:
+        """The residual strategy with scalar blocks (weights) ``√x_S``."""
+        return ResidualBlockStrategy(
             self.shape, {s: math.sqrt(x) for s, x in self.squared_weights.items()}
         )
 
 
-def workload_marginals(W: Matrix) -> tuple[tuple[int, ...], dict[int, float]]:
-    """W as ``(attribute sizes, {mask: squared weight})``, merging repeated marginals.
+def workload_marginals(
+    W: Matrix, *, repeated_totals: bool = False
+) -> tuple[tuple[int, ...], dict[int, float]]:
+    """W as ``(attribute sizes, {mask: u_a})`` with ``WᵀW = Σ_a u_a C(a)``.
 
-    Accepts :class:`Marginals`, :class:`Marginal`, or a (weighted) stack of Kron
-    products whose factors are ``Identity(n)`` or the ``1 × n`` total ``Ones(1, n)``.
+    ``u_a`` is the squared weight of marginal a, summed over its repeats. Accepts
+    :class:`Marginals`, :class:`Marginal`, or a (weighted) stack of Kron products whose
+    factors are ``Identity(n)`` or the ``1 × n`` total ``Ones(1, n)``.
+
+    Args:
+        W: the workload.
+        repeated_totals: also accept ``m × n`` Ones factors (m copies of the total: they
+            multiply ``u_a`` by m).
 
     Raises:
         UnsupportedQueryError: W has another query.
@@ -104,19 +113,21 @@ def workload_marginals(W: Matrix) -> tuple[tuple[int, ...], dict[int, float]]:
     if isinstance(W, Marginal):
         return W.domain_shape, {W.mask: 1.0}
     terms = kron_terms(W)
-    shape = tuple(factor.shape[1] for factor in terms[0].factors)
+    shape = tuple(int(factor.shape[1]) for factor in terms[0].factors)
     squared: dict[int, float] = {}
     for term in terms:
-        mask = 0
+        mask, scale = 0, term.weight**2
         for i, factor in enumerate(term.factors):
             if isinstance(factor, Identity):
                 mask |= 1 << i
-            elif not (isinstance(factor, Ones) and factor.shape[0] == 1):
+            elif isinstance(factor, Ones) and (repeated_totals or factor.shape[0] == 1):
+                scale *= factor.shape[0]  # (1_m 1ᵀ)ᵀ(1_m 1ᵀ) = m J
+            else:
                 raise UnsupportedQueryError(
-                    f"marginal_optimal needs a union of marginals, but {W!r} has the "
-                    f"factor {factor!r} (only identities and 1×n totals are marginals)"
+                    f"{W!r} is not a union of marginals: it has the factor {factor!r} (only "
+                    f"identities and {'' if repeated_totals else '1×n '}totals are marginals)"
                 )
-        squared[mask] = squared.get(mask, 0.0) + term.weight**2
+        squared[mask] = squared.get(mask, 0.0) + scale
     return shape, squared
 
 
@@ -188,17 +199,20 @@ def _variance_matrix(
 
 
 def max_variance_split(
-    K: Any, costs: np.ndarray, *, tolerance: float, max_iterations: int
+    K: Any, costs: np.ndarray, *, tolerance: float, max_iterations: int, accept: float
 ) -> tuple[np.ndarray, float, float, int]:
     """Shares x minimizing ``max_q Σ_S K_qS / x_S`` under ``Σ_S costs_S x_S = 1``, by dual ascent.
 
     The dual is ``max_{μ ∈ simplex} (Σ_S √(costs_S g_S))²`` with ``g = Kᵀμ``; for each μ
     the best x is ``x_S ∝ √(g_S / costs_S)``, and ``μ_q ← μ_q · var_q / h²`` keeps μ on the
-    simplex with the KKT conditions as fixed points. K may be dense or sparse.
+    simplex with the KKT conditions as fixed points. K may be dense or sparse. The ascent
+    stops at a relative primal–dual gap of ``tolerance``.
 
     Returns:
-        The best x found, its max variance (primal), the best dual bound, and the steps
-        taken; the caller decides whether the gap is small enough.
+        The best x found, its max variance (primal), the best dual bound, and the steps taken.
+
+    Raises:
+        DpmmError: the gap is still above ``accept`` after ``max_iterations`` steps.
     """
     Kt = K.T.tocsr() if hasattr(K, "tocsr") else K.T
     mu = np.full(K.shape[0], 1.0 / K.shape[0])
@@ -220,6 +234,11 @@ def max_variance_split(
         # Σ_q μ_q var_q = h²: the update keeps μ on the simplex; its fixed points are KKT.
         mu = mu * (variances / (h * h))
         mu /= mu.sum()
+    if best_primal - best_dual > accept * best_primal:
+        raise DpmmError(
+            f"The max-variance split did not reach a relative gap of {accept:g} in "
+            f"{max_iterations} steps (gap {(best_primal - best_dual) / best_primal:.3g})"
+        )
     return best_x, best_primal, best_dual, iterations
 
 
@@ -248,14 +267,9 @@ def max_variance_optimum(
         raise UnsupportedQueryError("marginal_optimal needs a workload with a non-zero query")
     K = _variance_matrix(shape, workload, closure)
     p = np.array([sizes.column_norm_squared(s) for s in closure])
-    best_x, best_primal, best_dual, iterations = max_variance_split(
-        K, p, tolerance=tolerance, max_iterations=max_iterations
+    best_x, _, best_dual, iterations = max_variance_split(
+        K, p, tolerance=tolerance, max_iterations=max_iterations, accept=tolerance
     )
-    if best_primal - best_dual > tolerance * best_primal:
-        raise DpmmError(
-            f"The max-variance strategy did not reach a relative gap of {tolerance:g} in "
-            f"{max_iterations} steps (gap {(best_primal - best_dual) / best_primal:.3g})"
-        )
     best_x = best_x / math.fsum(p * best_x)
     return MarginalOptimum(
         tuple(shape),
@@ -266,11 +280,12 @@ def max_variance_optimum(
     )
 
 
-def _check_privacy(privacy: PrivacyParameter) -> None:
+def check_gaussian(privacy: PrivacyParameter, method: str) -> None:
+    """Raise UnsupportedQueryError unless ``privacy`` is Gaussian (ρ-zCDP), as ``method`` needs."""
     if privacy.norm != 2:
         raise UnsupportedQueryError(
-            "The marginal_optimal strategy needs Gaussian noise (rho-zCDP); "
-            f"it is not optimal or defined for {privacy.noise} noise"
+            f"The {method} method needs Gaussian noise (rho-zCDP); it does not apply to "
+            f"{privacy.noise} noise"
         )
 
 
@@ -298,7 +313,7 @@ def marginal_optimal(
     *,
     objective: str = "sum_variance",
     weights: Mapping[int, float] | Mapping[tuple[int, ...], float] | None = None,
-) -> ResidualStrategy:
+) -> ResidualBlockStrategy:
     """The optimal residual strategy for a union of marginals under Gaussian noise.
 
     The strategy has L2 sensitivity 1, so measuring it at ρ-zCDP adds noise of
@@ -326,7 +341,7 @@ def marginal_optimal(
         >>> round(A.sensitivity(2), 12), round(expected_error(W, A, ZCDP(1)), 1)
         (1.0, 30351.2)
     """
-    _check_privacy(privacy)
+    check_gaussian(privacy, "marginal_optimal")
     if objective not in OBJECTIVES:
         raise ArgumentError(
             f"Unknown marginal_optimal objective {objective!r} (expected one of: "
@@ -339,11 +354,18 @@ def marginal_optimal(
     return max_variance_optimum(shape, workload).strategy()
 
 
-def cell_variances(W: Matrix, A: ResidualStrategy, privacy: PrivacyParameter) -> dict[int, float]:
+def cell_variances(
+    W: Matrix, A: ResidualBlockStrategy, privacy: PrivacyParameter
+) -> dict[int, float]:
     """``{mask: variance of every cell}`` for W's marginals answered from A by least squares.
 
-    The per-marginal form of :func:`dpmm.error.per_query_variance`: O(2^k) per k-way
-    marginal, never one entry per cell (10⁸ cells at 100 attributes).
+    The per-marginal form of :func:`dpmm.error.per_query_variance` for a strategy of scalar
+    blocks (:func:`marginal_optimal`'s): O(2^k) per k-way marginal, never one entry per
+    cell (10⁸ cells at 100 attributes).
+
+    Raises:
+        UnsupportedQueryError: W is not a union of marginals over A's domain, or A has a
+            block that is not a scalar.
 
     Example:
         >>> from dpmm.privacy import ZCDP
@@ -357,10 +379,29 @@ def cell_variances(W: Matrix, A: ResidualStrategy, privacy: PrivacyParameter) ->
         raise UnsupportedQueryError(
             f"Workload {W!r} is over {shape} but strategy {A!r} is over {A.domain_shape}"
         )
+    if any(isinstance(block, np.ndarray) for block in A.blocks.values()):
+        raise UnsupportedQueryError(f"cell_variances needs scalar residual blocks, not {A!r}")
     scale = privacy.noise_variance(A.sensitivity(privacy.norm))
-    return {mask: scale * squared * A.marginal_variance(mask) for mask, squared in workload.items()}
+    sizes = DomainSizes(shape)
+    return {
+        mask: scale * squared * _marginal_variance(A.blocks, sizes, mask)
+        for mask, squared in workload.items()
+    }
 
 
-def select_marginal_optimal(W: Matrix, privacy: PrivacyParameter) -> ResidualStrategy:
-    """The strategy-method form: the sum-of-variances optimum for ``W``."""
-    return marginal_optimal(W, privacy)
+def _marginal_variance(weights: Mapping[int, float], sizes: DomainSizes, mask: int) -> float:
+    """Variance of one cell of marginal ``mask`` under unit noise and least squares.
+
+    Every cell has ``Σ_{S⊆mask} Π_{i∈S}(1 − 1/n_i) / (Π_{i∈mask∖S} n_i² · w_S²)``;
+    infinite if a needed residual has weight zero. O(2^|mask|), independent of the domain.
+    """
+    total = 0.0
+    for subset in _submasks(mask):
+        if not sizes.multiplicity(subset):
+            continue
+        weight = weights.get(subset, 0.0)
+        if not weight:
+            return math.inf
+        ratio = sizes.inside(mask) // sizes.inside(subset)
+        total += sizes.column_norm_squared(subset) / (ratio**2 * weight**2)
+    return total

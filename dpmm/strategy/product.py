@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
-from dpmm.linalg import Identity, Kron, Matrix, Ones, VStack, Weighted, trace_of_product
+from dpmm.linalg import Identity, Kron, Matrix, Ones, trace_of_product
+from dpmm.linalg.kron import KronTerm, kron_terms
 from dpmm.linalg.spectral import row_space_projector
 
 __all__ = ["FactorOptimizer", "KronTerm", "best_kron_strategy", "kron_terms"]
@@ -41,36 +41,6 @@ SUPPORT_TOLERANCE = 1e-9
 
 #: ``optimizer(weighted_gram, norm)`` → (factor strategy of unit sensitivity, its trace loss).
 FactorOptimizer = Callable[[np.ndarray, int], tuple[Matrix, float]]
-
-
-@dataclass(frozen=True)
-class KronTerm:
-    """One product of a union: ``weight · ⊗ factors``."""
-
-    weight: float
-    factors: tuple[Matrix, ...]
-
-
-def kron_terms(W: Matrix) -> list[KronTerm]:
-    """W as a union of weighted Kronecker products with aligned columns.
-
-    A matrix with no Kronecker structure is one term with a single factor.
-    """
-    terms = _terms(W, 1.0)
-    sizes = {tuple(f.shape[1] for f in term.factors) for term in terms}
-    if len(sizes) != 1:
-        return [KronTerm(1.0, (W,))]
-    return terms
-
-
-def _terms(W: Matrix, weight: float) -> list[KronTerm]:
-    if isinstance(W, Weighted):
-        return _terms(W.base, weight * W.weight)
-    if isinstance(W, VStack):
-        return [term for block in W.blocks for term in _terms(block, weight)]
-    if isinstance(W, Kron):
-        return [KronTerm(weight, tuple(W.factors))]
-    return [KronTerm(weight, (W,))]
 
 
 def _factor_key(factor: Matrix) -> tuple:

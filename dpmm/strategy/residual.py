@@ -34,28 +34,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpmm.errors import ArgumentError, DpmmError, UnsupportedQueryError
-from dpmm.linalg import Identity, Marginal, Marginals, Matrix, Ones
+from dpmm.errors import ArgumentError, UnsupportedQueryError
+from dpmm.linalg import Matrix
 from dpmm.linalg.marginals import mask_members
 from dpmm.linalg.residual_general import (
     Block,
     FactorSplit,
     ResidualBlockStrategy,
     block_gram_pinv,
-    split_factor,
+    read_sets,
+    residual_variances,
+    subspace_basis,
+    term_splits,
 )
 from dpmm.linalg.residuals import DomainSizes
 from dpmm.privacy import PrivacyParameter
-from dpmm.strategy.marginal_optimal import max_variance_split
-from dpmm.strategy.product import kron_terms
-from dpmm.strategy.residual_subspace import (
-    SubspaceWorkload,
-    solve_subspace,
-    subspace_basis,
-    subspace_workloads,
-)
+from dpmm.strategy.marginal_optimal import check_gaussian, max_variance_split
+from dpmm.strategy.residual_subspace import SubspaceWorkload, solve_subspace, subspace_workloads
 
-__all__ = ["LOSSES", "ResidualOptimum", "residual_optimum", "residual_strategy", "select_residual"]
+__all__ = ["LOSSES", "ResidualOptimum", "residual_optimum", "residual_strategy"]
 
 #: Losses the residual method minimizes.
 LOSSES = ("sum_variance", "weighted_sum", "max_variance")
@@ -65,6 +62,9 @@ MAX_VARIANCE_GAP = 1e-7
 
 #: Most dual ascent steps of the max-variance budget split.
 MAX_VARIANCE_STEPS = 20_000
+
+#: Relative gap below which a budget split that ran out of steps is still accepted.
+MAX_VARIANCE_ACCEPT = 1e-4
 
 
 @dataclass(frozen=True)
@@ -91,52 +91,19 @@ class ResidualOptimum:
         return ResidualBlockStrategy(self.shape, self.blocks)
 
 
-def _check_privacy(privacy: PrivacyParameter) -> None:
-    if privacy.norm != 2:
-        raise UnsupportedQueryError(
-            f"The residual method needs Gaussian noise (rho-zCDP); it does not apply to "
-            f"{privacy.noise} noise"
-        )
-
-
 def workload_terms(W: Matrix) -> tuple[tuple[int, ...], list[tuple[float, list[FactorSplit]]]]:
-    """W as ``(attribute sizes, [(squared weight, factor splits)])``.
+    """W as ``(attribute sizes, [(squared weight, factor splits)])`` (:func:`term_splits`).
 
     Raises:
         ArgumentError: W is not a dpmm matrix or has a non-finite weight.
     """
     if not isinstance(W, Matrix):
         raise ArgumentError(f"The residual method needs a dpmm Matrix workload, got {type(W)!r}")
-    if isinstance(W, Marginals | Marginal):
-        weights = W.weights if isinstance(W, Marginals) else {W.mask: 1.0}
-        shape = W.domain_shape
-        keep = [split_factor(Identity(n)) for n in shape]
-        drop = [split_factor(Ones(1, n)) for n in shape]
-        return shape, [
-            (w * w, [keep[i] if m >> i & 1 else drop[i] for i in range(len(shape))])
-            for m, w in weights.items()
-        ]
-    terms = kron_terms(W)
-    shape = tuple(factor.shape[1] for factor in terms[0].factors)
-    shared: dict[tuple, FactorSplit] = {}
-    by_object: dict[int, FactorSplit] = {}  # factor objects repeat across thousands of terms
-    result = []
-    for term in terms:
-        if not math.isfinite(term.weight):
-            raise ArgumentError(f"Workload {W!r} has a non-finite weight {term.weight!r}")
-        splits = []
-        for factor in term.factors:
-            split = by_object.get(id(factor))
-            if split is None:
-                if isinstance(factor, Identity | Ones):
-                    key: tuple = (type(factor).__name__, factor.shape)
-                    split = shared.setdefault(key, split_factor(factor))
-                else:
-                    split = split_factor(factor)
-                by_object[id(factor)] = split
-            splits.append(split)
-        result.append((term.weight**2, splits))
-    return shape, result
+    terms = term_splits(W)
+    for weight, _ in terms:
+        if not math.isfinite(weight):
+            raise ArgumentError(f"Workload {W!r} has a non-finite weight {weight!r}")
+    return tuple(s.size for s in terms[0][1]), [(w * w, splits) for w, splits in terms]
 
 
 def _importance(terms: list, weights: Sequence[float] | None, loss: str) -> list:
@@ -186,47 +153,17 @@ def _solve_all(
     return factors, errors, bounds, len(solved)
 
 
-def _variance_rows(
-    shape: tuple[int, ...], terms: list, factors: dict[int, Block], order: list[int]
-) -> np.ndarray:
+def _variance_rows(terms: list, factors: dict[int, Block], order: list[int]) -> np.ndarray:
     """Distinct rows ``k_q`` (per set, unit noise, x = 1) over every query of the workload."""
     column = {m: j for j, m in enumerate(order)}
     inverse = {m: block_gram_pinv(f) for m, f in factors.items()}
-    probe = ResidualBlockStrategy(shape, {m: 1.0 for m in factors})
     rows = []
     for squared, splits in terms:
-        count = math.prod(len(s.a) for s in splits)
-        table = np.zeros((count, len(order)))
-        for mask in probe._needed(splits):
-            pieces = probe._sub_workload(splits, mask)
-            block = inverse[mask]
-            if isinstance(block, np.ndarray):
-                V = _kron(pieces)
-                table[:, column[mask]] = np.einsum("qk,kl,ql->q", V, block, V)
-            else:
-                table[:, column[mask]] = block * _kron([np.sum(p * p, axis=1) for p in pieces])
+        table = np.zeros((math.prod(len(s.a) for s in splits), len(order)))
+        for mask in read_sets(splits):
+            table[:, column[mask]] = residual_variances(splits, mask, inverse[mask])
         rows.append(np.unique(squared * table, axis=0))
     return np.unique(np.concatenate(rows), axis=0)
-
-
-def _kron(parts: list[np.ndarray]) -> np.ndarray:
-    result = np.ones(1) if parts[0].ndim == 1 else np.ones((1, 1))
-    for part in parts:
-        result = np.kron(result, part)
-    return result
-
-
-def _max_variance_split(K: np.ndarray) -> tuple[np.ndarray, float, float]:
-    """Shares x (Σ x = 1) minimizing ``max_q Σ_S K_qS / x_S``; with the primal and dual values."""
-    best_x, best_primal, best_dual, _ = max_variance_split(
-        K, np.ones(K.shape[1]), tolerance=MAX_VARIANCE_GAP, max_iterations=MAX_VARIANCE_STEPS
-    )
-    if best_primal - best_dual > 1e-4 * best_primal:
-        raise DpmmError(
-            f"The max-variance budget split did not converge (gap "
-            f"{(best_primal - best_dual) / best_primal:.3g})"
-        )
-    return best_x, best_primal, best_dual
 
 
 def residual_optimum(
@@ -240,8 +177,8 @@ def residual_optimum(
     Args:
         W: a union of Kron products of per-attribute query matrices, or Marginals.
         loss: ``"sum_variance"``, ``"weighted_sum"`` (needs ``weights``) or ``"max_variance"``.
-        weights: importance of each Kron term of W (in :func:`kron_terms` order),
-            multiplying its queries' variances in the loss.
+        weights: importance of each Kron term of W (in :func:`~dpmm.linalg.kron.kron_terms`
+            order), multiplying its queries' variances in the loss.
 
     Raises:
         ArgumentError: unknown loss, bad weights, or W not a matrix.
@@ -261,8 +198,13 @@ def residual_optimum(
         raise UnsupportedQueryError(f"Workload {W!r} has no non-zero query to answer")
     factors = {m: factors[m] for m in support}
     if loss == "max_variance":
-        K = _variance_rows(shape, terms, factors, support)
-        x, objective, bound = _max_variance_split(K)
+        x, objective, bound, _ = max_variance_split(
+            _variance_rows(terms, factors, support),
+            np.ones(len(support)),
+            tolerance=MAX_VARIANCE_GAP,
+            max_iterations=MAX_VARIANCE_STEPS,
+            accept=MAX_VARIANCE_ACCEPT,
+        )
         shares = dict(zip(support, x.tolist(), strict=True))
     else:
         root = np.sqrt(np.array([errors[m] for m in support]))
@@ -296,7 +238,7 @@ def residual_strategy(
     Example:
         >>> from itertools import combinations
         >>> from dpmm.error import expected_error
-        >>> from dpmm.linalg import Kron, Prefix, VStack
+        >>> from dpmm.linalg import Kron, Ones, Prefix, VStack
         >>> from dpmm.privacy import ZCDP
         >>> W = VStack([Kron([Prefix(4), Prefix(4), Ones(1, 4)]),
         ...             Kron([Ones(1, 4), Prefix(4), Prefix(4)])])
@@ -307,10 +249,5 @@ def residual_strategy(
     Raises:
         UnsupportedQueryError: pure ε-DP (Laplace noise), or a workload without queries.
     """
-    _check_privacy(privacy)
+    check_gaussian(privacy, "residual")
     return residual_optimum(W, loss=loss, weights=weights).strategy()
-
-
-def select_residual(W: Matrix, privacy: PrivacyParameter) -> ResidualBlockStrategy:
-    """The strategy-method form: the sum-of-variances residual strategy for ``W``."""
-    return residual_strategy(W, privacy)

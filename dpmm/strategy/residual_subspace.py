@@ -37,14 +37,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import reduce
 
 import numpy as np
 
 from dpmm.errors import DpmmError, TooLargeError
+from dpmm.linalg.kron import kron_rows
 from dpmm.linalg.marginals import mask_members
-from dpmm.linalg.residual_general import FactorSplit
-from dpmm.linalg.residuals import helmert
+from dpmm.linalg.residual_general import FactorSplit, read_sets
 
 __all__ = ["SubspaceOptimum", "SubspaceWorkload", "solve_subspace", "subspace_workloads"]
 
@@ -92,17 +91,8 @@ class SubspaceWorkload:
             )
         gram = self.scalar * np.eye(dimension)
         for coefficient, grams in self.terms:
-            gram += coefficient * reduce(np.kron, grams, np.ones((1, 1)))
+            gram += coefficient * kron_rows(grams)
         return gram
-
-
-def _support(splits: Sequence[tuple[int, FactorSplit]]) -> list[int]:
-    """Sets S that the term reads: B ≠ 0 on every member, a ≠ 0 on every other attribute."""
-    masks = [0]
-    for i, split in splits:
-        with_b = [m | (1 << i) for m in masks] if split.has_residual else []
-        masks = with_b + (masks if split.total_squared > 0 else [])
-    return masks
 
 
 def subspace_workloads(
@@ -123,9 +113,8 @@ def subspace_workloads(
         if squared == 0:
             continue
         # Total queries (a = [1], B = 0) change nothing: only the other attributes count.
-        active = [(i, split) for i, split in enumerate(splits) if not split.is_total]
-        totals = {i: split.total_squared for i, split in active}
-        for mask in _support(active):
+        totals = {i: split.total_squared for i, split in enumerate(splits) if not split.is_total}
+        for mask in read_sets(splits):
             members = mask_members(mask)
             outside = squared * math.prod(t for i, t in totals.items() if not mask >> i & 1)
             entry = result.setdefault(mask, SubspaceWorkload(mask))
@@ -198,6 +187,7 @@ def solve_subspace(
         DpmmError: the gap is still above ``gap`` after ``max_steps``.
 
     Example:
+        >>> from dpmm.linalg.residuals import helmert
         >>> D = helmert(3)
         >>> opt = solve_subspace(np.eye(2), D)   # identity: M = I / (1 − 1/3)
         >>> np.allclose(opt.gram, 1.5 * np.eye(2)), round(opt.error, 9)
@@ -244,8 +234,3 @@ def solve_subspace(
     factor = ((vectors * root) @ vectors.T) @ directions.T  # N^{1/2} Uᵀ
     error = float(np.sum(values * np.diag(np.linalg.inv(matrix))))
     return SubspaceOptimum(factor, error, best_dual, 1.0 - low, step)
-
-
-def subspace_basis(shape: Sequence[int], mask: int) -> np.ndarray:
-    """``D_S = ⊗_{i∈S} D_i`` densely (``Π(n_i − 1) × Π n_i``)."""
-    return reduce(np.kron, [helmert(shape[i]) for i in mask_members(mask)], np.ones((1, 1)))

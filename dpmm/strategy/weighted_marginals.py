@@ -37,11 +37,11 @@ import numpy as np
 import scipy.optimize
 
 from dpmm.errors import ArgumentError, TooLargeError, UnsupportedQueryError
-from dpmm.linalg import Identity, Marginals, Matrix, Ones
+from dpmm.linalg import Marginals, Matrix
 from dpmm.linalg.marginals import EIGEN_TOLERANCE, SUBSET_WORK_LIMIT
 from dpmm.privacy import PrivacyParameter
 from dpmm.strategy.marginal_designs import packing_starts
-from dpmm.strategy.product import kron_terms
+from dpmm.strategy.marginal_optimal import workload_marginals
 from dpmm.strategy.restarts import restart_generator
 from dpmm.strategy.template import check_restarts, optimize_template
 
@@ -49,7 +49,6 @@ __all__ = [
     "MarginalWeightsTemplate",
     "optimize_marginal_weights",
     "select_marginal_weights",
-    "workload_marginal_coefficients",
 ]
 
 #: Most attributes the workload may read: the template has one weight per subset of them,
@@ -71,39 +70,6 @@ MAX_ITERATIONS = 2000
 
 #: Safety margin over the algebra's zero threshold when checking the support.
 SUPPORT_MARGIN = 100.0
-
-
-def workload_marginal_coefficients(W: Matrix) -> tuple[tuple[int, ...], dict[int, float]]:
-    """W's domain shape and its Gram's coefficients ``{mask a: u_a}`` in ``Σ_a u_a C(a)``.
-
-    W must be a union of weighted Kron products of Identity and Ones factors (``Marginals``
-    is one); an ``m × n`` Ones factor contributes ``m·J``.
-
-    Raises:
-        UnsupportedQueryError: a factor is neither an Identity nor a Ones.
-
-    Example:
-        >>> workload_marginal_coefficients(Marginals((2, 3), {(0,): 1.0, (0, 1): 2.0}))
-        ((2, 3), {1: 1.0, 3: 4.0})
-    """
-    terms = kron_terms(W)
-    shape = tuple(int(factor.shape[1]) for factor in terms[0].factors)
-    coefficients: dict[int, float] = {}
-    for term in terms:
-        mask, scale = 0, term.weight**2
-        for i, factor in enumerate(term.factors):
-            if isinstance(factor, Identity):
-                mask |= 1 << i
-            elif isinstance(factor, Ones):
-                scale *= factor.shape[0]  # (1_m 1ᵀ)ᵀ(1_m 1ᵀ) = m J
-            else:
-                raise UnsupportedQueryError(
-                    f"Weighted marginals need a workload of marginal tables; {W!r} has the "
-                    f"factor {factor!r}, which is neither an Identity nor a Ones"
-                )
-        if scale:
-            coefficients[mask] = coefficients.get(mask, 0.0) + scale
-    return shape, coefficients
 
 
 def _superset_sum(values: np.ndarray, bits: int) -> np.ndarray:
@@ -244,7 +210,8 @@ def optimize_marginal_weights(
     if norm not in (1, 2) or isinstance(norm, bool):
         raise ArgumentError(f"The strategy's sensitivity norm must be 1 or 2, got {norm!r}")
     restarts = check_restarts(restarts)
-    shape, coefficients = workload_marginal_coefficients(W)
+    shape, coefficients = workload_marginals(W, repeated_totals=True)
+    coefficients = {mask: u for mask, u in coefficients.items() if u}
     template = MarginalWeightsTemplate(shape, coefficients, int(norm))
     uniform = np.full(1 << template.bits, WEIGHT_FLOOR)
     tables = [template.compress(mask) for mask in coefficients]

@@ -48,7 +48,6 @@ from dpmm.linalg.eigen_strategy import EigenStrategy
 from dpmm.linalg.helmert_blocks import HelmertBlocks
 from dpmm.linalg.pidentity import PIdentity
 from dpmm.linalg.residual_general import ResidualBlockStrategy
-from dpmm.linalg.residuals import ResidualStrategy
 from dpmm.measure.quantize import quantize
 from dpmm.privacy.params import ZCDP, PureDP
 from dpmm.strategy import optimize
@@ -237,13 +236,13 @@ def pidentities(draw: st.DrawFn, n: int, max_rows: int) -> PIdentity:
 
 
 @st.composite
-def residual_strategies(draw: st.DrawFn, n: int) -> ResidualStrategy:
-    """Weighted residuals ``[w_S R_S]`` on some of the sets of a domain of n cells (sets
-    with rows only: a matrix without rows would end the composite generators)."""
+def residual_strategies(draw: st.DrawFn, n: int) -> ResidualBlockStrategy:
+    """Weighted residuals ``[w_S R_S]`` (scalar blocks) on some of the sets of a domain of n
+    cells (sets with rows only: a matrix without rows would end the composite generators)."""
     shape = draw(domain_shapes(n))
     masks = [mask for mask in range(2 ** len(shape)) if residual_rank(shape, mask)]
     sets = draw(st.lists(st.sampled_from(masks), min_size=1, max_size=len(masks), unique=True))
-    return ResidualStrategy(shape, {mask: draw(WEIGHTS) for mask in sets})
+    return ResidualBlockStrategy(shape, {mask: draw(WEIGHTS) for mask in sets})
 
 
 @st.composite
@@ -587,9 +586,9 @@ def _optimizer_catalogue() -> dict[str, Callable[[], Matrix]]:
         "low-rank-gram": lambda: _low_rank().gram(),
         # marginal_optimal and residual: scalar, dense and wide blocks on residual subspaces.
         "residuals": residuals,
-        "residuals-some-sets": lambda: ResidualStrategy((3, 2, 2), {0b001: 2.0, 0b110: -0.5}),
+        "residuals-some-sets": lambda: ResidualBlockStrategy((3, 2, 2), {0b001: 2.0, 0b110: -0.5}),
         # The residual of an attribute of size 1 has no rows.
-        "residuals-no-rows": lambda: ResidualStrategy((1, 2), {0b01: 1.0}),
+        "residuals-no-rows": lambda: ResidualBlockStrategy((1, 2), {0b01: 1.0}),
         "residual-gram": lambda: residuals().gram(),
         "residual-blocks-scalar": functools.partial(optimized, "marginals", "residual", "gaussian"),
         "residual-blocks-dense": residual_blocks,

@@ -36,7 +36,6 @@ from dpmm.linalg.eigen_strategy import EigenStrategy
 from dpmm.linalg.helmert_blocks import HelmertBlocks
 from dpmm.linalg.pidentity import PIdentity
 from dpmm.linalg.residual_general import ResidualBlockStrategy
-from dpmm.linalg.residuals import ResidualStrategy
 
 from ..conftest import INTEGER_STRATEGIES
 
@@ -147,7 +146,7 @@ CLOSED_FORMS = {
     "pidentity": lambda: PIdentity(np.array([[1.0, 0.0, 2.0, 0.5], [0.0, 1.0, 1.0, 0.0]]), 1),
     "eigen": lambda: _eigen([np.array([1.0, 2.0, 0.5]), np.array([3.0, 1.0])]),
     "eigen-unmeasured-direction": lambda: _eigen([np.array([1.0, 0.0, 2.0, 4.0])]),
-    "residual": lambda: ResidualStrategy((2, 3), {0: 1.0, 0b01: 2.0, 0b10: 0.5}),
+    "residual": lambda: ResidualBlockStrategy((2, 3), {0: 1.0, 0b01: 2.0, 0b10: 0.5}),
     "residual-blocks": lambda: ResidualBlockStrategy(
         (3, 3), {0: 2.0, 0b01: np.array([1.0, 3.0]), 0b11: np.arange(1.0, 17.0).reshape(4, 4)}
     ),

@@ -202,7 +202,7 @@ def test_catalogue_covers_transposed_and_every_type() -> None:
         "Dense", "Sparse", "Weighted", "Kron", "VStack", "HStack", "Product", "Sum",
         "Transposed", "Marginal", "Marginals", "MarginalsGram",
         "EigenStrategy", "EigenGram", "PIdentity", "PIdentityGram", "PIdentityGramInverse",
-        "LowRankStrategy", "LowRankGram", "ResidualStrategy", "ResidualGram",
+        "LowRankStrategy", "LowRankGram", "ResidualGram",
         "ResidualBlockStrategy", "ResidualBlockGram", "HelmertBlocks",
     }  # fmt: skip
     assert expected <= names

@@ -41,7 +41,6 @@ from dpmm.linalg.eigen_strategy import EigenGram, EigenStrategy
 from dpmm.linalg.helmert_blocks import HelmertBlocks
 from dpmm.linalg.pidentity import PIdentity
 from dpmm.linalg.residual_general import ResidualBlockStrategy
-from dpmm.linalg.residuals import ResidualStrategy
 from dpmm.linalg.serialize import (
     FORMAT,
     SPEC_KEY,
@@ -113,7 +112,7 @@ CATALOGUE: dict[str, Callable[[], Matrix]] = {
         [_orthonormal(3, 13), _orthonormal(2, 14)], _rng(15).uniform(size=6)
     ),
     "eigen-gram": lambda: EigenGram([_orthonormal(4, 16)], [_rng(17).uniform(size=4)]),
-    "residuals": lambda: ResidualStrategy((2, 3, 4), {0: 0.5, 0b011: 1 / 3, 0b110: 2.0}),
+    "residuals": lambda: ResidualBlockStrategy((2, 3, 4), {0: 0.5, 0b011: 1 / 3, 0b110: 2.0}),
     "residual blocks": lambda: ResidualBlockStrategy(
         (2, 3, 4),
         {
@@ -196,6 +195,15 @@ def test_scalar_parameters_round_trip_bit_for_bit(tmp_path):
         w.hex() for w in marginals.weights.values()
     ]
     assert list(loaded.weights) == list(marginals.weights)  # block order kept
+
+
+def test_a_stored_residual_strategy_loads_as_scalar_blocks():
+    # Files written when weighted residuals had their own type still load.
+    spec = {"type": "ResidualStrategy", "domain": [2, 3], "residuals": [[[], "0x1p-1"], [[1], 3]]}
+    A = matrix_from_spec(spec, {})
+    assert isinstance(A, ResidualBlockStrategy) and A.blocks == {0: 0.5, 0b10: 3.0}
+    expected = ResidualBlockStrategy((2, 3), {0: 0.5, 0b10: 3.0})
+    assert matrix_digest(A) == matrix_digest(expected)
 
 
 def _saved(A: Matrix, path: Path) -> Path:
@@ -487,7 +495,7 @@ class _OwnDense(Dense):
     [
         (Prefix(4).gram(), "ClosedFormGram"),
         (Hierarchical(4).gram(), "TreeGram"),
-        (ResidualStrategy((2, 3), {1: 1.0}).gram(), "ResidualGram"),
+        (ResidualBlockStrategy((2, 3), {1: 1.0}).gram(), "ResidualGram"),
         (PIdentity(np.ones((1, 3)), norm=1).gram(), "PIdentityGram"),
         (VStack([Identity(2), _OwnDense(np.eye(2))]), "_OwnDense"),
     ],

@@ -12,7 +12,7 @@ import pytest
 
 from dpmm.errors import UnsupportedQueryError
 from dpmm.linalg import AllRange, Dense, Identity, Kron, Marginals, Ones, Prefix, VStack, Weighted
-from dpmm.linalg.residuals import ResidualStrategy
+from dpmm.linalg.residual_general import ResidualBlockStrategy
 from dpmm.measure import measure, quantize
 from dpmm.measure.exact import analyze_strategy, exact_answers
 from dpmm.privacy import ZCDP
@@ -313,7 +313,7 @@ def test_marginals_stream_in_batches_with_the_same_answers(monkeypatch):
 
 def test_a_marginal_needing_an_unmeasured_residual_is_refused():
     shape = (2, 3, 2)
-    A = ResidualStrategy(shape, {0: 1.0, 0b001: 1.0, 0b010: 1.0, 0b011: 1.0})
+    A = ResidualBlockStrategy(shape, {0: 1.0, 0b001: 1.0, 0b010: 1.0, 0b011: 1.0})
     quantized = quantize(A)
     record = measure(quantized, np.ones(12, dtype=np.int64), ZCDP(1), rng=np.random.default_rng(1))
     estimate = estimate_of(quantized, record)

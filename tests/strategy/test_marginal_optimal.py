@@ -12,15 +12,17 @@ import scipy.optimize
 from dpmm.error import expected_error, identity_error, per_query_variance, svd_bound
 from dpmm.errors import ArgumentError, DpmmError, UnsupportedQueryError
 from dpmm.linalg import Identity, Kron, Marginal, Marginals, Ones, Prefix, VStack, Weighted
-from dpmm.linalg.residuals import DomainSizes, ResidualStrategy
+from dpmm.linalg.residual_general import ResidualBlockStrategy
+from dpmm.linalg.residuals import DomainSizes
 from dpmm.privacy import ZCDP, PureDP
+from dpmm.strategy import METHODS
 from dpmm.strategy.marginal_optimal import (
     _down_closure,
+    _marginal_variance,
     _variance_matrix,
     cell_variances,
     marginal_optimal,
     max_variance_optimum,
-    select_marginal_optimal,
     sum_variance_optimum,
     workload_marginals,
 )
@@ -30,6 +32,11 @@ RHO = ZCDP(1)
 
 def _all_k_way(d: int, sizes: tuple[int, ...]) -> dict[tuple[int, ...], float]:
     return {c: 1.0 for k in sizes for c in itertools.combinations(range(d), k)}
+
+
+def _cell_variance(A: ResidualBlockStrategy, mask: int) -> float:
+    """Variance of one cell of marginal ``mask`` under unit noise, from the closed form."""
+    return _marginal_variance(A.blocks, DomainSizes(A.domain_shape), mask)
 
 
 def _random_marginals(seed: int) -> Marginals:
@@ -72,7 +79,7 @@ def test_closed_form_equals_a_numerical_optimum_over_residual_weights(W):
 
     # Scale-free objective: sensitivity² × trace(WᵀW (AᵀA)⁺), through dpmm's own formula.
     def error_of(log_x: np.ndarray) -> float:
-        A = ResidualStrategy(shape, dict(zip(support, np.exp(0.5 * log_x), strict=True)))
+        A = ResidualBlockStrategy(shape, dict(zip(support, np.exp(0.5 * log_x), strict=True)))
         return expected_error(W, A, ZCDP("1/2"))
 
     start = np.zeros(len(support))
@@ -106,7 +113,8 @@ def test_no_worse_than_identity_the_workload_or_random_marginal_weights(W):
 @pytest.mark.parametrize("objective", ["sum_variance", "max_variance"])
 def test_sensitivity_is_exactly_one_so_the_cost_is_the_requested_rho(W, objective):
     A = marginal_optimal(W, RHO, objective=objective)
-    assert isinstance(A, ResidualStrategy)
+    assert isinstance(A, ResidualBlockStrategy)
+    assert all(isinstance(block, float) for block in A.blocks.values())
     assert abs(A.sensitivity(2) - 1.0) <= 1e-12
     dense = A.dense()
     assert np.linalg.norm(dense, axis=0).max() == pytest.approx(1.0, abs=1e-12)
@@ -162,7 +170,7 @@ def test_max_variance_dual_bound_is_below_every_feasible_strategy():
     rng = np.random.default_rng(3)
     for _ in range(20):
         weights = {s: float(rng.uniform(0.1, 2)) for s in optimum.squared_weights}
-        A = ResidualStrategy(shape, weights)
+        A = ResidualBlockStrategy(shape, weights)
         worst = per_query_variance(W, A, ZCDP("1/2")).max()
         assert worst >= optimum.lower_bound
 
@@ -171,8 +179,8 @@ def test_max_variance_importance_weights_favour_the_weighted_marginal():
     W = Marginals((3, 4, 5), {(0, 1): 1.0, (1, 2): 1.0, (0, 2): 1.0})
     plain = marginal_optimal(W, RHO, objective="max_variance")
     favoured = marginal_optimal(W, RHO, objective="max_variance", weights={(1, 2): 4.0})
-    assert favoured.marginal_variance(0b110) < plain.marginal_variance(0b110)
-    assert favoured.marginal_variance(0b011) > plain.marginal_variance(0b011)
+    assert _cell_variance(favoured, 0b110) < _cell_variance(plain, 0b110)
+    assert _cell_variance(favoured, 0b011) > _cell_variance(plain, 0b011)
 
 
 def test_max_variance_reports_an_unreached_gap():
@@ -205,7 +213,7 @@ def test_per_cell_variance_is_the_residual_formula():
     offset = 0
     for mask, weight in W.weights.items():
         rows = Marginal(W.domain_shape, [i for i in range(4) if mask >> i & 1]).shape[0]
-        expected = weight**2 * A.marginal_variance(mask) / 2.0
+        expected = weight**2 * _cell_variance(A, mask) / 2.0
         np.testing.assert_allclose(variances[offset : offset + rows], expected, rtol=1e-9)
         offset += rows
 
@@ -222,6 +230,9 @@ def test_cell_variances_match_per_query_variance_per_marginal():
         offset += rows
     with pytest.raises(UnsupportedQueryError, match="over"):
         cell_variances(Marginals((2, 2), {(0,): 1.0}), A, RHO)
+    dense = ResidualBlockStrategy(W.domain_shape, {0: 1.0, 0b1: np.eye(W.domain_shape[0] - 1)})
+    with pytest.raises(UnsupportedQueryError, match="scalar"):
+        cell_variances(W, dense, RHO)
 
 
 def test_attributes_of_size_one_are_handled():
@@ -244,13 +255,21 @@ def test_accepts_a_marginal_and_unions_of_krons():
         ]
     )
     assert workload_marginals(union) == (shape, {0b01: 5.0, 0b10: 1.0})
+    # m copies of a total count m times where repeated totals are accepted (OPT_M).
+    repeated = VStack([union, Weighted(0.5, Kron([Ones(3, 3), Ones(2, 4)]))])
+    with pytest.raises(UnsupportedQueryError, match="1×n totals"):
+        workload_marginals(repeated)
+    assert workload_marginals(repeated, repeated_totals=True) == (
+        shape,
+        {0b01: 5.0, 0b10: 1.0, 0: 1.5},
+    )
     same = Marginals(shape, {(0,): math.sqrt(5.0), (1,): 1.0})
     np.testing.assert_allclose(
         marginal_optimal(union, RHO).dense(), marginal_optimal(same, RHO).dense(), atol=1e-14
     )
     single = Marginal(shape, [1])
     assert expected_error(single, marginal_optimal(single, RHO), RHO) == pytest.approx(2.0)
-    assert select_marginal_optimal(same, RHO).weights == marginal_optimal(same, RHO).weights
+    assert METHODS["marginal_optimal"](same, RHO).blocks == marginal_optimal(same, RHO).blocks
 
 
 def test_refuses_pure_dp_other_queries_and_bad_options():
@@ -275,5 +294,5 @@ def test_selection_on_a_hundred_attributes_is_domain_free():
     optimum = sum_variance_optimum(shape, workload)
     A = optimum.strategy()
     assert abs(A.sensitivity(2) - 1.0) <= 1e-12
-    assert len(A.weights) == len(workload)
+    assert len(A.blocks) == len(workload)
     assert optimum.objective == pytest.approx(optimum.lower_bound, rel=1e-12)

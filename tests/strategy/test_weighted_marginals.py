@@ -10,11 +10,11 @@ from dpmm.error import expected_error
 from dpmm.errors import ArgumentError, TooLargeError, UnsupportedQueryError
 from dpmm.linalg import AllRange, Identity, Kron, Marginals, Ones, VStack, Weighted
 from dpmm.privacy import ZCDP, PureDP
+from dpmm.strategy.marginal_optimal import workload_marginals
 from dpmm.strategy.weighted_marginals import (
     MarginalWeightsTemplate,
     optimize_marginal_weights,
     select_marginal_weights,
-    workload_marginal_coefficients,
 )
 
 PRIVACY = {1: PureDP(1), 2: ZCDP("1/2")}
@@ -40,7 +40,7 @@ WORKLOADS = {
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_gradient_matches_finite_differences_and_loss_matches_dense(name, norm):
     W = WORKLOADS[name]
-    template = MarginalWeightsTemplate(*workload_marginal_coefficients(W), norm)
+    template = MarginalWeightsTemplate(*workload_marginals(W, repeated_totals=True), norm)
     x = np.random.default_rng(11).uniform(0.2, 1.0, size=1 << template.bits)
     loss, grad = template.loss_and_grad(x)
     step = 1e-6
@@ -67,7 +67,7 @@ def test_optimum_is_the_real_error_supports_the_workload_and_beats_uniform(name,
     # The strategy answers W exactly: W A⁺ A = W.
     dense_W, dense_A = W.dense(), A.dense()
     np.testing.assert_allclose(dense_W @ np.linalg.pinv(dense_A) @ dense_A, dense_W, atol=1e-8)
-    shape, coefficients = workload_marginal_coefficients(W)
+    shape, coefficients = workload_marginals(W, repeated_totals=True)
     own_tables = [tuple(i for i in range(len(shape)) if a >> i & 1) for a in coefficients]
     uniform = Marginals(shape, dict.fromkeys(own_tables, 1.0))
     assert loss <= expected_error(W, uniform, privacy) / privacy.noise_variance(1) * (1 + 1e-9)
