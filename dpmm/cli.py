@@ -45,6 +45,7 @@ from dpmm.plan import GroupReport, PlanReport, plan
 from dpmm.privacy.ledger import Balance, Ledger, LedgerTampered
 from dpmm.privacy.ledger_schema import KINDS, decimal_text
 from dpmm.privacy.params import ZCDP, PureDP
+from dpmm.release.catalog import text_table
 
 __all__ = ["format_plan", "main"]
 
@@ -92,26 +93,6 @@ def _row(group: GroupReport) -> list[str]:
         _ratio(group.ratio_to_identity),
         f"{group.seconds:.2f}",
     ]
-
-
-def _table(
-    rows: list[list[str]], total_row: bool = True, text_columns: tuple[int, ...] = (0, 1)
-) -> list[str]:
-    """Columns padded to their widest cell: text left-aligned, numbers right-aligned.
-
-    The header row is underlined, and so is the row above a last ``total_row``.
-    """
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = []
-    for index, row in enumerate(rows):
-        cells = [
-            cell.ljust(width) if column in text_columns or index == 0 else cell.rjust(width)
-            for column, (cell, width) in enumerate(zip(row, widths, strict=True))
-        ]
-        lines.append("  ".join(cells).rstrip())
-        if index == 0 or (total_row and index == len(rows) - 2):
-            lines.append("  ".join("-" * width for width in widths))
-    return lines
 
 
 def _privacy(report: PlanReport) -> str:
@@ -166,7 +147,8 @@ def format_plan(report: PlanReport) -> str:
         "gets below it. Ratio to identity = expected RMSE / identity RMSE (below 1 is better).",
     ]
     notes = [f"note: {note}" for note in report.total.notes]
-    return "\n".join([*header, *_table(rows), *footer, *_candidate_lines(report), *notes])
+    table = text_table(rows, right=range(2, len(COLUMNS)), underline=True, total_row=True)
+    return "\n".join([*header, *table, *footer, *_candidate_lines(report), *notes])
 
 
 SOLVERS = {
@@ -217,7 +199,7 @@ def _candidate_lines(report: PlanReport) -> list[str]:
     return [
         "",
         f"candidates tried by '{report.method}':",
-        *_table(rows, total_row=False, text_columns=(0, 3)),
+        *text_table(rows, right=(1, 2), underline=True),
     ]
 
 

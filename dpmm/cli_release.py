@@ -36,7 +36,7 @@ from dpmm.release import (
     load_manifest,
     show_release,
 )
-from dpmm.release.catalog import budget_text
+from dpmm.release.catalog import budget_text, text_table
 
 __all__ = ["add_release_commands", "error_summary"]
 
@@ -69,13 +69,7 @@ def error_summary(release_dir: Path) -> str:
                 f"{group['mean_standard_error']:,.2f}",
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    lines = [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return header + "\n".join(lines) + "\n"
+    return header + "\n".join(text_table(rows, underline=True)) + "\n"
 
 
 def _not_a_failure_report(record: logging.LogRecord) -> bool:
@@ -198,11 +192,7 @@ def _runs_list(args: argparse.Namespace, out: TextIO) -> int:
         )
         for run in runs
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    out.writelines(
-        "  ".join(f"{cell:<{w}}" for cell, w in zip(row, widths, strict=True)).rstrip() + "\n"
-        for row in rows
-    )
+    out.writelines(line + "\n" for line in text_table(rows))
     return 0
 
 

@@ -135,14 +135,9 @@ class ReleaseConfig:
         return tuple((i, choice) for i, choice in found if choice is not None)
 
     @property
-    def threshold_share(self) -> Fraction:
-        """The fraction of the budget spent on private thresholds (0 without any)."""
-        return sum((choice.share for _, choice in self.private_thresholds), Fraction(0))
-
-    @property
     def measurement_privacy(self) -> PureDP | ZCDP:
         """The budget left for the strategy's measurement once the thresholds took theirs."""
-        share = self.threshold_share
+        share = sum((choice.share for _, choice in self.private_thresholds), Fraction(0))
         if not share:
             return self.privacy
         return PureDP(self.privacy.epsilon * (1 - share))

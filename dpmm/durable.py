@@ -65,7 +65,7 @@ def is_held(path: Path) -> bool:
 
 
 def fsync_folder(folder: Path) -> None:
-    """Make the renames and creations inside ``folder`` durable."""
+    """Make the renames and creations inside ``folder`` durable (for a file: its contents)."""
     descriptor = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(descriptor)

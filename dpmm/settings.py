@@ -93,11 +93,6 @@ class ClusterSettings:
     options: Mapping[str, Any] = field(default_factory=dict)
     scale: int | None = None
 
-    @property
-    def is_local(self) -> bool:
-        """True when dpmm starts a LocalCluster itself."""
-        return self.address is None and self.cluster_class is None
-
 
 def _mapping(section: object, key: str) -> Mapping[str, Any]:
     if section is None:
@@ -182,8 +177,8 @@ def cluster_settings(section: object) -> ClusterSettings:
     """Validate a config's ``cluster`` section.
 
     Example:
-        >>> cluster_settings({"address": "tcp://10.0.0.5:8786"}).is_local
-        False
+        >>> cluster_settings({"address": "tcp://10.0.0.5:8786"}).address
+        'tcp://10.0.0.5:8786'
         >>> cluster_settings({"n_workers": 2, "processes": False}).options
         {'n_workers': 2, 'processes': False}
     """

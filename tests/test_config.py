@@ -174,7 +174,7 @@ def test_loaded_config_holds_every_section(tmp_path: Path) -> None:
     assert config.data.location == str(tmp_path / "people.parquet")
     assert (config.ledger.path, config.ledger.dataset) == (tmp_path / "ledger.sqlite", "people")
     assert (config.release.root, config.release.reconstruction) == (tmp_path / "out", "nnls")
-    assert config.cluster.address == "tcp://10.0.0.5:8786" and not config.cluster.is_local
+    assert config.cluster.address == "tcp://10.0.0.5:8786" and config.cluster.cluster_class is None
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.name = "other"  # type: ignore[misc]
 
@@ -183,7 +183,8 @@ def test_defaults(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, with_changes(description=None, strategy=None)))
     assert config.description == ""
     assert config.strategy_method == "auto"
-    assert config.data is None and config.ledger.path is None and config.cluster.is_local
+    assert config.data is None and config.ledger.path is None
+    assert config.cluster.address is None and config.cluster.cluster_class is None
     assert config.ledger.dataset == config.name
     assert config.release.root == tmp_path / "releases"
 

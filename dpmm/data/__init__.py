@@ -17,7 +17,7 @@ from dpmm.data.histogram import (
     histogram,
     marginal_tables,
 )
-from dpmm.data.reader import Partition, Source, open_source, to_dask_dataframe
+from dpmm.data.reader import Partition, Source, open_source
 from dpmm.data.spec import DataSpec, data_spec_from_config
 
 __all__ = [
@@ -32,5 +32,4 @@ __all__ = [
     "histogram",
     "marginal_tables",
     "open_source",
-    "to_dask_dataframe",
 ]

@@ -37,6 +37,7 @@ __all__ = [
     "Histogram",
     "IngestReport",
     "MarginalTables",
+    "count_codes",
     "histogram",
     "marginal_tables",
 ]
@@ -178,17 +179,40 @@ def _count_tables(
     # (and a rejection) must not depend on which tables were asked for, so tables agree
     # with the histogram of the same data.
     kept = _encode_partition(partition, source, domain, domain.attributes)
+    tables = count_codes(kept, domain, sets)
+    return _Partial(tables, kept.rows, kept.dropped, kept.dropped_by_attribute)
+
+
+def count_codes(
+    kept: Policed, domain: Domain, sets: Iterable[tuple[str, ...]]
+) -> dict[tuple[str, ...], np.ndarray]:
+    """The int64 marginal table of each attribute set over the kept rows' codes.
+
+    A table is shaped by its attributes' sizes, in the set's order; ``()`` is the number
+    of rows kept (a 0-d array).
+
+    Args:
+        kept: The codes of every domain attribute, in domain order (:func:`apply_policy`).
+        domain: The domain.
+        sets: Tuples of attribute names.
+
+    Example:
+        >>> kept = Policed([np.array([0, 1, 1]), np.array([2, 0, 2])], 3, 0, {})
+        >>> tables = count_codes(kept, Domain.from_dict({"sex": 2, "age": 3}), [("age",), ()])
+        >>> tables[("age",)].tolist(), int(tables[()])
+        ([1, 0, 2], 3)
+    """
     codes = dict(zip(domain.attributes, kept.codes, strict=True))
     tables = {}
-    for names in sets:
-        shape = domain.project(names).shape if names else ()
+    for names in map(tuple, sets):
         if not names:
             tables[names] = np.array(kept.rows - kept.dropped, np.int64)
             continue
+        shape = tuple(domain[n].size for n in names)
         index = cell_index([codes[n] for n in names], shape)
         counts = np.bincount(index, minlength=math.prod(shape))
         tables[names] = counts.astype(np.int64, copy=False).reshape(shape)
-    return _Partial(tables, kept.rows, kept.dropped, kept.dropped_by_attribute)
+    return tables
 
 
 def _open(source: DataSpec | Source | str | Path, domain: Domain) -> Source:

@@ -12,7 +12,6 @@ several workers.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +26,7 @@ import pyarrow.parquet as pq
 from dpmm.data.errors import DataError
 from dpmm.data.spec import DataSpec
 
-__all__ = ["Partition", "Source", "open_source", "read_partition", "to_dask_dataframe"]
+__all__ = ["Partition", "Source", "open_source", "read_partition"]
 
 #: Parquet files larger than this are split into partitions of whole row groups.
 SPLIT_BYTES = 128 * 2**20
@@ -262,29 +261,3 @@ def with_keys(table: pa.Table, partition: Partition, columns: Sequence[str]) -> 
             indices = pa.array([0] * table.num_rows, pa.int32())
             table = table.append_column(name, pa.DictionaryArray.from_arrays(indices, dictionary))
     return table
-
-
-def _read_pandas(partition: Partition, source: Source, names: Sequence[str]) -> Any:
-    file_columns = [c for c in names if c not in source.key_columns]
-    table = read_partition(source, partition, file_columns)
-    return with_keys(table, partition, names).to_pandas()
-
-
-def to_dask_dataframe(source: Source, columns: Sequence[str]) -> Any:
-    """The named columns (hive keys included) as a ``dask.dataframe``, one partition per file.
-
-    Example:
-        >>> import pathlib, tempfile, pyarrow as pa, pyarrow.parquet as pq
-        >>> folder = pathlib.Path(tempfile.mkdtemp())
-        >>> (folder / "sex=1").mkdir()
-        >>> pq.write_table(pa.table({"age": [3, 4]}), folder / "sex=1" / "p.parquet")
-        >>> frame = to_dask_dataframe(open_source(DataSpec(str(folder))), ["age", "sex"])
-        >>> frame.compute().to_dict("list")
-        {'age': [3, 4], 'sex': ['1', '1']}
-    """
-    import dask.dataframe as dd
-
-    # The column list goes in under another name: dask treats a `columns` argument as
-    # its own projection hook.
-    reader = functools.partial(_read_pandas, source=source, names=list(columns))
-    return dd.from_map(reader, list(source.partitions))

@@ -170,21 +170,11 @@ def data_spec_from_config(section: Mapping[str, Any], *, base_dir: Path) -> Data
                 f"data.columns: {describe_value(attribute)} must map to a column name, "
                 f"got {describe_value(column)}"
             )
-    bad_rows = section.get("bad_rows", "reject")
-    if not isinstance(bad_rows, str):
-        raise ConfigError(
-            f"data.bad_rows: must be one of: {', '.join(BAD_ROWS)}, got {describe_value(bad_rows)}"
-        )
     person = section.get("person")
-    if person is not None and (not isinstance(person, str) or not person.strip()):
-        raise ConfigError(
-            "data.person: must be the name of the column naming each row's person, "
-            f"got {describe_value(person)}"
-        )
-    return DataSpec(
+    return DataSpec(  # it checks bad_rows and person
         location=_resolve(path.strip(), base_dir),
         format=fmt.lower(),
         columns=tuple(columns.items()),
-        bad_rows=bad_rows,
-        person=None if person is None else person.strip(),
+        bad_rows=section.get("bad_rows", "reject"),
+        person=person.strip() if isinstance(person, str) else person,
     )

@@ -14,13 +14,14 @@ With ``data.person`` set, each person's rows are first combined into one record
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from dpmm.config import ReleaseConfig
-from dpmm.data import IngestReport, histogram, marginal_tables, open_source
+from dpmm.data import IngestReport, MarginalTables, Source, histogram, marginal_tables, open_source
 from dpmm.data.execute import Progress
 from dpmm.errors import ConfigError
 from dpmm.linalg import Marginals
@@ -30,7 +31,14 @@ from dpmm.pipeline.persons import count_people, summed_attributes
 from dpmm.pipeline.strategy_stage import VECTOR_LIMIT, ChosenStrategy
 from dpmm.workload.table_form import table_form
 
-__all__ = ["VECTOR_LIMIT", "Counts", "check_countable", "count_input", "counting_plan"]
+__all__ = [
+    "VECTOR_LIMIT",
+    "Counts",
+    "check_countable",
+    "count_input",
+    "count_tables",
+    "counting_plan",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -115,58 +123,65 @@ def count_input(
         ConfigError: The config has no ``data`` section.
         DataError: Unreadable data or (under ``bad_rows: reject``) a bad value.
     """
-    if config.data is None:
-        raise ConfigError(f"{config.path}: data: a release needs a data section with a path")
+    check_countable(config)
     plan = counting_plan(config, strategy)
     source = open_source(config.data)
-    fingerprint = _fingerprint(source)
+    fingerprint, partitions = _fingerprint(source), len(source.partitions)
+    if plan == "tables":
+        sets = strategy_tables(strategy.quantized.integer)
+        named = [tuple(config.domain.attributes[i] for i in attrs) for attrs in sets]
+        counted = count_tables(config, named, source=source, client=client, progress=progress)
+        tables = {attrs: counted.tables[key] for attrs, key in zip(sets, named, strict=True)}
+        counts = MarginalCounts(tuple(config.domain.shape), tables)
+        return Counts(None, counts, counted.report, fingerprint, partitions)
     if config.data.person is not None:
-        return _count_people(config, strategy, plan, source, fingerprint, client, progress)
-    if plan == "vector":
-        counted = histogram(source, config.domain, client=client, progress=progress)
-        vector = counted.counts
-        if not isinstance(vector, np.ndarray):  # a chunked Dask array above DENSE_LIMIT
-            vector = np.asarray(vector.compute())
-        return Counts(vector, None, counted.report, fingerprint, len(source.partitions))
-    sets = strategy_tables(strategy.quantized.integer)
-    names = config.domain.attributes
-    counted = marginal_tables(
-        source,
-        config.domain,
-        [[names[i] for i in attrs] for attrs in sets],
-        client=client,
-        progress=progress,
-    )
-    tables = {
-        attrs: counted.tables[tuple(names[i] for i in attrs)].astype(np.int64) for attrs in sets
-    }
-    counts = MarginalCounts(tuple(config.domain.shape), tables)
-    return Counts(None, counts, counted.report, fingerprint, len(source.partitions))
+        people = count_people(
+            source,
+            config.domain,
+            summed=summed_attributes(config.workload),
+            client=client,
+            progress=progress,
+        )
+        return Counts(people.vector, None, people.report, fingerprint, partitions)
+    counted = histogram(source, config.domain, client=client, progress=progress)
+    vector = counted.counts
+    if not isinstance(vector, np.ndarray):  # a chunked Dask array above DENSE_LIMIT
+        vector = np.asarray(vector.compute())
+    return Counts(vector, None, counted.report, fingerprint, partitions)
 
 
-def _count_people(
+def count_tables(
     config: ReleaseConfig,
-    strategy: ChosenStrategy,
-    plan: str,
-    source: Any,
-    fingerprint: str,
-    client: Any,
-    progress: Progress | None,
-) -> Counts:
-    """Counts of the records combined per person (``data.person``)."""
-    names = config.domain.attributes
-    index_sets = strategy_tables(strategy.quantized.integer) if plan == "tables" else None
-    counted = count_people(
+    sets: Sequence[tuple[str, ...]],
+    *,
+    source: Source | None = None,
+    client: Any = None,
+    progress: Progress | None = None,
+) -> MarginalTables:
+    """The int64 marginal tables of the config's data: of its rows or, with ``data.person``,
+    of the records combined per person. Raw counts, never written or logged.
+
+    Args:
+        config: The release config.
+        sets: Attribute names of each table, in domain order; ``()`` is the total.
+        source: The config's data, opened already; by default it is opened here.
+        client: A ``distributed.Client``; None runs on local threads.
+        progress: Called with ``(partitions done, total)``.
+
+    Raises:
+        ConfigError: The config has no ``data`` section.
+        DataError: Unreadable data or (under ``bad_rows: reject``) a bad value.
+    """
+    check_countable(config)
+    source = open_source(config.data) if source is None else source
+    if config.data.person is None:
+        return marginal_tables(source, config.domain, sets, client=client, progress=progress)
+    people = count_people(
         source,
         config.domain,
         summed=summed_attributes(config.workload),
-        sets=None if index_sets is None else [tuple(names[i] for i in s) for s in index_sets],
+        sets=sets,
         client=client,
         progress=progress,
     )
-    partitions = len(source.partitions)
-    if index_sets is None:
-        return Counts(counted.vector, None, counted.report, fingerprint, partitions)
-    tables = {attrs: counted.tables[tuple(names[i] for i in attrs)] for attrs in index_sets}
-    counts = MarginalCounts(tuple(config.domain.shape), tables)
-    return Counts(None, counts, counted.report, fingerprint, partitions)
+    return MarginalTables(people.tables, people.report)

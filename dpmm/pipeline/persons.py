@@ -34,7 +34,6 @@ Example:
 from __future__ import annotations
 
 import functools
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,9 +44,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dpmm.data import DataError, Source
-from dpmm.data.encode import cell_index, encode_column
+from dpmm.data.encode import encode_column
 from dpmm.data.execute import Progress, map_reduce
-from dpmm.data.histogram import IngestReport
+from dpmm.data.histogram import IngestReport, count_codes
 from dpmm.data.reader import Partition, read_partition, with_keys
 from dpmm.data.validate import Policed, apply_policy
 from dpmm.domain import Domain
@@ -66,20 +65,16 @@ _KEEP_NULLS = pc.ScalarAggregateOptions(skip_nulls=False)
 
 @dataclass(frozen=True)
 class PersonRecords:
-    """One record per person: a column per attribute (named by the attribute), raw data.
+    """Rows grouped by person, raw data.
+
+    :func:`person_records` gives one record per person, a column per attribute (named by
+    the attribute); while partitions are merged, the columns are the aggregates
+    (``a:sum``, or ``a:min`` and ``a:max``).
 
     Attributes:
-        table: The combined records.
+        table: The records.
         rows: Input rows read (operator's log only).
     """
-
-    table: pa.Table
-    rows: int
-
-
-@dataclass(frozen=True)
-class _Partial:
-    """One partition's people (or several partitions' merged): per-attribute aggregates."""
 
     table: pa.Table
     rows: int
@@ -123,7 +118,7 @@ def _group(table: pa.Table, person: str, pairs: list[tuple[str, str]], first: bo
 
 def _partition_people(
     partition: Partition, source: Source, domain: Domain, summed: Sequence[str]
-) -> _Partial:
+) -> PersonRecords:
     spec, person = source.spec, source.spec.person
     columns = {name: spec.column(name) for name in domain.attributes}
     keys = set(source.key_columns)
@@ -143,17 +138,17 @@ def _partition_people(
     if pa.types.is_null(data[person].type) or table[person].null_count:
         raise DataError(f"File '{partition.path}' has rows without a person in column '{person}'")
     grouped = _group(pa.table(data), person, _aggregates(domain, summed), first=True)
-    return _Partial(grouped, table.num_rows)
+    return PersonRecords(grouped, table.num_rows)
 
 
-def _merge(*parts: _Partial, person: str, pairs: list[tuple[str, str]]) -> _Partial:
+def _merge(*parts: PersonRecords, person: str, pairs: list[tuple[str, str]]) -> PersonRecords:
     try:
         table = pa.concat_tables([p.table for p in parts], promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
         raise DataError(
             f"The files' columns have types that cannot be combined ({error})"
         ) from None
-    return _Partial(_group(table, person, pairs, first=False), sum(p.rows for p in parts))
+    return PersonRecords(_group(table, person, pairs, first=False), sum(p.rows for p in parts))
 
 
 def person_records(
@@ -234,7 +229,8 @@ def count_people(
     client: Any = None,
     progress: Progress | None = None,
 ) -> PersonCounts:
-    """Combine rows per person, then count the records: the full vector, or ``sets``' tables.
+    """Combine rows per person, then count the records: the full vector, or ``sets``' tables
+    (``()``: the number of people kept).
 
     Raises:
         DataError: As for :func:`person_records`, or a combined record outside the domain
@@ -243,16 +239,11 @@ def count_people(
     started = time.perf_counter()
     people = person_records(source, domain, summed=summed, client=client, progress=progress)
     kept = encode_people(people, source, domain)
-    codes = dict(zip(domain.attributes, kept.codes, strict=True))
-    vector, tables = None, {}
     if sets is None:
-        vector = np.bincount(cell_index(kept.codes, domain.shape), minlength=domain.size)
-        vector = vector.astype(np.int64, copy=False)
-    for names in sets or ():
-        shape = tuple(domain[n].size for n in names)
-        index = cell_index([codes[n] for n in names], shape)
-        counts = np.bincount(index, minlength=math.prod(shape)).astype(np.int64, copy=False)
-        tables[tuple(names)] = counts.reshape(shape)
+        whole = tuple(domain.attributes)
+        vector, tables = count_codes(kept, domain, [whole])[whole].reshape(-1), {}
+    else:
+        vector, tables = None, count_codes(kept, domain, sets)
     report = IngestReport(
         partitions=len(source.partitions),
         rows_read=people.rows,

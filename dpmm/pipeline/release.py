@@ -41,7 +41,7 @@ from dpmm.measure.record import MeasurementRecord, load_measurement, record_path
 from dpmm.pipeline.ingest_stage import Counts, check_countable, count_input, counting_plan
 from dpmm.pipeline.preflight import preflight
 from dpmm.pipeline.reconstruct_stage import Reconstruction, check_reconstructable, reconstruct
-from dpmm.pipeline.run_state import ReleaseRun, open_run
+from dpmm.pipeline.run_state import ReleaseRun, cancel_reserved, open_run
 from dpmm.pipeline.strategy_stage import ChosenStrategy, choose_strategy
 from dpmm.pipeline.threshold_stage import (
     COUNT_STAGE,
@@ -99,9 +99,7 @@ def _abandon(run: ReleaseRun, ledger: Ledger) -> None:
     """
     drawn = any(ledger.status(held) != "reserved" for held in run.thresholds.values())
     if ledger.status(run.reservation) == "reserved" and not drawn:
-        for held in run.thresholds.values():
-            ledger.cancel(held)
-        ledger.cancel(run.reservation)
+        cancel_reserved(ledger, [*run.thresholds.values(), run.reservation])
         run.discard()
     else:
         if drawn and ledger.status(run.reservation) == "reserved":

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from dpmm.config import ReleaseConfig
-from dpmm.durable import exclusive_lock, fsync_folder, is_held, try_lock
+from dpmm.durable import atomic_write, exclusive_lock, fsync_folder, is_held, try_lock
 from dpmm.errors import ConfigError, DpmmError
 from dpmm.measure.record import SUFFIX
 from dpmm.privacy.ledger import Ledger, LedgerError, Reservation
@@ -41,6 +41,7 @@ __all__ = [
     "ReleaseRun",
     "RunSummary",
     "cancel_reservation",
+    "cancel_reserved",
     "close_run",
     "list_runs",
     "open_run",
@@ -109,26 +110,28 @@ class ReleaseRun:
 
 
 def _write_state(folder: Path, state: dict[str, Any]) -> None:
-    temporary = folder / f".{STATE_FILE}.{uuid.uuid4().hex}"
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w") as handle:  # the operator's only
-        json.dump(state, handle, indent=2, sort_keys=True)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, folder / STATE_FILE)
-    fsync_folder(folder)
+    # atomic_write's file is the operator's only (mode 0600, as mkstemp makes it).
+    atomic_write(folder / STATE_FILE, [json.dumps(state, indent=2, sort_keys=True).encode()])
 
 
 def _try_lock(folder: Path) -> int | None:
     return try_lock(folder / LOCK_FILE)
 
 
-def _resumable(config: ReleaseConfig, ledger: Ledger, runs: Path) -> ReleaseRun | None:
-    for folder in sorted(p for p in runs.iterdir() if p.is_dir()):
+def _runs(runs: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """The run folders and their ``run.json``, by name; a folder being made (``.new-*``:
+    hidden) or without a readable state is left out."""
+    found = []
+    for folder in sorted(p for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")):
         try:
-            state = json.loads((folder / STATE_FILE).read_text())
+            found.append((folder, json.loads((folder / STATE_FILE).read_text())))
         except (OSError, ValueError):
             continue
+    return found
+
+
+def _resumable(config: ReleaseConfig, ledger: Ledger, runs: Path) -> ReleaseRun | None:
+    for folder, state in _runs(runs):
         if state.get("state") != "open" or state.get("config_sha256") != config.sha256:
             continue
         lock = _try_lock(folder)
@@ -143,7 +146,7 @@ def _resumable(config: ReleaseConfig, ledger: Ledger, runs: Path) -> ReleaseRun 
             for name, entry in state.get("thresholds", {}).items()
         }
         if ledger.status(reservation) == "cancelled":
-            _cancel_reserved(ledger, thresholds.values())
+            cancel_reserved(ledger, thresholds.values())
             _write_state(folder, {**state, "state": "abandoned"})
             os.close(lock)
             continue
@@ -151,8 +154,8 @@ def _resumable(config: ReleaseConfig, ledger: Ledger, runs: Path) -> ReleaseRun 
     return None
 
 
-def _cancel_reserved(ledger: Ledger, reservations: Iterable[Reservation]) -> None:
-    """Cancel the reservations no noise was drawn for (a spent one stays spent)."""
+def cancel_reserved(ledger: Ledger, reservations: Iterable[Reservation]) -> None:
+    """Cancel those of the reservations no noise was drawn for (a spent one stays spent)."""
     for reservation in reservations:
         if ledger.status(reservation) == "reserved":
             ledger.cancel(reservation)
@@ -173,7 +176,7 @@ def _reserve(
         measurement = ledger.reserve(dataset, config.measurement_privacy, release_id, held_by)
         return measurement, thresholds
     except BaseException:
-        _cancel_reserved(ledger, thresholds.values())
+        cancel_reserved(ledger, thresholds.values())
         raise
 
 
@@ -218,7 +221,7 @@ def open_run(config: ReleaseConfig, ledger: Ledger) -> ReleaseRun:
             os.rename(temporary, folder)
             fsync_folder(runs)
         except BaseException:  # no run holds the budget: give it back (a kill: dpmm runs)
-            _cancel_reserved(ledger, [reservation, *thresholds.values()])
+            cancel_reserved(ledger, [reservation, *thresholds.values()])
             shutil.rmtree(temporary, ignore_errors=True)
             raise
         lock = _try_lock(folder)
@@ -250,16 +253,6 @@ class RunSummary:
     measured: bool
     created: str
     reservation_id: str
-
-
-def _runs(runs: Path) -> list[tuple[Path, dict[str, Any]]]:
-    found = []
-    for folder in sorted(p for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        try:
-            found.append((folder, json.loads((folder / STATE_FILE).read_text())))
-        except (OSError, ValueError):
-            continue
-    return found
 
 
 def list_runs(config: ReleaseConfig, ledger: Ledger) -> list[RunSummary]:
@@ -340,7 +333,7 @@ def close_run(config: ReleaseConfig, ledger: Ledger, run_id: str) -> str:
             held = [state["reservation_id"]]
             held += [entry["reservation_id"] for entry in state.get("thresholds", {}).values()]
             spent = [r for r in held if ledger.status(r) == "spent"]
-            _cancel_reserved(ledger, [ledger.reservation(r) for r in held])
+            cancel_reserved(ledger, [ledger.reservation(r) for r in held])
             _write_state(folder, {**state, "state": "closed" if spent else "abandoned"})
         finally:
             os.close(lock)

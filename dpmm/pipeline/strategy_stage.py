@@ -17,15 +17,14 @@ instead of deriving a grid again.
 from __future__ import annotations
 
 import json
-import os
 import time
-import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from dpmm import __version__
 from dpmm.config import ReleaseConfig
+from dpmm.durable import atomic_write
 from dpmm.errors import ConfigError, DpmmError
 from dpmm.linalg import Marginals, Matrix
 from dpmm.linalg.residual_general import ResidualBlockStrategy
@@ -76,12 +75,6 @@ class ChosenStrategy:
     source: str
 
 
-def _write_json(path: Path, data: dict) -> None:
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
-    temporary.write_text(json.dumps(data, sort_keys=True))
-    os.replace(temporary, path)
-
-
 def _load(
     folder: Path, stem: str, config: ReleaseConfig, source: str
 ) -> tuple[ChosenStrategy, dict[str, Any]] | None:
@@ -107,7 +100,7 @@ def _store(folder: Path, stem: str, chosen: ChosenStrategy, **facts: Any) -> Non
         "seconds": chosen.seconds,
         "quantization_scale": chosen.quantized.scale,
     }
-    _write_json(folder / f"{stem}.json", facts)
+    atomic_write(folder / f"{stem}.json", [json.dumps(facts, sort_keys=True).encode()])
 
 
 #: Strategies measured from marginal tables, on any domain: never the data vector.
@@ -222,10 +215,6 @@ def select_for_config(
         ) from error
 
 
-def _select(config: ReleaseConfig, progress: Progress | None) -> ChosenStrategy:
-    return select_for_config(config, progress=progress)[0]
-
-
 def plan_folder(config: ReleaseConfig) -> Path:
     """``<release root>/<name>/.plan``: where the plan's decision is kept."""
     return config.release.root / config.name / PLAN_FOLDER
@@ -311,7 +300,7 @@ def choose_strategy(
         kept = _load(run_folder, "strategy", config, "run")
         if kept is not None and kept[0].quantized.integer.shape[1] == config.domain.size:
             return kept[0]
-    chosen = planned_strategy(config) or _select(config, progress)
+    chosen = planned_strategy(config) or select_for_config(config, progress=progress)[0]
     if chosen.source == "selected" and run_folder is None:
         save_decision(config, chosen)  # before a run: the plan of a config never planned
     if run_folder is not None:

@@ -32,10 +32,9 @@ from typing import Any
 import numpy as np
 
 from dpmm.config import ReleaseConfig
-from dpmm.data import marginal_tables, open_source
 from dpmm.data.execute import Progress
-from dpmm.errors import ConfigError, DpmmError
-from dpmm.pipeline.persons import count_people, summed_attributes
+from dpmm.errors import DpmmError
+from dpmm.pipeline.ingest_stage import count_tables
 from dpmm.pipeline.run_state import ReleaseRun
 from dpmm.privacy.ledger import Ledger, Reservation
 from dpmm.sums.noise import ExactNoise, Noise
@@ -92,24 +91,11 @@ def bucket_counts(
         ConfigError: The config has no data section.
         DataError: As for ingest (unreadable data, a bad value under ``bad_rows: reject``).
     """
-    if config.data is None:
-        raise ConfigError(f"{config.path}: data: a release needs a data section with a path")
     attributes = sorted({group.spec["attribute"] for group, _ in _private_groups(config)})
-    source = open_source(config.data)
-    if config.data.person is not None:  # people, not rows, are counted per bucket
-        people = count_people(
-            source,
-            config.domain,
-            summed=summed_attributes(config.workload),
-            sets=[(name,) for name in attributes],
-            client=client,
-            progress=progress,
-        )
-        return {name: people.tables[(name,)] for name in attributes}
-    counted = marginal_tables(
-        source, config.domain, [[name] for name in attributes], client=client, progress=progress
+    counted = count_tables(
+        config, [(name,) for name in attributes], client=client, progress=progress
     )
-    return {name: counted.tables[(name,)].astype(np.int64) for name in attributes}
+    return {name: counted.tables[(name,)] for name in attributes}
 
 
 def recorded_thresholds(run: ReleaseRun) -> dict[str, dict[str, Any]] | None:

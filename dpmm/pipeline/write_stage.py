@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -131,18 +132,14 @@ def build_manifest(
     return manifest
 
 
+@dataclass(frozen=True, eq=False)
 class ReleaseInput:
     """What a release version is made of; :func:`write_release` writes it."""
 
-    def __init__(
-        self,
-        config: ReleaseConfig,
-        strategy: ChosenStrategy,
-        record: MeasurementRecord,
-        reconstruction: Reconstruction,
-    ) -> None:
-        self.config, self.strategy = config, strategy
-        self.record, self.reconstruction = record, reconstruction
+    config: ReleaseConfig
+    strategy: ChosenStrategy
+    record: MeasurementRecord
+    reconstruction: Reconstruction
 
     def write_files(self, folder: Path) -> None:
         """Write answers, measurements, strategy and (where allowed) the histogram."""

@@ -32,7 +32,6 @@ import hashlib
 import json
 import os
 import sqlite3
-import stat
 import sys
 import tempfile
 from collections.abc import Callable
@@ -51,13 +50,12 @@ from dpmm.privacy.ledger import Ledger, LedgerTampered
 from dpmm.privacy.params import ZCDP, PureDP, privacy_from_config
 from dpmm.release.catalog import load_manifest
 from dpmm.release.tables import privacy_from_dict, read_answers, read_measurements
-from dpmm.release.writer import MANIFEST_NAME, leftovers
+from dpmm.release.writer import MANIFEST_NAME, file_digests, leftovers
 
 __all__ = ["AuditReport", "Check", "audit_release", "format_audit"]
 
 #: Files every release lists in its manifest.
 REQUIRED_FILES = ("answers.parquet", "measurements.parquet", "strategy.npz")
-_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -171,21 +169,21 @@ def _check_files(state: _State) -> str:
         if name not in listed:
             raise _FailedCheckError(f"the manifest does not list the required file {name}")
     for relative, entry in sorted(listed.items()):
-        path = _member(state.folder, relative)
+        _member(state.folder, relative)  # a finding for a path outside the folder
         if not isinstance(entry, dict) or "sha256" not in entry or "bytes" not in entry:
             raise _FailedCheckError(f"the manifest's entry for {relative} lacks its sha256 or size")
-        if not path.exists() and not path.is_symlink():
+    present = file_digests(state.folder)  # a ReleaseError for a symlink or special file
+    for relative, entry in sorted(listed.items()):
+        if relative not in present:
             raise _FailedCheckError(f"{relative} is listed in the manifest but missing")
-        if not stat.S_ISREG(path.lstat().st_mode):
-            raise _FailedCheckError(f"{relative} is not a regular file")
-        size, digest = _digest(path)
+        size, digest = present[relative]["bytes"], present[relative]["sha256"]
         if size != entry["bytes"]:
             raise _FailedCheckError(
                 f"{relative} has {size} bytes, the manifest says {entry['bytes']}"
             )
         if digest != entry["sha256"]:
             raise _FailedCheckError(f"{relative} does not match its sha256 in the manifest")
-    unlisted = sorted(set(_present(state.folder)) - set(listed) - {MANIFEST_NAME})
+    unlisted = sorted(set(present) - set(listed))
     if unlisted:
         raise _FailedCheckError(
             f"the folder holds files the manifest does not list: {', '.join(unlisted)}"
@@ -440,7 +438,7 @@ def _check_ledger(state: _State) -> str:
                 f"the ledger's spend of reservation {reservation_id} (entry {spend.seq}) is not "
                 "the entry the manifest recorded: the ledger or the manifest was rewritten"
             )
-        digest = _digest(state.folder / MANIFEST_NAME)[1]
+        digest = hashlib.sha256((state.folder / MANIFEST_NAME).read_bytes()).hexdigest()
         if digest not in opened.published(reservation_id):
             raise _FailedCheckError(
                 f"{MANIFEST_NAME} (sha256 {digest[:12]}…) is not a manifest the ledger recorded "
@@ -565,25 +563,6 @@ def _member(folder: Path, relative: str) -> Path:
             f"the manifest names the file {relative!r:.60} outside the release folder"
         )
     return folder.joinpath(*parts)
-
-
-def _present(folder: Path) -> list[str]:
-    """Every non-folder entry under ``folder`` (symlinks included), as relative POSIX paths."""
-    found = []
-    for current, folders, files in os.walk(folder):
-        base = Path(current)
-        for name in files + [name for name in folders if (base / name).is_symlink()]:
-            found.append((base / name).relative_to(folder).as_posix())
-    return found
-
-
-def _digest(path: Path) -> tuple[int, str]:
-    digest, size = hashlib.sha256(), 0
-    with open(path, "rb") as stream:
-        while chunk := stream.read(_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-    return size, digest.hexdigest()
 
 
 def _sentence(error: BaseException) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +41,7 @@ __all__ = [
     "list_releases",
     "load_manifest",
     "show_release",
+    "text_table",
 ]
 
 #: The manifest fields a diff compares, as dotted paths.
@@ -244,6 +246,42 @@ def budget_text(budget: object) -> str:
     return "?"
 
 
+def text_table(
+    rows: Sequence[Sequence[str]],
+    *,
+    right: Collection[int] = (),
+    underline: bool = False,
+    total_row: bool = False,
+) -> list[str]:
+    """The lines of a plain-text table: columns padded to their widest cell, two spaces apart.
+
+    Below the header row, the cells of the columns in ``right`` (numbers) are right-aligned;
+    all others are left-aligned, and trailing blanks are stripped. ``underline`` rules dashes
+    under the header, ``total_row`` also above the last row.
+
+    Example:
+        >>> rows = [("group", "n"), ("ranges", "8"), ("total", "10")]
+        >>> print("\\n".join(text_table(rows, right=(1,), underline=True, total_row=True)))
+        group   n
+        ------  --
+        ranges   8
+        ------  --
+        total   10
+    """
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    rule = "  ".join("-" * width for width in widths)
+    lines = []
+    for index, row in enumerate(rows):
+        cells = [
+            cell.rjust(width) if index and column in right else cell.ljust(width)
+            for column, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+        if (underline and index == 0) or (total_row and index == len(rows) - 2):
+            lines.append(rule)
+    return lines
+
+
 def format_listing(summaries: list[ReleaseSummary]) -> str:
     """A plain-text table of releases, one line per version."""
     if not summaries:
@@ -253,7 +291,7 @@ def format_listing(summaries: list[ReleaseSummary]) -> str:
         (s.name, f"v{s.version:04d}", s.created, s.budget, s.method, str(s.queries))
         for s in summaries
     ]
-    return _table(rows)
+    return "\n".join(text_table(rows))
 
 
 def format_release(summary: ReleaseSummary) -> str:
@@ -275,7 +313,7 @@ def format_release(summary: ReleaseSummary) -> str:
             )
             for error in summary.errors
         ]
-        lines += ["", _table(rows)]
+        lines += ["", *text_table(rows)]
     return "\n".join(lines)
 
 
@@ -301,7 +339,7 @@ def format_diff(diff: ReleaseDiff) -> str:
             )
             for group in diff.groups
         ]
-        lines += ["", _table(rows)]
+        lines += ["", *text_table(rows)]
     if diff.only_a:
         lines.append(f"groups only in a: {', '.join(diff.only_a)}")
     if diff.only_b:
@@ -367,12 +405,3 @@ def _number(value: float | None) -> str:
 def _short(value: object, limit: int = 70) -> str:
     text = json.dumps(value, sort_keys=True, ensure_ascii=False)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _table(rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-        for row in rows
-    ]
-    return "\n".join(line.rstrip() for line in lines)

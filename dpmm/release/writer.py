@@ -54,7 +54,6 @@ LOCK_NAME = ".lock"
 _VERSION = re.compile(r"v(\d{4,})")
 #: A release name is one path component that is neither hidden nor a version folder's name.
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-_CHUNK = 1 << 20
 
 
 def write_release(
@@ -88,7 +87,8 @@ def write_release(
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f"{TMP_PREFIX}{uuid.uuid4().hex}"
     with exclusive_lock(folder / LOCK_NAME):  # no other writer is between mkdir and claim
-        remove_leftovers(folder)
+        for left in leftovers(folder):
+            shutil.rmtree(left, ignore_errors=True)
         tmp.mkdir()
         claim = try_lock(tmp)  # held while this writer writes into it
     try:
@@ -132,14 +132,6 @@ def leftovers(folder: Path) -> list[Path]:
     return found
 
 
-def remove_leftovers(folder: Path) -> int:
-    """Remove :func:`leftovers` (call under the release folder's lock); returns how many."""
-    removed = leftovers(folder)
-    for tmp in removed:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return len(removed)
-
-
 def next_version(root: str | os.PathLike[str], name: str) -> int:
     """The version the next write of ``name`` would get (for display; writers take a lock)."""
     versions = release_versions(_release_folder(root, name))
@@ -177,13 +169,9 @@ def file_digests(folder: str | os.PathLike[str]) -> dict[str, dict[str, object]]
         relative = path.relative_to(folder).as_posix()
         if relative == MANIFEST_NAME:
             continue
-        digest = hashlib.sha256()
-        size = 0
         with open(path, "rb") as stream:
-            while chunk := stream.read(_CHUNK):
-                digest.update(chunk)
-                size += len(chunk)
-        digests[relative] = {"sha256": digest.hexdigest(), "bytes": size}
+            digest = hashlib.file_digest(stream, "sha256").hexdigest()
+            digests[relative] = {"sha256": digest, "bytes": stream.tell()}
     return dict(sorted(digests.items()))
 
 
@@ -231,12 +219,8 @@ def _complete_header(manifest: object, name: str) -> None:
 
 
 def _fsync_tree(folder: Path) -> None:
-    """fsync every file, then every folder bottom-up, so the rename publishes durable data."""
-    for path in _walk(folder):
-        descriptor = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
-    for current, _, _ in sorted(os.walk(folder), key=lambda item: -len(item[0])):
+    """fsync every file, then its folder, bottom-up, so the rename publishes durable data."""
+    for current, _, files in os.walk(folder, topdown=False):
+        for name in files:
+            fsync_folder(Path(current, name))
         fsync_folder(Path(current))

@@ -10,7 +10,7 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
 
-from dpmm.data import DataError, DataSpec, histogram, marginal_tables, to_dask_dataframe
+from dpmm.data import DataError, DataSpec, histogram, marginal_tables
 from dpmm.data.histogram import _add_sparse, _Partial
 from dpmm.data.reader import open_source
 from tests.data.conftest import reference_counts
@@ -153,12 +153,6 @@ def test_column_mapping_and_labels_and_bins(tmp_path):
     spec = DataSpec(str(tmp_path / "x.parquet"), columns=(("colour", "c"),))
     counts = histogram(spec, domain).counts.reshape(3, 2)
     np.testing.assert_array_equal(counts, [[0, 1], [1, 0], [1, 1]])
-
-
-def test_dask_dataframe_view_has_every_row(adult_parts, adult_table):
-    frame = to_dask_dataframe(open_source(DataSpec(str(adult_parts["hive"]))), ["age", "race"])
-    assert frame.npartitions == 10
-    assert len(frame.compute()) == adult_table.num_rows
 
 
 def test_a_large_parquet_file_is_split_by_row_groups(adult_table, five_domain, tmp_path):

@@ -17,6 +17,7 @@ from dpmm.pipeline.ingest_stage import count_input
 from dpmm.pipeline.persons import person_records
 from dpmm.pipeline.strategy_stage import choose_strategy
 from dpmm.pipeline.threshold_stage import bucket_counts
+from dpmm.privacy.params import ZCDP
 from dpmm.release import audit_release
 from tests.pipeline.conftest import SHARED, kinds, remaining, write_config
 
@@ -144,3 +145,33 @@ def test_the_summed_attribute_is_summed_and_others_kept(tmp_path) -> None:
     pairs = sorted(zip(got.site, got.income, strict=True))
     assert pairs == sorted(zip(want.site, want.income, strict=True))
     assert people.rows == 600
+
+
+def test_a_person_release_whose_strategy_measures_the_total_counts_people(tmp_path) -> None:
+    """A residual strategy (ρ) for one-way marginals and the total measures the total
+    table (no attributes): with ``data.person`` it is the number of people."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    person = np.random.default_rng(2).integers(0, 40, 300)
+    for i, rows in enumerate(np.array_split(np.arange(300), 2)):
+        who = person[rows]
+        pq.write_table(
+            pa.table({"p": who, "site": who % 3, "age": (who // 3) % 4}),
+            folder / f"part-{i}.parquet",
+        )
+    body = (
+        "name: people-total\n"
+        "domain: {site: 3, age: 4}\n"
+        "privacy: {rho: 1/2}\n"
+        "workload:\n"
+        "  - {name: one-way, kind: marginals, k: 1}\n"
+        "  - {name: everyone, kind: total}\n"
+        "strategy: {method: residual}\n"
+    )
+    config = write_config(tmp_path, body, data=folder, extra="person: p", budget=ZCDP(1))
+    tables = count_input(config, choose_strategy(config)).tables.tables
+    people = np.unique(person)
+    assert () in tables and int(tables[()]) == people.size
+    np.testing.assert_array_equal(tables[(0,)], np.bincount(people % 3, minlength=3))
+    result = run_release(config, rng=np.random.default_rng(0))
+    assert audit_release(result.path).ok

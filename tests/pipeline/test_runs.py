@@ -76,6 +76,27 @@ def test_an_orphaned_reservation_is_listed_and_cancelled(
     assert remaining(config) == Fraction(3, 2)
 
 
+def test_a_run_folder_killed_before_it_was_named_is_not_resumed(
+    config: ReleaseConfig, capsys: pytest.CaptureFixture
+) -> None:
+    # A kill between writing a new run's state and renaming its folder into place leaves a
+    # hidden .new-* folder: no run (resumed, listed or closed), its reservation an orphan.
+    release_id = "grid-20261125T000000Z-0123abcd"
+    runs = run_state.runs_folder(config)
+    with Ledger.open(config.ledger.path) as ledger:
+        held = ledger.reserve("adult", PureDP("1/2"), release_id, str(runs / release_id))
+    half = runs / ".new-0123abcd"
+    (half / "measurements").mkdir(parents=True)
+    state = {"state": "open", "release_id": release_id, "config_sha256": config.sha256}
+    run_state._write_state(half, {**state, "reservation_id": held.id, "thresholds": {}})
+    assert "orphaned" in _runs(config, capsys)
+    assert run_release(config).manifest["release_id"] != release_id
+    assert remaining(config) == 1
+    assert main(["runs", "close", str(config.path), held.id]) == 0
+    assert "which no run held" in capsys.readouterr().out
+    assert remaining(config) == Fraction(3, 2)
+
+
 def test_ledger_cancel_gives_back_what_no_live_run_holds(
     config: ReleaseConfig, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

@@ -221,6 +221,29 @@ def test_unlisted_and_missing_files_fail_the_files_check(release):
     assert "histogram.parquet is listed in the manifest but missing" in report.checks[1].detail
 
 
+def test_a_listed_path_outside_the_folder_a_symlink_or_a_new_size_fails_the_files_check(
+    release,
+):
+    folder, manifest, _ = release
+    entry = manifest["files"]["histogram.parquet"]
+    manifest["files"]["../histogram.parquet"] = entry
+    _save(folder, manifest)
+    report = audit_release(folder)
+    assert "outside the release folder" in report.checks[1].detail
+    del manifest["files"]["../histogram.parquet"]
+    manifest["files"]["histogram.parquet"] = {**entry, "bytes": entry["bytes"] + 1}
+    _save(folder, manifest)
+    report = audit_release(folder)
+    assert f"histogram.parquet has {entry['bytes']} bytes" in report.checks[1].detail
+    manifest["files"]["histogram.parquet"] = entry
+    _save(folder, manifest)
+    (folder / "histogram.parquet").rename(folder / "elsewhere")
+    (folder / "histogram.parquet").symlink_to(folder / "elsewhere")
+    report = audit_release(folder)
+    assert "files" in _failed(report)
+    assert "histogram.parquet is a symlink" in report.checks[1].detail
+
+
 def test_a_missing_release_fails_without_raising(tmp_path):
     report = audit_release(tmp_path / "nothing")
     assert not report.ok and _failed(report) == set(NAMES)
