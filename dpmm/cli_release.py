@@ -84,17 +84,19 @@ def _not_a_failure_report(record: logging.LogRecord) -> bool:
 
 
 def _quiet_engines() -> None:
-    """Keep Dask's and Prefect's chatter off a terminal run (the Prefect UI has the logs);
-    a refused release (bad config, data or budget) prints its one sentence, not the
-    engines' reports and tracebacks of it (``-v`` shows them)."""
-    names = ("distributed", "prefect", "prefect.flow_runs", "prefect.task_runs")
-    for name in names:
+    """Keep Dask's and Prefect's chatter off a terminal run while the flow's and its tasks'
+    log still reaches the Prefect API (the UI shows the stages, strategy, errors and
+    folder); a refused release (bad config, data or budget) prints its one sentence, not
+    the engines' reports and tracebacks of it (``-v`` shows them)."""
+    for name in ("distributed", "prefect"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    if logging.getLogger("dpmm").isEnabledFor(logging.INFO):
-        return
-    for name in (*names, ""):
+    for name in ("prefect.flow_runs", "prefect.task_runs"):  # their API handler takes INFO
+        logging.getLogger(name).setLevel(logging.INFO)
+    verbose = logging.getLogger("dpmm").isEnabledFor(logging.INFO)
+    for name in ("distributed", "prefect", "prefect.flow_runs", "prefect.task_runs", ""):
         for handler in logging.getLogger(name).handlers:
-            if isinstance(handler, logging.StreamHandler):
+            if isinstance(handler, logging.StreamHandler) and not verbose:
+                handler.setLevel(logging.WARNING)
                 handler.addFilter(_not_a_failure_report)
 
 

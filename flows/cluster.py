@@ -32,5 +32,7 @@ def task_runner(settings: ClusterSettings) -> DaskTaskRunner:
             adapt_kwargs=adapt,
         )
     options = {**LOCAL_DEFAULTS, **settings.options}
-    options.setdefault("dashboard_address", None)
+    # Any free port: a fixed one (Dask's 8787) is often taken by another cluster, and
+    # Dask then warns on the operator's terminal. The flow logs the dashboard's link.
+    options.setdefault("dashboard_address", ":0")
     return DaskTaskRunner(cluster_class="distributed.LocalCluster", cluster_kwargs=options)

@@ -87,6 +87,8 @@ def _stage(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
             # from there: no worker thread waits on other tasks (with one 1-thread worker
             # that wait never ended), and a lost worker's partitions are rescheduled.
             client = FlowRunContext.get().task_runner.client
+            if client.dashboard_link:
+                logger.info("stage %s: Dask dashboard at %s", name, client.dashboard_link)
             result = stage_task(*args, **{**kwargs, "client": client})
         else:
             result = stage_task(*args, **kwargs)

@@ -200,10 +200,13 @@ def test_a_data_error_reaches_the_server_without_a_value_from_the_data(
     assert "9135771" not in stored and "7 rows" not in stored
 
 
-def test_a_cli_release_leaves_labelled_artifacts_and_no_data_value(server, tmp_path: Path) -> None:
-    """The release's artifacts, read back through the REST API: the budget table's rows are
-    labelled and exact (as ``dpmm ledger show`` prints them), the release artifact gives the
-    absolute folder, and nothing holds a count of the data."""
+def test_a_cli_release_logs_and_leaves_labelled_artifacts_and_no_data_value(
+    server, tmp_path: Path
+) -> None:
+    """A CLI release's log and artifacts, read back through the REST API: the log has the
+    stages, the strategy, the expected errors and the absolute folder; the budget table's
+    rows are labelled and exact (as ``dpmm ledger show`` prints them); the release artifact
+    gives the absolute folder; and nothing holds a count of the data."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -236,5 +239,12 @@ def test_a_cli_release_leaves_labelled_artifacts_and_no_data_value(server, tmp_p
     assert [row["decimal"] for row in budget] == ["0.5", "0.125", "0", "0.125", "0.375"]
     folder = (tmp_path / "releases" / "good" / "v0001").resolve()
     assert str(folder) in artifacts["dpmm-release-good"]["data"]
+    # The CLI run's log reached the server: stages with durations, strategy, errors, folder.
+    messages = [entry["message"] for entry in _api(url, "/logs/filter", {"limit": 200})]
+    assert "stage ingest-histogram: started" in messages
+    assert any(m.startswith("stage write-release: done in ") for m in messages)
+    assert "strategy hierarchical, reconstruction least_squares" in messages
+    assert any(m.startswith("group cdf: expected RMSE ") for m in messages)
+    assert f"release written to {folder}" in messages
     stored = _server_text(Path(env["PREFECT_HOME"]))
     assert "1000003" not in stored and "1,000,003" not in stored  # the row count
