@@ -1,38 +1,69 @@
-"""The Dask task runner a release flow uses, from the config's ``cluster`` section.
+"""The Dask cluster a release's counting stages use, from the config's ``cluster`` section.
 
-By default a LocalCluster of threads in the flow's own process: its tasks share the
-process's Prefect context and API, so no worker starts its own temporary Prefect server
-(which costs seconds per worker process), and pyarrow and numpy release the GIL while
-reading and counting. An existing scheduler (``cluster.address``) or a cluster class
-(``cluster.class``, e.g. ``dask_jobqueue.SLURMCluster``) is used as configured; their
-workers must have ``PREFECT_API_URL`` set to the same Prefect server (``deploy/README.md``).
+The flow's stages are Prefect task runs in the flow's process; the counting stages submit
+one plain Dask task per partition through a ``distributed.Client`` (DESIGN §9: no task
+holds a worker thread while it waits on others). The cluster starts when a stage first
+asks for the client, so a release that reads no data (``--from-measurements``) starts
+none. By default it is a LocalCluster of threads in the flow's own process (pyarrow and
+numpy release the GIL while reading and counting); an existing scheduler
+(``cluster.address``) or a cluster class (``cluster.class``, e.g.
+``dask_jobqueue.SLURMCluster``) is used as configured (``deploy/README.md``).
 """
 
 from __future__ import annotations
 
-from prefect_dask import DaskTaskRunner
+from contextlib import ExitStack
+from typing import Any
+
+from dask.utils import import_required
+from distributed import Client, LocalCluster
 
 from dpmm.settings import ClusterSettings
 
-__all__ = ["LOCAL_DEFAULTS", "task_runner"]
+__all__ = ["LOCAL_DEFAULTS", "DaskCluster"]
 
-#: LocalCluster options unless the config sets them: two worker threads, no new processes.
-LOCAL_DEFAULTS = {"n_workers": 1, "threads_per_worker": 2, "processes": False}
+#: LocalCluster options unless the config sets them: two worker threads, no new processes,
+#: the dashboard on any free port (Dask's 8787 is often taken, and Dask then warns).
+LOCAL_DEFAULTS = {
+    "n_workers": 1,
+    "threads_per_worker": 2,
+    "processes": False,
+    "dashboard_address": ":0",
+}
 
 
-def task_runner(settings: ClusterSettings) -> DaskTaskRunner:
-    """A ``DaskTaskRunner`` for the configured cluster."""
-    if settings.address is not None:
-        return DaskTaskRunner(address=settings.address)
-    if settings.cluster_class is not None:
-        adapt = {"minimum": settings.scale, "maximum": settings.scale} if settings.scale else None
-        return DaskTaskRunner(
-            cluster_class=settings.cluster_class,
-            cluster_kwargs=dict(settings.options),
-            adapt_kwargs=adapt,
-        )
-    options = {**LOCAL_DEFAULTS, **settings.options}
-    # Any free port: a fixed one (Dask's 8787) is often taken by another cluster, and
-    # Dask then warns on the operator's terminal. The flow logs the dashboard's link.
-    options.setdefault("dashboard_address", ":0")
-    return DaskTaskRunner(cluster_class="distributed.LocalCluster", cluster_kwargs=options)
+class DaskCluster:
+    """The configured cluster, started on first use and shut down (if dpmm started it) on
+    exit; a scheduler given by address is only disconnected from."""
+
+    def __init__(self, settings: ClusterSettings) -> None:
+        self.settings = settings
+        self._client: Client | None = None
+        self._resources = ExitStack()
+
+    def __enter__(self) -> DaskCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._resources.close()
+
+    @property
+    def client(self) -> Client:
+        """A client of the cluster, starting the cluster the first time."""
+        if self._client is None:
+            self._client = self._resources.enter_context(Client(self._connect_to()))
+        return self._client
+
+    def _connect_to(self) -> Any:
+        settings = self.settings
+        if settings.address is not None:
+            return settings.address
+        if settings.cluster_class is not None:
+            module, _, name = settings.cluster_class.rpartition(".")
+            cluster_class = getattr(import_required(module, f"cluster.class needs {module}"), name)
+            cluster = self._resources.enter_context(cluster_class(**settings.options))
+            if settings.scale:
+                cluster.scale(settings.scale)
+            return cluster
+        options = {**LOCAL_DEFAULTS, **settings.options}
+        return self._resources.enter_context(LocalCluster(**options))

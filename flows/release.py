@@ -4,8 +4,9 @@ The stages are :mod:`dpmm.pipeline`'s functions, run one after the other in the 
 process, so the ledger and the measurement store are only touched there. Ingest
 (``ingest-histogram``) and, for a config with private truncation thresholds, the bucket
 count they are drawn from (``count-threshold-buckets``) submit one task per partition to
-the flow's Dask cluster through a client of the task runner's scheduler. Retries are safe:
-a re-run of the flow resumes the open run and reuses its persisted measurement (DESIGN §5
+the config's Dask cluster (:mod:`flows.cluster`), which starts when ingest first needs it.
+The stages are task runs of this flow itself, so its page shows them. Retries are safe: a
+re-run of the flow resumes the open run and reuses its persisted measurement (DESIGN §5
 rule 4); Prefect's cache is never used for it.
 
 Artifacts (stable keys): ``dpmm-release-<name>`` (where the release is and its error per
@@ -24,7 +25,6 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
-from prefect.context import FlowRunContext
 
 from dpmm.config import ReleaseConfig, load_config
 from dpmm.pipeline import (
@@ -36,12 +36,12 @@ from dpmm.pipeline import (
 from dpmm.pipeline.threshold_stage import COUNT_STAGE
 from dpmm.privacy.ledger_schema import decimal_text
 from dpmm.privacy.params import PureDP
-from flows.cluster import task_runner
+from flows.cluster import DaskCluster
 
 __all__ = ["release_flow"]
 
 
-#: Stages whose data-parallel counting is submitted to the task runner's Dask cluster.
+#: Stages whose data-parallel counting is submitted to the config's Dask cluster.
 _ON_CLUSTER = frozenset({"ingest-histogram", COUNT_STAGE})
 
 
@@ -68,37 +68,40 @@ _STEPS = {
 }
 
 
-def _stage(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
-    """Each stage is a task run named for operators; counting runs on the Dask cluster."""
+def _stages(cluster: DaskCluster) -> Callable[[str, Callable[..., Any]], Callable[..., Any]]:
+    """The pipeline's ``stage`` hook: each stage a task run of this flow, named for
+    operators, timed in the log; the counting stages get the cluster's client."""
     logger = get_run_logger()
 
-    def run(*args: Any, **kwargs: Any) -> Any:
-        logger.info("stage %s: started", name)
-        started = time.perf_counter()
-        terminal = sys.stderr.isatty()
-        if terminal and name in _STEPS:
-            kwargs["progress"] = _bar(name, _STEPS[name])
-        elif terminal:
-            sys.stderr.write(f"  {name} ...")
-            sys.stderr.flush()
-        stage_task = task(function, name=name, cache_policy=NO_CACHE)
-        if name in _ON_CLUSTER:
-            # The stage runs in the flow's process and submits one Dask task per partition
-            # from there: no worker thread waits on other tasks (with one 1-thread worker
-            # that wait never ended), and a lost worker's partitions are rescheduled.
-            client = FlowRunContext.get().task_runner.client
-            if client.dashboard_link:
-                logger.info("stage %s: Dask dashboard at %s", name, client.dashboard_link)
-            result = stage_task(*args, **{**kwargs, "client": client})
-        else:
-            result = stage_task(*args, **kwargs)
-        seconds = time.perf_counter() - started
-        logger.info("stage %s: done in %.1f s", name, seconds)
-        if terminal:
-            sys.stderr.write(f" done in {seconds:.1f} s\n")
-        return result
+    def stage(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            logger.info("stage %s: started", name)
+            started = time.perf_counter()
+            terminal = sys.stderr.isatty()
+            if terminal and name in _STEPS:
+                kwargs["progress"] = _bar(name, _STEPS[name])
+            elif terminal:
+                sys.stderr.write(f"  {name} ...")
+                sys.stderr.flush()
+            if name in _ON_CLUSTER:
+                # Submitted from this process, one Dask task per partition: no worker
+                # thread waits on other tasks (with one 1-thread worker that wait never
+                # ended), and a lost worker's partitions are rescheduled.
+                kwargs["client"] = cluster.client
+                if cluster.client.dashboard_link:
+                    logger.info(
+                        "stage %s: Dask dashboard at %s", name, cluster.client.dashboard_link
+                    )
+            result = task(function, name=name, cache_policy=NO_CACHE)(*args, **kwargs)
+            seconds = time.perf_counter() - started
+            logger.info("stage %s: done in %.1f s", name, seconds)
+            if terminal:
+                sys.stderr.write(f" done in {seconds:.1f} s\n")
+            return result
 
-    return run
+        return run
+
+    return stage
 
 
 def _budget_row(label: str, amount: Fraction) -> dict[str, str]:
@@ -148,13 +151,6 @@ def _artifacts(config: ReleaseConfig, result: ReleaseResult) -> None:
     )
 
 
-@flow(name="dpmm-release-stages")
-def _stages(config: ReleaseConfig, from_measurements: str | None) -> ReleaseResult:
-    if from_measurements is not None:
-        return rerun_post_processing(config, from_measurements, stage=_stage)
-    return run_release(config, stage=_stage)
-
-
 @flow(name="dpmm-release")
 def release_flow(config_path: str, from_measurements: str | None = None) -> str:
     """Run the release a config describes and return the new version's folder.
@@ -165,8 +161,12 @@ def release_flow(config_path: str, from_measurements: str | None = None) -> str:
             (new workload or reconstruction) without reading data or spending budget.
     """
     config = load_config(config_path)
-    runner = task_runner(config.cluster)
-    result = _stages.with_options(task_runner=runner)(config, from_measurements)
+    with DaskCluster(config.cluster) as cluster:
+        stage = _stages(cluster)
+        if from_measurements is not None:
+            result = rerun_post_processing(config, from_measurements, stage=stage)
+        else:
+            result = run_release(config, stage=stage)
     _artifacts(config, result)
     logger = get_run_logger()
     logger.info(
