@@ -27,6 +27,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from dpmm.config import ReleaseConfig, load_config
+from dpmm.errors import DpmmError
 from dpmm.pipeline import (
     ReleaseResult,
     open_ledger,
@@ -104,6 +105,22 @@ def _stages(cluster: DaskCluster) -> Callable[[str, Callable[..., Any]], Callabl
     return stage
 
 
+def _failure_artifact(config: ReleaseConfig, error: Exception) -> None:
+    """Why a release failed, for the UI: a dpmm error's sentence (which names files, keys
+    and kinds of problem, never a value from the data: a data error's counts and examples
+    are in its operator-only detail), or only the type of an unexpected error."""
+    reason = (
+        str(error)
+        if isinstance(error, DpmmError | OSError)
+        else f"an unexpected {type(error).__name__}; the operator's terminal has the traceback"
+    )
+    create_markdown_artifact(
+        f"# Release `{config.name}` failed\n\n{reason}",
+        key=f"dpmm-release-{config.name}-failure".lower(),
+        description=f"Why the last failed run of release {config.name} failed",
+    )
+
+
 def _budget_row(label: str, amount: Fraction) -> dict[str, str]:
     """One row of the budget table, in ``dpmm ledger show``'s exact format."""
     return {"budget": label, "exact": str(amount), "decimal": decimal_text(amount)}
@@ -161,12 +178,16 @@ def release_flow(config_path: str, from_measurements: str | None = None) -> str:
             (new workload or reconstruction) without reading data or spending budget.
     """
     config = load_config(config_path)
-    with DaskCluster(config.cluster) as cluster:
-        stage = _stages(cluster)
-        if from_measurements is not None:
-            result = rerun_post_processing(config, from_measurements, stage=stage)
-        else:
-            result = run_release(config, stage=stage)
+    try:
+        with DaskCluster(config.cluster) as cluster:
+            stage = _stages(cluster)
+            if from_measurements is not None:
+                result = rerun_post_processing(config, from_measurements, stage=stage)
+            else:
+                result = run_release(config, stage=stage)
+    except Exception as error:
+        _failure_artifact(config, error)
+        raise
     _artifacts(config, result)
     logger = get_run_logger()
     logger.info(

@@ -198,6 +198,9 @@ def test_a_data_error_reaches_the_server_without_a_value_from_the_data(
     stored = _server_text(Path(env["PREFECT_HOME"]))
     assert "column 'x': rows have codes outside 0..15" in stored  # the error did reach it
     assert "9135771" not in stored and "7 rows" not in stored
+    artifacts = {a["key"]: a for a in _api(url, "/artifacts/filter", {}) if a.get("key")}
+    failure = artifacts["dpmm-release-bad-failure"]["data"]
+    assert "rows have codes outside 0..15" in failure and "9135771" not in failure
 
 
 def test_a_cli_release_logs_and_leaves_labelled_artifacts_and_no_data_value(
