@@ -18,13 +18,21 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from fractions import Fraction
 from typing import Any
 
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
 from prefect.cache_policies import NO_CACHE
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dpmm.config import ReleaseConfig, load_config
 from dpmm.errors import DpmmError
@@ -46,18 +54,38 @@ __all__ = ["release_flow"]
 _ON_CLUSTER = frozenset({"ingest-histogram", COUNT_STAGE})
 
 
-def _bar(stage: str, unit: str) -> Callable[..., None]:
-    """A progress bar on stderr: ``(done, total[, what])`` per step."""
+@contextmanager
+def _progress(stage: str, unit: str, terminal: bool) -> Iterator[Callable[..., None]]:
+    """``progress(done, total[, what])`` for a stage: a rich bar naming the stage on the
+    operator's terminal, and a Prefect progress artifact in steps of 10 % (a share of the
+    stage's steps only, nothing read from the data)."""
+    artifact = create_progress_artifact(0.0, description=f"Progress of stage {stage}")
+    shown = 0
+    with ExitStack() as stack:
+        bar = None
+        if terminal:
+            bar = stack.enter_context(
+                Progress(
+                    TextColumn(f"  {stage}"),
+                    BarColumn(),
+                    MofNCompleteColumn(),
+                    TextColumn(f"{unit} {{task.description}}"),
+                    TimeElapsedColumn(),
+                    console=Console(stderr=True),
+                )
+            )
+            task_id = bar.add_task("", total=None)
 
-    def show(done: int, total: int, what: str = "") -> None:
-        width = 30
-        filled = width * done // max(total, 1)
-        bar = "#" * filled + "." * (width - filled)
-        detail = f" {what}" if what and done < total else ""
-        sys.stderr.write(f"\r\033[K  {stage} [{bar}] {done}/{total} {unit}{detail}")
-        sys.stderr.flush()
+        def show(done: int, total: int, what: str = "") -> None:
+            nonlocal shown
+            if bar is not None:
+                bar.update(task_id, completed=done, total=total, description=what)
+            percent = 100 * done // max(total, 1)
+            if percent >= shown + 10 or (done >= total and shown < 100):
+                update_progress_artifact(artifact, float(percent))
+                shown = percent
 
-    return show
+        yield show
 
 
 #: Stages that report steps, and what a step is.
@@ -79,8 +107,9 @@ def _stages(cluster: DaskCluster) -> Callable[[str, Callable[..., Any]], Callabl
             logger.info("stage %s: started", name)
             started = time.perf_counter()
             terminal = sys.stderr.isatty()
-            if terminal and name in _STEPS:
-                kwargs["progress"] = _bar(name, _STEPS[name])
+            steps = ExitStack()
+            if name in _STEPS:
+                kwargs["progress"] = steps.enter_context(_progress(name, _STEPS[name], terminal))
             elif terminal:
                 sys.stderr.write(f"  {name} ...")
                 sys.stderr.flush()
@@ -93,11 +122,16 @@ def _stages(cluster: DaskCluster) -> Callable[[str, Callable[..., Any]], Callabl
                     logger.info(
                         "stage %s: Dask dashboard at %s", name, cluster.client.dashboard_link
                     )
-            result = task(function, name=name, cache_policy=NO_CACHE)(*args, **kwargs)
+            with steps:
+                result = task(function, name=name, cache_policy=NO_CACHE)(*args, **kwargs)
             seconds = time.perf_counter() - started
             logger.info("stage %s: done in %.1f s", name, seconds)
-            if terminal:
-                sys.stderr.write(f" done in {seconds:.1f} s\n")
+            if terminal:  # after the bar's line, or the "name ..." the stage began
+                sys.stderr.write(
+                    f"  {name} done in {seconds:.1f} s\n"
+                    if name in _STEPS
+                    else f" done in {seconds:.1f} s\n"
+                )
             return result
 
         return run

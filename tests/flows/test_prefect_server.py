@@ -233,7 +233,11 @@ def test_a_cli_release_logs_and_leaves_labelled_artifacts_and_no_data_value(
             [*dpmm, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
         )
         assert done.returncode == 0, done.stderr[-2000:]
-    artifacts = {a["key"]: a for a in _api(url, "/artifacts/filter", {}) if a.get("key")}
+    every = _api(url, "/artifacts/filter", {})
+    progress = {a["description"]: a["data"] for a in every if a["type"] == "progress"}
+    assert progress["Progress of stage ingest-histogram"] == 100.0
+    assert progress["Progress of stage reconstruct"] == 100.0
+    artifacts = {a["key"]: a for a in every if a.get("key")}
     budget = json.loads(artifacts["dpmm-budget-good"]["data"])
     assert [row["budget"] for row in budget] == [
         "granted", "this release", "reserved", "spent", "remaining"
