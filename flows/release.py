@@ -46,6 +46,7 @@ from dpmm.pipeline.threshold_stage import COUNT_STAGE
 from dpmm.privacy.ledger_schema import decimal_text
 from dpmm.privacy.params import PureDP
 from flows.cluster import DaskCluster
+from flows.crashed_runs import mark_crashed_runs
 
 __all__ = ["release_flow"]
 
@@ -212,6 +213,10 @@ def release_flow(config_path: str, from_measurements: str | None = None) -> str:
             (new workload or reconstruction) without reading data or spending budget.
     """
     config = load_config(config_path)
+    try:
+        mark_crashed_runs(config.name)
+    except Exception as error:  # housekeeping of the UI: never a reason to stop a release
+        get_run_logger().warning("could not check for crashed runs: %s", type(error).__name__)
     try:
         with DaskCluster(config.cluster) as cluster:
             stage = _stages(cluster)

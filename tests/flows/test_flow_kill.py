@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -34,12 +35,15 @@ ledger: {path: budget.db, dataset: bins}
 
 
 def _release(folder: Path) -> subprocess.Popen:
+    # One Prefect home for both runs: their temporary servers share its database.
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PREFECT_HOME": str(folder / "prefect")}
+    env.pop("PREFECT_API_URL", None)
     return subprocess.Popen(
         [sys.executable, "-m", "dpmm", "release", str(folder / "ranges.yaml")],
         cwd=folder,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        env=env,
         start_new_session=True,  # its own process group: the kill below takes its children
     )
 
@@ -83,3 +87,10 @@ def test_a_flow_killed_after_measuring_is_resumed_with_its_measurement(tmp_path:
         ).returncode
         == 0
     )
+    # The killed run no longer shows as running: the re-run marked it crashed.
+    with sqlite3.connect(tmp_path / "prefect" / "prefect.db") as database:
+        states = database.execute(
+            "SELECT flow_run.state_type FROM flow_run JOIN flow ON flow.id = flow_run.flow_id "
+            "WHERE flow.name = 'dpmm-release' ORDER BY flow_run.created"
+        ).fetchall()
+    assert [state for (state,) in states] == ["CRASHED", "COMPLETED"]
