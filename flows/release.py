@@ -87,6 +87,8 @@ def _progress(stage: str, unit: str, terminal: bool) -> Iterator[Callable[..., N
                 shown = percent
 
         yield show
+        if shown < 100:  # the stage is done, whether or not it reported every step
+            update_progress_artifact(artifact, 100.0)
 
 
 #: Stages that report steps, and what a step is.
