@@ -43,8 +43,8 @@ from dpmm.config import load_config
 from dpmm.errors import DpmmError
 from dpmm.plan import GroupReport, PlanReport, plan
 from dpmm.privacy.ledger import Balance, Ledger, LedgerTampered
-from dpmm.privacy.ledger_schema import KINDS, decimal_text
-from dpmm.privacy.params import ZCDP, PureDP
+from dpmm.privacy.ledger_schema import decimal_text
+from dpmm.privacy.params import KINDS, ZCDP, PureDP, budget_text
 from dpmm.release.catalog import text_table
 
 __all__ = ["format_plan", "main"]
@@ -96,10 +96,9 @@ def _row(group: GroupReport) -> list[str]:
 
 
 def _privacy(report: PlanReport) -> str:
-    description = report.privacy.to_dict()
-    if description["kind"] == "pure":
-        return f"pure ε-DP, ε = {description['epsilon']} (Laplace noise)"
-    return f"ρ-zCDP, ρ = {description['rho']} (Gaussian noise)"
+    budget = report.privacy.to_dict()
+    noise = report.privacy.noise.capitalize()
+    return f"{KINDS[budget['kind']].description}, {budget_text(budget)} ({noise} noise)"
 
 
 def _cells(size: int) -> str:
@@ -224,16 +223,12 @@ def _ledger_grant(args: argparse.Namespace, out: TextIO) -> int:
     with Ledger.open(args.ledger) as ledger:
         ledger.grant(args.dataset, budget)
         balance = ledger.balance(args.dataset)
-    symbol = KINDS[balance.kind][1]
     out.write(
-        f"granted {_exact(_budget_amount(budget))} to dataset {args.dataset!r}: "
-        f"{symbol} granted {_exact(balance.granted)}, remaining {_exact(balance.remaining)}\n"
+        f"granted {_exact(getattr(budget, balance.parameter))} to dataset {args.dataset!r}: "
+        f"{KINDS[balance.kind].symbol} granted {_exact(balance.granted)}, "
+        f"remaining {_exact(balance.remaining)}\n"
     )
     return 0
-
-
-def _budget_amount(budget: PureDP | ZCDP) -> Fraction:
-    return budget.epsilon if isinstance(budget, PureDP) else budget.rho
 
 
 def _exact(value: Fraction) -> str:
@@ -288,7 +283,7 @@ def _ledger_show(args: argparse.Namespace, out: TextIO) -> int:
         if stale:
             lines.append(f"  {_plural(len(stale), 'reservation')} still reserved:")
             lines.extend(
-                f"    {r.id}  {KINDS[balance.kind][1]} = {_budget_amount(r.budget)}  "
+                f"    {r.id}  {budget_text(r.budget.to_dict())}  "
                 f"release {r.release_id!r}  since {r.created.isoformat(timespec='seconds')} "
                 f"({_age(r.created)} ago)"
                 for r in stale

@@ -18,12 +18,17 @@ so the totals are the sums; the SVD bound of the whole workload is computed on
 the stacked ``W``. No data is read and no budget is spent.
 
 Example:
-    >>> from dpmm.domain import Domain
-    >>> from dpmm.privacy import PureDP
-    >>> from dpmm.workload import from_config
-    >>> domain = Domain.from_dict({"age": 16})
-    >>> groups = from_config([{"name": "cdf", "kind": "prefix", "attribute": "age"}], domain)
-    >>> report = plan_workload(groups, PureDP(1), "identity", domain)
+    >>> import pathlib, tempfile
+    >>> from dpmm.config import load_config
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "ages.yaml"
+    >>> _ = path.write_text(
+    ...     "name: ages\\n"
+    ...     "domain: {age: 16}\\n"
+    ...     "privacy: {epsilon: 1}\\n"
+    ...     "workload: [{name: cdf, kind: prefix, attribute: age}]\\n"
+    ...     "strategy: {method: identity}\\n"
+    ... )
+    >>> report = plan(load_config(path))
     >>> report.strategy_repr   # errors use the discrete Laplace's variance 2e/(e - 1)²
     'Identity(16)'
     >>> round(report.total.total_squared_error, 4)   # 1.8413 · (1 + 2 + … + 16)
@@ -44,7 +49,7 @@ import numpy as np
 from dpmm import __version__
 from dpmm.config import ReleaseConfig
 from dpmm.domain import Domain
-from dpmm.error import expected_error, identity_error, svd_bound
+from dpmm.error import identity_error, svd_bound
 from dpmm.errors import ConfigError, TooLargeError, UnsupportedQueryError
 from dpmm.linalg import Identity, Matrix
 from dpmm.linalg.serialize import matrix_digest
@@ -57,14 +62,13 @@ from dpmm.pipeline.strategy_stage import (
     ChosenStrategy,
     save_decision,
     select_for_config,
-    select_releasable,
 )
 from dpmm.privacy import ZCDP, PureDP
 from dpmm.strategy import Candidate
 from dpmm.strategy.selection import Selection
 from dpmm.workload import WorkloadGroup, stack
 
-__all__ = ["GroupReport", "PlanReport", "plan", "plan_workload"]
+__all__ = ["GroupReport", "PlanReport", "plan"]
 
 logger = logging.getLogger("dpmm.plan")
 
@@ -230,24 +234,15 @@ def _figure(what: str, where: str, compute: Callable[[], float], notes: list[str
 
 
 def _group_report(
-    group: WorkloadGroup,
-    A: Matrix,
-    privacy: PureDP | ZCDP,
-    variances: tuple[float, float | None],
-    error: float | None = None,
+    group: WorkloadGroup, privacy: PureDP | ZCDP, identity: float | None, error: float
 ) -> GroupReport:
-    """The group's figures; ``variances`` are the exact noise variances the release adds
-    to an answer of ``A`` and to one count of the Identity strategy. ``error``, when
-    given, is the group's expected error as the release computes it."""
+    """The group's figures: ``error`` is its expected error as the release computes it, and
+    ``identity`` the exact noise variance the release adds to one count of the Identity
+    strategy (None: that of the continuous noise)."""
     start = time.perf_counter()
     W = group.matrix
     notes: list[str] = []
     where = f"group '{group.name}'"
-    strategy, identity = variances
-    if error is None:
-        error = _figure(
-            "expected error", where, lambda: expected_error(W, A, privacy, variance=strategy), notes
-        )
     bound = _figure("SVD bound", where, lambda: svd_bound(W, privacy), notes)
     baseline = _figure(
         "identity error", where, lambda: identity_error(W, privacy, variance=identity), notes
@@ -285,16 +280,6 @@ def _log_selection(name: str, groups: int, W: Matrix, domain: Domain, method: st
     )
 
 
-def _selected(
-    W: Matrix, privacy: PureDP | ZCDP, method: str, domain: Domain, name: str, groups: int
-) -> tuple[ChosenStrategy, Selection]:
-    _log_selection(name, groups, W, domain, method)
-    try:
-        return select_releasable(W, method, privacy, domain.size)
-    except MeasurementError as error:
-        raise TooLargeError(str(error)) from error
-
-
 def _report(
     name: str,
     domain: Domain,
@@ -303,25 +288,23 @@ def _report(
     groups: Sequence[WorkloadGroup],
     found: tuple[ChosenStrategy, Selection],
     started: float,
-    errors: Sequence[float] | None = None,
+    errors: Sequence[float],
 ) -> PlanReport:
-    """The report of the chosen strategy: ``errors`` per group as the release computes
-    them, or (None) from the closed-form expected error."""
+    """The report of the chosen strategy, with ``errors`` per group as the release computes
+    them."""
     chosen, selection = found
     A = chosen.quantized.matrix  # what the release measures and reconstructs with
-    # The exact discrete noise the release's record will state, and an identity release's
-    # (the continuous noise's where the samplers could not draw an identity release's).
+    # The exact discrete noise an identity release's record would state (the continuous
+    # noise's where the samplers could not draw an identity release's).
     try:
         identity = planned_noise_variance(QuantizedStrategy(Identity(1), 1), privacy)
     except MeasurementError:
         identity = None
-    variances = (planned_noise_variance(chosen.quantized, privacy), identity)
     strategy_seconds = time.perf_counter() - started
     logger.info("%s: strategy %s selected in %.2f s", name, _short(repr(A)), strategy_seconds)
-    given = errors if errors is not None else [None] * len(groups)
     reports = tuple(
-        _group_report(group, A, privacy, variances, error)
-        for group, error in zip(groups, given, strict=True)
+        _group_report(group, privacy, identity, error)
+        for group, error in zip(groups, errors, strict=True)
     )
     notes = [f"group '{r.name}': {note}" for r in reports for note in r.notes]
     W = stack(list(groups))
@@ -335,7 +318,7 @@ def _report(
         name="total",
         kind="",
         queries=W.shape[0],
-        total_squared_error=_sum([r.total_squared_error for r in reports]),
+        total_squared_error=math.fsum(errors),
         svd_bound=bound,
         identity_error=_sum([r.identity_error for r in reports]),
         seconds=time.perf_counter() - started,
@@ -357,34 +340,6 @@ def _report(
         candidates=selection.candidates,
         total=total,
     )
-
-
-def plan_workload(
-    groups: Sequence[WorkloadGroup],
-    privacy: PureDP | ZCDP,
-    method: str,
-    domain: Domain,
-    name: str = "workload",
-) -> PlanReport:
-    """Pick the strategy a release of ``groups`` measures, and the expected error of every
-    group: the selection rule is the release's (:func:`select_releasable`), and the errors
-    are those of the quantized strategy that is measured.
-
-    Args:
-        groups: The workload's query groups, all over ``domain``.
-        privacy: The privacy guarantee the strategy's answers are measured under.
-        method: A :func:`dpmm.strategy.optimize` method (``auto``, ``hierarchical``, …).
-        domain: The domain the groups' matrices have one column per cell of.
-        name: The name the report carries.
-
-    Raises:
-        ConfigError: ``method`` is unknown.
-        TooLargeError: ``method`` cannot build a strategy for this workload.
-    """
-    started = time.perf_counter()
-    groups = list(groups)
-    found = _selected(stack(groups), privacy, method, domain, name, len(groups))
-    return _report(name, domain, privacy, method, groups, found, started)
 
 
 def plan(config: ReleaseConfig) -> PlanReport:

@@ -12,14 +12,16 @@ import pytest
 import yaml
 
 import dpmm.plan
+from dpmm.cli import format_plan
 from dpmm.config import load_config
 from dpmm.error import expected_error, identity_error, svd_bound
 from dpmm.errors import ConfigError, TooLargeError
 from dpmm.linalg import Identity
 from dpmm.measure.mechanism import planned_noise_variance
 from dpmm.measure.quantize import QuantizedStrategy
-from dpmm.plan import PlanReport, plan, plan_workload
+from dpmm.plan import PlanReport, plan
 from dpmm.privacy import PureDP
+from dpmm.strategy import AUTO_CANDIDATES
 from dpmm.workload import stack
 
 from .conftest import assert_plan_keys
@@ -203,27 +205,44 @@ def test_a_figure_too_large_to_compute_is_none(
     assert any("SVD bound" in note for note in data["notes"])
 
 
-def test_a_missing_group_error_leaves_the_total_unknown(
+def test_a_missing_group_figure_leaves_the_total_unknown(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = dpmm.plan.expected_error
+    real = dpmm.plan.identity_error
 
-    def refuse_marginals(W, A, privacy, **options):
+    def refuse_marginals(W, privacy, **options):
         if W.shape[0] == 2 * 3 + 2 * 8 + 3 * 8:  # the 'pairs' group
             raise TooLargeError("too large")
-        return real(W, A, privacy, **options)
+        return real(W, privacy, **options)
 
-    monkeypatch.setattr(dpmm.plan, "expected_error", refuse_marginals)
-    # A config's plan takes its errors from the release's own standard errors (a group
-    # without them is refused); the closed form of a bare workload may lack one.
-    config = load_config(write_config(tmp_path, "hierarchical"))
-    report = plan_workload(config.workload, config.privacy, "hierarchical", config.domain)
+    monkeypatch.setattr(dpmm.plan, "identity_error", refuse_marginals)
+    report = plan(load_config(write_config(tmp_path, "hierarchical")))
     pairs = report.groups[1]
-    assert pairs.total_squared_error is None and pairs.rmse is None
+    assert pairs.identity_error is None and pairs.identity_rmse is None
     assert pairs.ratio_to_identity is None
-    assert report.groups[0].total_squared_error is not None
-    assert report.total.total_squared_error is None
-    assert report.total.identity_error is not None
+    assert report.groups[0].identity_error is not None
+    assert report.total.identity_error is None
+    # A config's plan takes every group's error from the release's own standard errors.
+    assert report.total.total_squared_error is not None
+    assert any("identity error" in note for note in report.total.notes)
+
+
+def test_plan_lists_identity_and_the_skipped_candidates_under_zcdp(tmp_path: Path) -> None:
+    domain = {"a": 3, "b": 4, "c": 2}
+    workload = [{"name": "pairs", "kind": "marginals", "k": 2}]
+    config = load_config(write_config(tmp_path, "auto", "zcdp", domain=domain, workload=workload))
+    report = plan(config)
+    assert report.chosen_method == "marginal_optimal"
+    text = format_plan(report)
+    assert "candidates tried by 'auto':" in text
+    for name in AUTO_CANDIDATES:
+        assert name in text
+    assert "not tried: marginal_optimal is the proven optimum" in text
+    identity = next(c for c in report.candidates if c.method == "identity")
+    # Candidates are ranked by the continuous noise; the plan's figures state the discrete
+    # noise the release adds (a variance below σ² for σ² = 1/4).
+    assert identity.error == pytest.approx(identity_error(stack(config.workload), config.privacy))
+    assert report.total.identity_error < identity.error
 
 
 def test_a_method_that_cannot_apply_is_a_config_error(tmp_path: Path) -> None:

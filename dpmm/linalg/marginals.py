@@ -33,7 +33,14 @@ from dpmm.linalg.combinators import Product, Sum, VStack, Weighted
 from dpmm.linalg.elementary import Identity, Ones
 from dpmm.linalg.kron import Kron
 
-__all__ = ["Marginal", "Marginals", "MarginalsGram", "attribute_mask", "mask_members"]
+__all__ = [
+    "Marginal",
+    "Marginals",
+    "MarginalsGram",
+    "attribute_mask",
+    "mask_members",
+    "members_mask",
+]
 
 #: Relative size below which an eigenvalue of the algebra counts as zero.
 EIGEN_TOLERANCE = 1e-10
@@ -97,6 +104,20 @@ def mask_members(mask: int) -> list[int]:
         members.append(low.bit_length() - 1)
         mask ^= low
     return members
+
+
+def members_mask(members: Iterable[int]) -> int:
+    """The bit mask of attribute positions (a repeat counts once): the inverse of
+    :func:`mask_members`.
+
+    Example:
+        >>> members_mask([3, 1])
+        10
+    """
+    mask = 0
+    for i in members:
+        mask |= 1 << int(i)
+    return mask
 
 
 def _outside_size(cells: int, shape: tuple[int, ...], mask: int) -> int:

@@ -31,7 +31,7 @@ import os
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -55,7 +55,7 @@ from dpmm.linalg.elementary import AllRange, Identity, Ones, Prefix, RangeQuerie
 from dpmm.linalg.helmert_blocks import HelmertBlocks
 from dpmm.linalg.hierarchy import Haar, Hierarchical
 from dpmm.linalg.kron import Kron
-from dpmm.linalg.marginals import Marginal, Marginals, MarginalsGram, mask_members
+from dpmm.linalg.marginals import Marginal, Marginals, MarginalsGram, mask_members, members_mask
 from dpmm.linalg.pidentity import PIdentity
 from dpmm.linalg.residual_general import ResidualBlockStrategy
 
@@ -351,10 +351,7 @@ class _Decoder:
         return [(attrs, self.number(v, f"{where}.{key}")) for attrs, v in pairs]
 
     def masks(self, node: Node, key: str, where: str) -> dict[int, float]:
-        return {
-            sum(1 << i for i in attrs): value
-            for attrs, value in self.weighted_sets(node, key, where)
-        }
+        return {members_mask(attrs): value for attrs, value in self.weighted_sets(node, key, where)}
 
 
 def _cache_key(node: Node) -> str | None:
@@ -364,18 +361,29 @@ def _cache_key(node: Node) -> str | None:
         return None
 
 
-def _decode_residual_blocks(node: Node, d: _Decoder, where: str) -> ResidualBlockStrategy:
-    blocks: dict[int, float | np.ndarray] = {}
+def _blocks(
+    node: Node, d: _Decoder, where: str, required: tuple[str, ...], described: str
+) -> Iterator[tuple[int, dict[str, Any], str]]:
+    """Per entry of ``node["blocks"]``: its attribute mask, the entry, and where it is.
+
+    Every entry must be an object with 'attributes' and the keys ``required``; ``described``
+    says what else it holds in the message that refuses one.
+    """
     entries = d.field(node, "blocks", where)
     if not isinstance(entries, list):
         d.fail(f"{where}.blocks must be a list, got {entries!r}")
     for k, entry in enumerate(entries):
         at = f"{where}.blocks[{k}]"
-        if not isinstance(entry, dict) or "attributes" not in entry:
-            d.fail(f"{at} must be an object with 'attributes' and an 'array' or a 'scalar'")
+        if not isinstance(entry, dict) or not {"attributes", *required} <= entry.keys():
+            d.fail(f"{at} must be an object with 'attributes' and {described}")
+        yield members_mask(d.integers(entry["attributes"], f"{at}.attributes")), entry, at
+
+
+def _decode_residual_blocks(node: Node, d: _Decoder, where: str) -> ResidualBlockStrategy:
+    blocks: dict[int, float | np.ndarray] = {}
+    for mask, entry, at in _blocks(node, d, where, (), "an 'array' or a 'scalar'"):
         if ("array" in entry) == ("scalar" in entry):
             d.fail(f"{at} must have exactly one of 'array' and 'scalar'")
-        mask = sum(1 << i for i in d.integers(entry["attributes"], f"{at}.attributes"))
         if "array" in entry:
             blocks[mask] = d.array(entry["array"], at, "f")
         else:
@@ -386,16 +394,10 @@ def _decode_residual_blocks(node: Node, d: _Decoder, where: str) -> ResidualBloc
 
 
 def _decode_helmert_blocks(node: Node, d: _Decoder, where: str) -> HelmertBlocks:
-    integers: dict[int, np.ndarray] = {}
-    entries = d.field(node, "blocks", where)
-    if not isinstance(entries, list):
-        d.fail(f"{where}.blocks must be a list, got {entries!r}")
-    for k, entry in enumerate(entries):
-        at = f"{where}.blocks[{k}]"
-        if not isinstance(entry, dict) or not {"attributes", "integers"} <= set(entry):
-            d.fail(f"{at} must be an object with 'attributes' and 'integers'")
-        mask = sum(1 << i for i in d.integers(entry["attributes"], f"{at}.attributes"))
-        integers[mask] = d.array(entry["integers"], at, "i")
+    integers = {
+        mask: d.array(entry["integers"], at, "i")
+        for mask, entry, at in _blocks(node, d, where, ("integers",), "'integers'")
+    }
     return HelmertBlocks(d.integers(d.field(node, "domain", where), f"{where}.domain"), integers)
 
 

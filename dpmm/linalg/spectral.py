@@ -15,12 +15,13 @@ is a Kron, but ``WᵀW = Σ_k w_k² ⊗_i G_ki`` with small factor Grams ``G_ki`
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from functools import reduce
 
 import numpy as np
 import scipy.linalg
 
-from dpmm.errors import TooLargeError
+from dpmm.errors import TooLargeError, UnsupportedQueryError
 from dpmm.linalg.base import (
     DENSE_LIMIT,
     PINV_TOLERANCE,
@@ -33,7 +34,13 @@ from dpmm.linalg.elementary import Identity
 from dpmm.linalg.kron import Kron
 from dpmm.linalg.marginals import Marginals, MarginalsGram
 
-__all__ = ["nuclear_norm", "row_gram", "row_space_projector", "thin_svd"]
+__all__ = [
+    "joint_eigenbasis",
+    "nuclear_norm",
+    "row_gram",
+    "row_space_projector",
+    "thin_svd",
+]
 
 
 def thin_svd(array: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -81,6 +88,9 @@ _Term = tuple[float, tuple[Matrix, ...]]
 #: Below this many rows (or cells) a block goes straight to the dense path (well under 1 s).
 _DENSE_ENOUGH = 1024
 
+#: Relative tolerance for commuting Grams and for equal eigenvalues.
+COMMUTE_TOLERANCE = 1e-9
+
 #: Largest attribute whose factor Grams are tried for a joint diagonalization (the try
 #: costs one dense eigendecomposition of that size).
 _SPLIT_LIMIT = 512
@@ -107,16 +117,45 @@ def _merge(terms: list[_Term]) -> list[_Term]:
     return list(merged.values())
 
 
-def _joint_eigenbasis(grams: list[np.ndarray]) -> np.ndarray | None:
-    """An orthonormal basis diagonalizing every Gram, or None if they do not commute."""
-    # A generic combination has the joint eigenspaces as its eigenspaces.
-    mix = sum((1.0 + ((k + 1) * 0.6180339887) % 1.0) * g for k, g in enumerate(grams))
-    _, basis = scipy.linalg.eigh(mix, driver="evd")
-    for gram in grams:
-        rotated = basis.T @ gram @ basis
-        off = rotated - np.diag(np.diagonal(rotated))
-        if np.abs(off).max(initial=0.0) > 1e-9 * max(1.0, np.abs(gram).max()):
-            return None
+def joint_eigenbasis(grams: Sequence[np.ndarray]) -> np.ndarray:
+    """An orthonormal basis diagonalizing every (symmetric, pairwise commuting) Gram.
+
+    The first Gram's eigenspaces are refined by each next Gram in turn, so repeated
+    eigenvalues (identities, totals) never mix distinct joint eigenspaces.
+
+    Raises:
+        UnsupportedQueryError: two Grams do not commute (to :data:`COMMUTE_TOLERANCE`).
+
+    Example:
+        >>> q = joint_eigenbasis([np.ones((3, 3)), np.eye(3)])
+        >>> bool(np.allclose(q.T @ np.ones((3, 3)) @ q, np.diag([0.0, 0.0, 3.0])))
+        True
+    """
+    n = grams[0].shape[0]
+    scales = [max(np.abs(g).max(initial=0.0), 1e-300) for g in grams]
+    for a in range(len(grams)):
+        for b in range(a + 1, len(grams)):
+            defect = np.abs(grams[a] @ grams[b] - grams[b] @ grams[a]).max(initial=0.0)
+            if defect > COMMUTE_TOLERANCE * n * scales[a] * scales[b]:
+                raise UnsupportedQueryError(
+                    f"Per attribute, the workload's Grams must commute; two of size {n} do not "
+                    f"(relative defect {defect / (scales[a] * scales[b]):.2g})"
+                )
+    basis = np.eye(n)
+    groups = [np.arange(n)]
+    for gram, scale in zip(grams, scales, strict=True):
+        refined = []
+        for group in groups:
+            if group.size == 1:
+                refined.append(group)
+                continue
+            block = basis[:, group]
+            values, rotation = scipy.linalg.eigh(block.T @ gram @ block, driver="evd")
+            basis[:, group] = block @ rotation
+            # The next Gram refines each group of eigenvalues equal up to the tolerance.
+            breaks = np.flatnonzero(np.diff(values) > COMMUTE_TOLERANCE * n * scale) + 1
+            refined.extend(group[part] for part in np.split(np.arange(values.size), breaks))
+        groups = refined
     return basis
 
 
@@ -143,8 +182,9 @@ def _split_or_solve(terms: list[_Term], memo: dict[tuple, float]) -> float:
             continue  # one attribute left: the dense path costs the same as the try
         distinct = {id(fs[i]): fs[i] for _, fs in terms}
         grams = {key: factor.gram().dense() for key, factor in distinct.items()}
-        basis = _joint_eigenbasis(list(grams.values()))
-        if basis is None:
+        try:
+            basis = joint_eigenbasis(list(grams.values()))
+        except UnsupportedQueryError:
             continue
         diagonals = {key: np.diagonal(basis.T @ g @ basis) for key, g in grams.items()}
         scale = max(np.abs(d).max(initial=0.0) for d in diagonals.values())

@@ -30,7 +30,7 @@ import numpy as np
 
 from dpmm.durable import atomic_write
 from dpmm.measure.exact import MeasurementError, MeasurementMismatch
-from dpmm.privacy.params import ZCDP, PureDP
+from dpmm.privacy.params import ZCDP, PureDP, privacy_from_config
 
 __all__ = [
     "FORMAT",
@@ -42,7 +42,6 @@ __all__ = [
     "header_line",
     "int64_view",
     "load_measurement",
-    "privacy_from_dict",
     "read_record",
     "record_from_header",
     "record_path",
@@ -323,7 +322,7 @@ def record_from_header(header: dict[str, object], values: np.ndarray) -> Measure
         noise=str(header["noise"]),
         scale=_optional_fraction(header["scale"]),
         sigma2=_optional_fraction(header["sigma2"]),
-        privacy=privacy_from_dict(header["privacy"]),
+        privacy=privacy_from_config(header["privacy"]),
         guarantee=str(header["guarantee"]),
         reservation_id=str(header["reservation_id"]),
         release_id=str(header["release_id"]),
@@ -331,20 +330,6 @@ def record_from_header(header: dict[str, object], values: np.ndarray) -> Measure
         values=values,
         quantization_scale=int(header["quantization_scale"]),
     )
-
-
-def privacy_from_dict(data: object) -> PureDP | ZCDP:
-    """``PureDP`` or ``ZCDP`` from its ``to_dict()`` form; ValueError for anything else.
-
-    Example:
-        >>> privacy_from_dict({"kind": "zcdp", "rho": "1/8"})
-        ZCDP(rho=Fraction(1, 8))
-    """
-    if isinstance(data, dict) and data.get("kind") == "pure" and "epsilon" in data:
-        return PureDP(Fraction(str(data["epsilon"])))
-    if isinstance(data, dict) and data.get("kind") == "zcdp" and "rho" in data:
-        return ZCDP(Fraction(str(data["rho"])))
-    raise ValueError(f"unknown privacy budget {data!r:.80}")
 
 
 def _optional_fraction(value: object) -> Fraction | None:

@@ -34,7 +34,7 @@ from dpmm.durable import atomic_write, exclusive_lock, fsync_folder, is_held, tr
 from dpmm.errors import ConfigError, DpmmError
 from dpmm.measure.record import SUFFIX
 from dpmm.privacy.ledger import Ledger, LedgerError, Reservation
-from dpmm.privacy.params import PureDP
+from dpmm.privacy.params import budget_text
 
 __all__ = [
     "ReleaseBusy",
@@ -384,9 +384,7 @@ def cancel_reservation(ledger: Ledger, reservation_id: str) -> str:
             os.close(lock)
     else:
         ledger.cancel(reservation)
-    budget = reservation.budget
-    amount = f"ε = {budget.epsilon}" if isinstance(budget, PureDP) else f"ρ = {budget.rho}"
     return (
         f"cancelled reservation {reservation_id} of release {reservation.release_id!r}: "
-        f"{amount} is available again"
+        f"{budget_text(reservation.budget.to_dict())} is available again"
     )

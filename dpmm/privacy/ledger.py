@@ -50,7 +50,6 @@ from dpmm.privacy.ledger_schema import (
     COLUMNS,
     CREATE_TABLES,
     GENESIS,
-    KINDS,
     SCHEMA_VERSION,
     Balance,
     Budget,
@@ -63,7 +62,7 @@ from dpmm.privacy.ledger_schema import (
     to_entry,
     to_reservation,
 )
-from dpmm.privacy.params import ZCDP, PureDP
+from dpmm.privacy.params import KINDS, ZCDP, PureDP, amount_text
 
 __all__ = [
     "Balance",
@@ -108,10 +107,6 @@ def _split(budget: object) -> tuple[str, Fraction]:
     raise LedgerError(
         f"a budget must be PureDP(epsilon) or ZCDP(rho), got {describe_value(budget)}"
     )
-
-
-def _show(kind: str, amount: Fraction) -> str:
-    return f"{KINDS[kind][1]} = {amount}"
 
 
 def _name(value: object, what: str) -> str:
@@ -258,8 +253,9 @@ class Ledger:
             held = replay.balances.get(dataset)
             if held is not None and held.kind != kind:
                 raise LedgerError(
-                    f"dataset {dataset!r} in ledger {self.path} holds a {KINDS[held.kind][2]} "
-                    f"budget; a {KINDS[kind][2]} grant cannot be added to it"
+                    f"dataset {dataset!r} in ledger {self.path} holds a "
+                    f"{KINDS[held.kind].description} budget; a {KINDS[kind].description} grant "
+                    "cannot be added to it"
                 )
             row = self._append("grant", dataset, kind, amount, None, None)
         return to_entry(row)
@@ -281,7 +277,7 @@ class Ledger:
         kind, amount = _split(budget)
         with self._write() as replay:
             held = replay.balances.get(dataset)
-            request = f"{_show(kind, amount)} requested for release {release_id!r}"
+            request = f"{amount_text(kind, amount)} requested for release {release_id!r}"
             if held is None:
                 raise BudgetExceeded(
                     f"dataset {dataset!r} has no budget in ledger {self.path} (nothing was "
@@ -289,13 +285,14 @@ class Ledger:
                 )
             if held.kind != kind:
                 raise LedgerError(
-                    f"dataset {dataset!r} in ledger {self.path} holds a {KINDS[held.kind][2]} "
-                    f"budget; the {KINDS[kind][2]} {request} cannot be charged to it"
+                    f"dataset {dataset!r} in ledger {self.path} holds a "
+                    f"{KINDS[held.kind].description} budget; the {KINDS[kind].description} "
+                    f"{request} cannot be charged to it"
                 )
             if amount > held.remaining:
                 raise BudgetExceeded(
                     f"dataset {dataset!r} in ledger {self.path} has "
-                    f"{_show(kind, held.remaining)} remaining, less than the {request}; "
+                    f"{amount_text(kind, held.remaining)} remaining, less than the {request}; "
                     "nothing was reserved"
                 )
             reservation_id = uuid.uuid4().hex

@@ -30,12 +30,11 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Literal
 
-from dpmm.privacy.params import ZCDP, PureDP
+from dpmm.privacy.params import KINDS, ZCDP, PureDP
 
 __all__ = [
     "ENTRY_KINDS",
     "GENESIS",
-    "KINDS",
     "SCHEMA_VERSION",
     "Balance",
     "Entry",
@@ -133,11 +132,6 @@ class Row:
 
 #: A budget: pure ε-DP or ρ-zCDP, always positive (a balance may be zero; see Balance).
 Budget = PureDP | ZCDP
-#: Per budget kind: the parameter's name, its symbol, its description and its type.
-KINDS: dict[str, tuple[str, str, str, type[PureDP] | type[ZCDP]]] = {
-    "pure": ("epsilon", "ε", "pure ε-DP", PureDP),
-    "zcdp": ("rho", "ρ", "ρ-zCDP", ZCDP),
-}
 Status = Literal["reserved", "spent", "cancelled"]
 
 
@@ -205,7 +199,7 @@ class Balance:
     @property
     def parameter(self) -> str:
         """The parameter the amounts are in: ``"epsilon"`` or ``"rho"``."""
-        return KINDS[self.kind][0]
+        return KINDS[self.kind].parameter
 
 
 @dataclass
@@ -273,7 +267,7 @@ def _add(balance: Balance, **amounts: Fraction) -> Balance:
 
 def budget_of(kind: str, amount: Fraction) -> Budget:
     """``PureDP(amount)`` for kind ``"pure"``, ``ZCDP(amount)`` for ``"zcdp"``."""
-    return KINDS[kind][3](amount)
+    return KINDS[kind].budget_type(amount)
 
 
 def to_entry(row: Row) -> Entry:

@@ -13,11 +13,21 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from numbers import Rational
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 from dpmm.errors import PrivacyParameterError
 
-__all__ = ["ZCDP", "PrivacyParameter", "PureDP", "exact_fraction", "privacy_from_config"]
+__all__ = [
+    "KINDS",
+    "ZCDP",
+    "BudgetKind",
+    "PrivacyParameter",
+    "PureDP",
+    "amount_text",
+    "budget_text",
+    "exact_fraction",
+    "privacy_from_config",
+]
 
 #: The range of a privacy parameter. Beyond it no budget means anything, and the noise
 #: variance would leave the range of a float (ε² underflows to zero below about 1e-154).
@@ -139,11 +149,49 @@ class ZCDP:
         return {"kind": "zcdp", "rho": str(self.rho)}
 
 
-_KINDS = {"pure": ("epsilon", PureDP), "zcdp": ("rho", ZCDP)}
+class BudgetKind(NamedTuple):
+    """What a budget kind is called: its parameter, symbol and description, and its type."""
+
+    parameter: str
+    symbol: str
+    description: str
+    budget_type: type[PureDP] | type[ZCDP]
+
+
+#: The budget kinds, by the ``kind`` of their ``to_dict()`` form.
+KINDS = {
+    "pure": BudgetKind("epsilon", "ε", "pure ε-DP", PureDP),
+    "zcdp": BudgetKind("rho", "ρ", "ρ-zCDP", ZCDP),
+}
+
+
+def amount_text(kind: str, amount: object) -> str:
+    """``"ε = 1/2"`` or ``"ρ = 1/8"``: an amount of a budget kind, as given.
+
+    Example:
+        >>> amount_text("pure", Fraction(1, 2))
+        'ε = 1/2'
+    """
+    return f"{KINDS[kind].symbol} = {amount}"
+
+
+def budget_text(budget: object) -> str:
+    """``"ε = 1/2"`` or ``"ρ = 1/8"`` for a budget's ``to_dict()`` form; ``"?"`` otherwise.
+
+    Example:
+        >>> budget_text({"kind": "zcdp", "rho": "1/8"})
+        'ρ = 1/8'
+    """
+    if isinstance(budget, dict) and budget.get("kind") in KINDS:
+        return amount_text(budget["kind"], budget.get(KINDS[budget["kind"]].parameter))
+    return "?"
 
 
 def privacy_from_config(section: object, where: str = "privacy") -> PureDP | ZCDP:
     """Read ``{kind: pure, epsilon: 1}`` or ``{kind: zcdp, rho: 0.5}`` (kind inferred if omitted).
+
+    Reads a config's ``privacy`` section and a budget's ``to_dict()`` form alike; ``where``
+    names the section in the error messages.
 
     Example:
         >>> privacy_from_config({"epsilon": "1/2"})
@@ -154,15 +202,15 @@ def privacy_from_config(section: object, where: str = "privacy") -> PureDP | ZCD
     section = dict[str, Any](section)
     kind = section.pop("kind", None)
     if kind is None:
-        kinds = [name for name, (key, _) in _KINDS.items() if key in section]
+        kinds = [name for name, known in KINDS.items() if known.parameter in section]
         if len(kinds) != 1:
             raise PrivacyParameterError(f"{where} needs exactly one of 'epsilon' or 'rho'")
         kind = kinds[0]
-    if not isinstance(kind, str) or kind not in _KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         raise PrivacyParameterError(
             f"{where}.kind: unknown privacy kind {kind!r} (expected one of: pure, zcdp)"
         )
-    key, make = _KINDS[kind]
+    key, _, _, make = KINDS[kind]
     if key not in section:
         raise PrivacyParameterError(f"{where}.{key} is required for kind '{kind}'")
     value = section.pop(key)

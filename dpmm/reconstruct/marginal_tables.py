@@ -33,6 +33,7 @@ import numpy as np
 
 from dpmm.errors import UnsupportedQueryError
 from dpmm.linalg import Marginal, MarginalsGram, query_variances
+from dpmm.linalg.marginals import members_mask
 from dpmm.reconstruct.answers import WorkloadAnswers
 from dpmm.reconstruct.protocol import ReconstructionError
 
@@ -54,10 +55,6 @@ class MarginalMeasurement:
     values: np.ndarray
     noise_std: float
     weight: float = 1.0
-
-
-def _mask(attrs: Sequence[int]) -> int:
-    return sum(1 << int(i) for i in set(attrs))
 
 
 def _parts(
@@ -150,7 +147,7 @@ def marginal_tables(
     sums: dict[tuple[int, int], np.ndarray] = {}  # (measured set, subset) → summed table
     for query in queries:
         attrs = sorted({int(i) for i in query})
-        b = _mask(attrs)
+        b = members_mask(attrs)
         if not any(b & ~a == 0 for a in sets):
             raise UnsupportedQueryError(
                 f"The marginal on attributes {attrs} is not contained in any measured "
@@ -196,7 +193,7 @@ def _check(
             raise ReconstructionError(
                 f"The marginal on {attrs} needs a positive noise_std and a finite weight."
             )
-        sets.append(_mask(attrs))
+        sets.append(members_mask(attrs))
         tables.append(values.reshape([shape[i] for i in attrs]))
     if len(set(sets)) != len(sets):
         raise ReconstructionError("The same marginal is measured twice; merge the tables first.")

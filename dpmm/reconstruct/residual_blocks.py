@@ -65,7 +65,7 @@ from dpmm.linalg.helmert_blocks import (
     helmert_row_norms,
     helmert_transpose,
 )
-from dpmm.linalg.marginals import mask_members
+from dpmm.linalg.marginals import mask_members, members_mask
 from dpmm.linalg.residual_general import FactorSplit, read_sets, term_splits
 from dpmm.linalg.residuals import DomainSizes, _ResidualStack
 
@@ -372,7 +372,7 @@ def iter_block_marginals(
     for sizes, members in classes.items():
         for attrs in members:
             masks[attrs] = _subset_masks(estimate, attrs, subsets[sizes])
-    inner = {m for attrs, own in masks.items() for m in own if m != _mask(attrs)}
+    inner = {m for attrs, own in masks.items() for m in own if m != members_mask(attrs)}
     kept = _Projections(estimate)
     kept.fill(sorted(inner))
     for sizes, members in classes.items():
@@ -411,10 +411,6 @@ def block_marginals(
         UnsupportedQueryError: a query is outside the domain or needs an unmeasured set.
     """
     return {item.attrs: item for item in iter_block_marginals(estimate, queries)}
-
-
-def _mask(attrs: Iterable[int]) -> int:
-    return sum(1 << i for i in attrs)
 
 
 def _subset_positions(sizes: Sequence[int]) -> list[tuple[int, ...]]:

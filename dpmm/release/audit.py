@@ -49,7 +49,7 @@ from dpmm.privacy.accounting import discrete_gaussian_zcdp, gaussian_sigma2, lap
 from dpmm.privacy.ledger import Ledger, LedgerTampered
 from dpmm.privacy.params import ZCDP, PureDP, privacy_from_config
 from dpmm.release.catalog import load_manifest
-from dpmm.release.tables import privacy_from_dict, read_answers, read_measurements
+from dpmm.release.tables import read_answers, read_measurements
 from dpmm.release.writer import MANIFEST_NAME, file_digests, leftovers
 
 __all__ = ["AuditReport", "Check", "audit_release", "format_audit"]
@@ -464,14 +464,15 @@ def _check_threshold_ledger(
     if "thresholds" not in manifest:
         return ""
     total = privacy_from_config(_field(manifest, "config.document.privacy"))
-    if privacy_from_dict(_field(manifest, "thresholds.total_budget")) != total:
+    where = "thresholds.total_budget"
+    if privacy_from_config(_field(manifest, where), where) != total:
         raise _FailedCheckError("the manifest's thresholds.total_budget is not the config's")
     reserved = {e.reservation_id: e for e in opened.history(dataset) if e.kind == "reserve"}
     used = measurement.epsilon if isinstance(measurement, PureDP) else None
     chosen = _field(manifest, "thresholds.groups")
-    for entry in chosen:
+    for index, entry in enumerate(chosen):
         held = reserved.get(entry["reservation_id"])
-        budget = privacy_from_dict(entry["budget"])
+        budget = privacy_from_config(entry["budget"], f"thresholds.groups[{index}].budget")
         if held is None or held.release_id != release_id or held.budget != budget:
             raise _FailedCheckError(
                 f"the threshold of group {entry['group']!r} has no reservation of "
@@ -538,7 +539,7 @@ def _optional_fraction(manifest: dict[str, object], dotted: str) -> Fraction | N
 def _budget(manifest: dict[str, object]) -> PureDP | ZCDP:
     value = _field(manifest, "privacy.budget")
     try:
-        return privacy_from_dict(value)
+        return privacy_from_config(value, "privacy.budget")
     except (ValueError, ZeroDivisionError):
         raise _FailedCheckError(
             f"the manifest's privacy.budget {value!r:.60} is not a budget"

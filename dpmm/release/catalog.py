@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dpmm.privacy.params import budget_text
 from dpmm.release.errors import ReleaseError
 from dpmm.release.tables import read_answers
 from dpmm.release.writer import MANIFEST_FORMAT, MANIFEST_NAME, release_versions
@@ -54,7 +55,6 @@ DIFF_FIELDS = (
     "privacy.budget",
     "reconstruction.method",
 )
-_SYMBOLS = {"pure": ("epsilon", "ε"), "zcdp": ("rho", "ρ")}
 
 
 @dataclass(frozen=True)
@@ -231,19 +231,6 @@ def diff_releases(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> Relea
         only_a=tuple(name for name in groups_a if name not in groups_b),
         only_b=tuple(name for name in groups_b if name not in groups_a),
     )
-
-
-def budget_text(budget: object) -> str:
-    """``"ε = 1/2"`` or ``"ρ = 1/8"`` for a budget's ``to_dict()`` form; ``"?"`` otherwise.
-
-    Example:
-        >>> budget_text({"kind": "zcdp", "rho": "1/8"})
-        'ρ = 1/8'
-    """
-    if isinstance(budget, dict) and budget.get("kind") in _SYMBOLS:
-        key, symbol = _SYMBOLS[budget["kind"]]
-        return f"{symbol} = {budget.get(key)}"
-    return "?"
 
 
 def text_table(

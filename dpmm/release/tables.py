@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dpmm.measure.record import FORMAT as MEASUREMENT_FORMAT
-from dpmm.measure.record import MeasurementRecord, privacy_from_dict, record_from_header
+from dpmm.measure.record import MeasurementRecord, record_from_header
 from dpmm.release.errors import ReleaseError
 
 __all__ = [
@@ -42,7 +42,6 @@ __all__ = [
     "HISTOGRAM_SCHEMA",
     "MEASUREMENT_METADATA_KEY",
     "AnswerColumns",
-    "privacy_from_dict",
     "read_answers",
     "read_histogram",
     "read_measurements",

@@ -22,15 +22,14 @@ for the exact 1-norm sensitivity the strategy reports.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg
 
-from dpmm.errors import DpmmError, TooLargeError, UnsupportedQueryError
+from dpmm.errors import DpmmError, TooLargeError
 from dpmm.linalg import DENSE_LIMIT, Dense, Identity, Kron, Matrix, VStack
 from dpmm.linalg.eigen_strategy import EigenStrategy
+from dpmm.linalg.spectral import COMMUTE_TOLERANCE, joint_eigenbasis
 from dpmm.privacy import PrivacyParameter
 from dpmm.strategy.eigen_profile import reduce_eigen_l1
 from dpmm.strategy.eigen_weights import (
@@ -47,7 +46,6 @@ __all__ = [
     "complete_factor",
     "eigen_design",
     "eigen_problem",
-    "joint_eigenbasis",
     "select_eigen",
 ]
 
@@ -55,8 +53,6 @@ __all__ = [
 IN_MEMORY_CELLS = 4_000_000
 #: Default cells per Dask chunk (80 MB of float64).
 CHUNK_CELLS = 10_000_000
-#: Relative tolerance for commuting Grams and for equal eigenvalues.
-COMMUTE_TOLERANCE = 1e-9
 #: Most updates per block when the separable solution only warm-starts per-cell weights.
 SEPARABLE_MAX_ITER = 2000
 #: Most sweeps of the separable coordinate descent over the attributes.
@@ -97,54 +93,6 @@ def _dense_gram(factor: Matrix) -> np.ndarray:
     if n * n > DENSE_LIMIT:
         raise TooLargeError(f"The eigen-design needs the {n:,} × {n:,} Gram of {factor!r}")
     return factor.gram().dense()
-
-
-def _split(values: np.ndarray, tolerance: float) -> list[np.ndarray]:
-    """Index groups of (ascending) values closer than ``tolerance`` to their neighbour."""
-    breaks = np.flatnonzero(np.diff(values) > tolerance) + 1
-    return np.split(np.arange(values.size), breaks)
-
-
-def joint_eigenbasis(grams: Sequence[np.ndarray]) -> np.ndarray:
-    """An orthonormal basis diagonalizing every (symmetric, pairwise commuting) Gram.
-
-    The first Gram's eigenspaces are refined by each next Gram in turn, so repeated
-    eigenvalues (identities, totals) never mix distinct joint eigenspaces.
-
-    Raises:
-        UnsupportedQueryError: two Grams do not commute.
-
-    Example:
-        >>> import numpy as np
-        >>> q = joint_eigenbasis([np.ones((3, 3)), np.eye(3)])
-        >>> bool(np.allclose(q.T @ np.ones((3, 3)) @ q, np.diag([0.0, 0.0, 3.0])))
-        True
-    """
-    n = grams[0].shape[0]
-    scales = [max(np.abs(g).max(initial=0.0), 1e-300) for g in grams]
-    for a in range(len(grams)):
-        for b in range(a + 1, len(grams)):
-            defect = np.abs(grams[a] @ grams[b] - grams[b] @ grams[a]).max(initial=0.0)
-            if defect > COMMUTE_TOLERANCE * n * scales[a] * scales[b]:
-                raise UnsupportedQueryError(
-                    "The eigen-design needs, per attribute, workload Grams that commute; "
-                    f"two of size {n} do not "
-                    f"(relative defect {defect / (scales[a] * scales[b]):.2g})"
-                )
-    basis = np.eye(n)
-    groups = [np.arange(n)]
-    for gram, scale in zip(grams, scales, strict=True):
-        refined = []
-        for group in groups:
-            if group.size == 1:
-                refined.append(group)
-                continue
-            block = basis[:, group]
-            values, rotation = scipy.linalg.eigh(block.T @ gram @ block, driver="evd")
-            basis[:, group] = block @ rotation
-            refined.extend(group[part] for part in _split(values, COMMUTE_TOLERANCE * n * scale))
-        groups = refined
-    return basis
 
 
 def eigen_problem(W: Matrix) -> EigenProblem:

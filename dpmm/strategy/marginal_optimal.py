@@ -35,7 +35,7 @@ import scipy.sparse as sp
 from dpmm.errors import ArgumentError, DpmmError, UnsupportedQueryError
 from dpmm.linalg import Identity, Marginal, Marginals, Matrix, Ones
 from dpmm.linalg.kron import kron_terms
-from dpmm.linalg.marginals import _submasks
+from dpmm.linalg.marginals import _submasks, members_mask
 from dpmm.linalg.residual_general import ResidualBlockStrategy
 from dpmm.linalg.residuals import DomainSizes
 from dpmm.privacy import PrivacyParameter
@@ -298,7 +298,7 @@ def _merge_weights(
         return workload
     scaled = dict(workload)
     for key, weight in weights.items():
-        mask = key if isinstance(key, int) else sum(1 << int(i) for i in key)
+        mask = key if isinstance(key, int) else members_mask(key)
         if mask not in workload:
             raise ArgumentError(f"weights names the attribute set {key!r}, which W does not hold")
         if not np.isfinite(weight) or weight < 0:

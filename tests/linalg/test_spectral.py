@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import scipy.linalg
 
+from dpmm.errors import UnsupportedQueryError
 from dpmm.linalg import AllRange, Dense, Identity, Kron, Ones, Prefix, VStack, Weighted, spectral
-from dpmm.linalg.spectral import nuclear_norm, row_gram, thin_svd
+from dpmm.linalg.spectral import joint_eigenbasis, nuclear_norm, row_gram, thin_svd
 
 
 def _factor_pool(rng):
@@ -39,6 +40,20 @@ def test_union_with_a_non_kron_block_uses_the_dense_path():
     W = VStack([Kron([Prefix(3), Identity(2)]), Dense(np.arange(12.0).reshape(2, 6))])
     expected = np.linalg.svd(W.dense(), compute_uv=False).sum()
     assert nuclear_norm(W) == pytest.approx(expected, rel=1e-9)
+
+
+def test_joint_eigenbasis_of_commuting_grams():
+    ones, eye = np.ones((4, 4)), np.eye(4)
+    mixed = 3 * eye + 2 * ones
+    basis = joint_eigenbasis([ones, eye, mixed])
+    for gram in (ones, eye, mixed):
+        rotated = basis.T @ gram @ basis
+        np.testing.assert_allclose(rotated, np.diag(np.diagonal(rotated)), atol=1e-12)
+
+
+def test_joint_eigenbasis_refuses_grams_that_do_not_commute():
+    with pytest.raises(UnsupportedQueryError, match="two of size 4 do not"):
+        joint_eigenbasis([Prefix(4).gram().dense(), AllRange(4).gram().dense()])
 
 
 def test_row_gram_is_w_w_transpose():

@@ -17,13 +17,19 @@ from dpmm.privacy.accounting import (
     laplace_scale,
     pure_to_approx,
     pure_to_zcdp,
-    zcdp_epsilon_standard,
     zcdp_to_approx,
 )
 
 # -- an independent evaluation of [CKS20, Corollary 13] in the original α form -------------
 
 CONTEXT = Context(prec=80)
+
+
+def _classic(rho, delta):
+    """The classic ``ε = ρ + 2·sqrt(ρ·log(1/δ))`` [BS16, Proposition 1.3], in 80-digit decimal."""
+    rho, delta = _dec(rho), _dec(delta)
+    with localcontext(CONTEXT):
+        return rho + 2 * CONTEXT.sqrt(rho * -CONTEXT.ln(delta))
 
 
 def _dec(value):
@@ -211,7 +217,7 @@ def test_zcdp_to_approx_is_verified_tighter_and_near_optimal(rho, delta):
     # The recorded ε reaches the requested δ, checked in 80-digit decimal.
     assert _log_cks_delta(rho, budget.epsilon) <= log_target
     # It is tighter than the classic bound ...
-    assert budget.epsilon < zcdp_epsilon_standard(ZCDP(rho), delta)
+    assert _dec(budget.epsilon) < _classic(rho, delta)
     # ... and within 1e-6 (relative) of the least ε: a slightly smaller ε does not suffice.
     assert _log_cks_delta(rho, budget.epsilon * (1 - Fraction(1, 10**6))) > log_target
 
@@ -228,15 +234,13 @@ def test_zcdp_to_approx_known_value():
     # ρ = 1/2, δ = 1e-6: Corollary 13 gives ε ≈ 5.2215, the classic bound ε ≈ 5.7565.
     budget = zcdp_to_approx(ZCDP("1/2"), "1e-6")
     assert float(budget.epsilon) == pytest.approx(5.2215344445, abs=1e-9)
-    assert float(zcdp_epsilon_standard(ZCDP("1/2"), "1e-6")) == pytest.approx(
-        0.5 + 2 * math.sqrt(0.5 * math.log(1e6)), rel=1e-14
-    )
+    assert float(_classic("1/2", "1e-6")) == pytest.approx(5.7565, abs=1e-4)
 
 
 def test_zcdp_to_approx_handles_extreme_rho():
     tiny = zcdp_to_approx(ZCDP("1e-60"), "1e-80")
     assert _log_cks_delta("1e-60", tiny.epsilon) <= CONTEXT.ln(Decimal("1e-80"))
-    assert tiny.epsilon < zcdp_epsilon_standard(ZCDP("1e-60"), "1e-80")
+    assert _dec(tiny.epsilon) < _classic("1e-60", "1e-80")
     huge = zcdp_to_approx(ZCDP("1e60"), "1e-6")
     assert Fraction(10**60) < huge.epsilon < Fraction(10**60) * (1 + Fraction(1, 10**9))
 
@@ -252,13 +256,6 @@ def test_a_tiny_rho_reaches_a_large_delta_at_the_smallest_epsilon():
 def test_zcdp_to_approx_refuses_a_bad_delta(delta):
     with pytest.raises(PrivacyParameterError, match="delta"):
         zcdp_to_approx(ZCDP(1), delta)
-
-
-def test_standard_bound_rounds_up():
-    bound = zcdp_epsilon_standard(ZCDP("1/2"), "1e-6")
-    exact = Decimal("0.5") + 2 * CONTEXT.sqrt(Decimal("0.5") * CONTEXT.ln(Decimal(10**6)))
-    assert _dec(bound) >= exact
-    assert _dec(bound) - exact < Decimal("1e-12")
 
 
 # -- calibration ---------------------------------------------------------------------------

@@ -13,7 +13,6 @@ from dpmm.linalg.eigen_strategy import EigenStrategy
 from dpmm.privacy import ZCDP, PureDP
 from dpmm.strategy.eigen import (
     eigen_design,
-    joint_eigenbasis,
     select_eigen,
     solve_eigen_design,
 )
@@ -129,15 +128,6 @@ def test_non_commuting_grams_are_refused() -> None:
     W = VStack([Kron([Prefix(4), Identity(3)]), Kron([AllRange(4), Identity(3)])])
     with pytest.raises(UnsupportedQueryError):
         eigen_design(W, GAUSS)
-
-
-def test_joint_eigenbasis_of_commuting_grams() -> None:
-    ones, eye = np.ones((4, 4)), np.eye(4)
-    mixed = 3 * eye + 2 * ones
-    basis = joint_eigenbasis([ones, eye, mixed])
-    for gram in (ones, eye, mixed):
-        rotated = basis.T @ gram @ basis
-        np.testing.assert_allclose(rotated, np.diag(np.diagonal(rotated)), atol=1e-12)
 
 
 def test_select_eigen_is_the_default_design() -> None:

@@ -2,9 +2,7 @@ from itertools import combinations
 
 import pytest
 
-from dpmm.cli import format_plan
-from dpmm.domain import Domain
-from dpmm.error import expected_error, identity_error
+from dpmm.error import expected_error
 from dpmm.errors import DpmmError, UnsupportedQueryError
 from dpmm.linalg import (
     AllRange,
@@ -18,12 +16,10 @@ from dpmm.linalg import (
     VStack,
     Weighted,
 )
-from dpmm.plan import plan_workload
 from dpmm.privacy import ZCDP, PureDP
 from dpmm.strategy import AUTO_CANDIDATES, METHODS, PROVEN_MARGINAL_OPTIMUM, select_strategy
 from dpmm.strategy.product import best_kron_strategy
 from dpmm.strategy.selection import ProvenOptimum, select
-from dpmm.workload import from_config, stack
 
 
 def _identity(W, privacy):
@@ -208,20 +204,3 @@ def test_identity_on_marginals_is_the_per_attribute_identity(W):
     assert expected_error(W, fast, ZCDP(1)) == pytest.approx(
         expected_error(W, general, ZCDP(1)), rel=1e-12
     )
-
-
-def test_plan_lists_identity_and_the_skipped_candidates_under_zcdp():
-    domain = Domain.from_dict({"a": 3, "b": 4, "c": 2})
-    groups = from_config([{"name": "pairs", "kind": "marginals", "k": 2}], domain)
-    report = plan_workload(groups, ZCDP(1), "auto", domain)
-    assert report.chosen_method == "marginal_optimal"
-    text = format_plan(report)
-    assert "candidates tried by 'auto':" in text
-    for name in AUTO_CANDIDATES:
-        assert name in text
-    assert "not tried: marginal_optimal is the proven optimum" in text
-    identity = next(c for c in report.candidates if c.method == "identity")
-    # Candidates are ranked by the continuous noise; the plan's figures state the discrete
-    # noise the release adds (a variance below σ² for σ² = 1/2).
-    assert identity.error == pytest.approx(identity_error(stack(groups), ZCDP(1)))
-    assert report.total.identity_error < identity.error
