@@ -18,6 +18,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from datetime import datetime
+from fractions import Fraction
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -158,38 +159,45 @@ def _server_text(home: Path) -> str:
         connection.close()
 
 
-def test_a_data_error_reaches_the_server_without_a_value_from_the_data(
-    server, tmp_path: Path
-) -> None:
-    import numpy as np
+def _cli_release(
+    folder: Path, env: dict, name: str, codes: object, budget: str
+) -> subprocess.CompletedProcess:
+    """``dpmm release`` of a prefix workload over ``codes`` (one attribute x of 16 values),
+    with a new ledger granting ``budget`` (``{epsilon: 1}`` or ``{rho: 1/8}``) twice."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    url, env, _ = server
-    codes = np.random.default_rng(8).integers(0, 16, 400)
-    codes[[5, 50, 60, 70, 80, 90, 99]] = 9135771  # 7 rows outside the domain
-    (tmp_path / "data").mkdir()
-    pq.write_table(pa.table({"x": codes}), tmp_path / "data" / "part.parquet")
-    config = tmp_path / "bad.yaml"
-    config.write_text(
-        "name: bad\ndomain: {x: 16}\nprivacy: {epsilon: 1}\n"
+    (folder / "data").mkdir()
+    pq.write_table(pa.table({"x": codes}), folder / "data" / "part.parquet")
+    (folder / f"{name}.yaml").write_text(
+        f"name: {name}\ndomain: {{x: 16}}\nprivacy: {budget}\n"
         "workload: [{name: cdf, kind: prefix, attribute: x}]\n"
         "strategy: {method: hierarchical}\ndata: {path: data}\nledger: {path: budget.db}\n"
     )
+    kind, amount = budget.strip("{}").split(": ")
     dpmm = [sys.executable, "-m", "dpmm"]
-    for args in (
-        ["ledger", "init", "budget.db"],
-        ["ledger", "grant", "budget.db", "bad", "--epsilon", "2"],
-    ):
-        assert subprocess.run([*dpmm, *args], cwd=tmp_path, env=env, timeout=60).returncode == 0
-    done = subprocess.run(
-        [*dpmm, "release", "bad.yaml"],
-        cwd=tmp_path,
+    grant = ["ledger", "grant", "budget.db", name, f"--{kind}", str(2 * Fraction(amount))]
+    for args in (["ledger", "init", "budget.db"], grant):
+        assert subprocess.run([*dpmm, *args], cwd=folder, env=env, timeout=60).returncode == 0
+    return subprocess.run(
+        [*dpmm, "release", f"{name}.yaml"],
+        cwd=folder,
         env=env,
         capture_output=True,
         text=True,
         timeout=300,
     )
+
+
+def test_a_data_error_reaches_the_server_without_a_value_from_the_data(
+    server, tmp_path: Path
+) -> None:
+    import numpy as np
+
+    url, env, _ = server
+    codes = np.random.default_rng(8).integers(0, 16, 400)
+    codes[[5, 50, 60, 70, 80, 90, 99]] = 9135771  # 7 rows outside the domain
+    done = _cli_release(tmp_path, env, "bad", codes, "{epsilon: 1}")
     assert done.returncode == 2
     # The operator's terminal has the count and the value, on the error's one line.
     assert done.stderr.splitlines()[-1].endswith("[7 rows, e.g. 9135771]"), done.stderr[-2000:]
@@ -211,39 +219,27 @@ def test_a_cli_release_logs_and_leaves_labelled_artifacts_and_no_data_value(
     rows are labelled and exact (as ``dpmm ledger show`` prints them); the release artifact
     gives the absolute folder; and nothing holds a count of the data."""
     import numpy as np
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
     url, env, _ = server
     codes = np.random.default_rng(9).integers(0, 16, 1_000_003, dtype=np.int8)
-    (tmp_path / "data").mkdir()
-    pq.write_table(pa.table({"x": codes}), tmp_path / "data" / "part.parquet")
-    (tmp_path / "good.yaml").write_text(
-        "name: good\ndomain: {x: 16}\nprivacy: {rho: 1/8}\n"
-        "workload: [{name: cdf, kind: prefix, attribute: x}]\n"
-        "strategy: {method: hierarchical}\ndata: {path: data}\nledger: {path: budget.db}\n"
-    )
-    dpmm = [sys.executable, "-m", "dpmm"]
-    for args in (
-        ["ledger", "init", "budget.db"],
-        ["ledger", "grant", "budget.db", "good", "--rho", "1/2"],
-        ["release", "good.yaml"],
-    ):
-        done = subprocess.run(
-            [*dpmm, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
+    done = _cli_release(tmp_path, env, "good", codes, "{rho: 1/8}")
+    assert done.returncode == 0, done.stderr[-2000:]
     every = _api(url, "/artifacts/filter", {})
-    progress = {a["description"]: a["data"] for a in every if a["type"] == "progress"}
+    artifacts = {a["key"]: a for a in every if a.get("key")}
+    run = artifacts["dpmm-release-good"]["flow_run_id"]
+    progress = {
+        a["description"]: a["data"]
+        for a in every
+        if a["type"] == "progress" and a["flow_run_id"] == run
+    }
     assert progress["Progress of stage ingest-histogram"] == 100.0
     assert progress["Progress of stage reconstruct"] == 100.0
-    artifacts = {a["key"]: a for a in every if a.get("key")}
     budget = json.loads(artifacts["dpmm-budget-good"]["data"])
     assert [row["budget"] for row in budget] == [
         "granted", "this release", "reserved", "spent", "remaining"
     ]  # fmt: skip
-    assert [row["exact"] for row in budget] == ["1/2", "1/8", "0", "1/8", "3/8"]
-    assert [row["decimal"] for row in budget] == ["0.5", "0.125", "0", "0.125", "0.375"]
+    assert [row["exact"] for row in budget] == ["1/4", "1/8", "0", "1/8", "1/8"]
+    assert [row["decimal"] for row in budget] == ["0.25", "0.125", "0", "0.125", "0.125"]
     folder = (tmp_path / "releases" / "good" / "v0001").resolve()
     assert str(folder) in artifacts["dpmm-release-good"]["data"]
     # The CLI run's log reached the server: stages with durations, strategy, errors, folder.
