@@ -8,6 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "ArgumentError",
+    "ClusterError",
     "ConfigError",
     "DomainError",
     "DpmmError",
@@ -26,6 +27,11 @@ class DpmmError(Exception):
 class ArgumentError(DpmmError, ValueError):
     """A library function was called with an argument it cannot take; the message names
     the argument."""
+
+
+class ClusterError(DpmmError, RuntimeError):
+    """The Dask cluster cannot run the release's work (it has had no worker for longer
+    than its scheduler waits); the message names the scheduler."""
 
 
 class ConfigError(DpmmError, ValueError):

@@ -17,6 +17,7 @@ import dask
 from dask.callbacks import Callback
 
 from dpmm.data.errors import DataError
+from dpmm.errors import ClusterError
 
 __all__ = ["Progress", "map_reduce"]
 
@@ -70,6 +71,7 @@ def map_reduce(
 
     Raises:
         Whatever a partition task raises (the first one to fail); other tasks are cancelled.
+        ClusterError: the cluster's scheduler gave a task up because it had no worker.
 
     Example:
         >>> map_reduce(lambda x: x * x, [1, 2, 3], lambda *r: sum(r))
@@ -112,10 +114,25 @@ def _distributed(
     try:
         for done, future in enumerate(pending, start=1):
             if future.status == "error":
-                future.result()  # raises the task's own exception
+                _raise_failure(future, client)
             del future
             if progress is not None:
                 progress(done, total)
         return root.result()
     finally:
         client.cancel([*pending.futures, root])
+
+
+def _raise_failure(future: Any, client: Any) -> None:
+    """Raise a failed partition task's own exception, or one sentence when the scheduler
+    gave the task up because no worker was left to run it (its ``no-workers-timeout``)."""
+    from distributed.scheduler import NoValidWorkerError, NoWorkerError
+
+    try:
+        future.result()
+    except (NoValidWorkerError, NoWorkerError):
+        address = client.scheduler.address if client.scheduler is not None else "?"
+        raise ClusterError(
+            f"the Dask cluster at {address} has had no worker for longer than its scheduler's "
+            "no-workers-timeout; nothing was measured: start workers and run the release again"
+        ) from None

@@ -177,3 +177,41 @@ def test_a_worker_killed_during_ingest_leaves_its_partitions_to_the_other(
         killer.join(RELEASE_TIMEOUT)
         assert killed.is_set(), "the release finished before a partition reached the victim"
         _check_released(tmp_path, release, truth)
+
+
+def test_a_cluster_left_without_workers_fails_in_one_sentence_and_gives_the_budget_back(
+    tmp_path: Path, data, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scheduler's no-workers-timeout bounds the wait: the release stops with one
+    sentence, nothing reserved or spent, and the run can be started again."""
+    from distributed import Client
+
+    monkeypatch.setenv("DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT", "5s")
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    port = address.rsplit(":", 1)[1]
+    argv = ["scheduler", "--host", "127.0.0.1", "--port", port, "--no-dashboard"]
+    scheduler = _start(*argv, log=tmp_path / "scheduler.log")
+    workers: list[subprocess.Popen] = []
+    try:
+        _add_workers(address, workers, 1, tmp_path)
+        folder, _ = data
+        release = _release(_config(tmp_path, folder, address))
+        with Client(address, timeout=60) as observer:
+            deadline = time.monotonic() + RELEASE_TIMEOUT
+            while time.monotonic() < deadline and release.poll() is None:
+                busy = [k for keys in observer.processing().values() for k in keys]
+                if any("dpmm-ingest-partition" in str(key) for key in busy):
+                    _kill(workers[0])
+                    break
+                time.sleep(0.005)
+        started = time.monotonic()
+        _, err = release.communicate(timeout=RELEASE_TIMEOUT)
+        assert release.returncode == 2, err[-2000:]
+        assert err.count("\n") == 1 and "has had no worker" in err, err[-2000:]
+        assert time.monotonic() - started < 120
+        with Ledger.open(tmp_path / "budget.db") as ledger:
+            balance = ledger.balance("cells")
+        assert balance.spent == 0 and balance.reserved == 0
+    finally:
+        for process in [*workers, scheduler]:
+            _kill(process)
