@@ -58,19 +58,26 @@ def _kill(process: subprocess.Popen) -> None:
     process.wait(timeout=30)
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[tuple[str, list[subprocess.Popen]]]:
-    """A scheduler and a way to add 1-thread workers (each with its nanny) to it."""
+@contextlib.contextmanager
+def _scheduler(logs: Path) -> Iterator[tuple[str, list[subprocess.Popen]]]:
+    """A scheduler, and the list its test adds 1-thread workers to (each with its nanny);
+    all of them are killed at the end."""
     address = f"tcp://127.0.0.1:{_free_port()}"
     port = address.rsplit(":", 1)[1]
     argv = ["scheduler", "--host", "127.0.0.1", "--port", port, "--no-dashboard"]
-    scheduler = _start(*argv, log=tmp_path / "scheduler.log")
+    scheduler = _start(*argv, log=logs / "scheduler.log")
     workers: list[subprocess.Popen] = []
     try:
         yield address, workers
     finally:
         for process in [*workers, scheduler]:
             _kill(process)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[str, list[subprocess.Popen]]]:
+    with _scheduler(tmp_path) as started:
+        yield started
 
 
 def _add_workers(address: str, workers: list[subprocess.Popen], count: int, logs: Path) -> None:
@@ -187,12 +194,7 @@ def test_a_cluster_left_without_workers_fails_in_one_sentence_and_gives_the_budg
     from distributed import Client
 
     monkeypatch.setenv("DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT", "5s")
-    address = f"tcp://127.0.0.1:{_free_port()}"
-    port = address.rsplit(":", 1)[1]
-    argv = ["scheduler", "--host", "127.0.0.1", "--port", port, "--no-dashboard"]
-    scheduler = _start(*argv, log=tmp_path / "scheduler.log")
-    workers: list[subprocess.Popen] = []
-    try:
+    with _scheduler(tmp_path) as (address, workers):
         _add_workers(address, workers, 1, tmp_path)
         folder, _ = data
         release = _release(_config(tmp_path, folder, address))
@@ -206,12 +208,9 @@ def test_a_cluster_left_without_workers_fails_in_one_sentence_and_gives_the_budg
                 time.sleep(0.005)
         started = time.monotonic()
         _, err = release.communicate(timeout=RELEASE_TIMEOUT)
-        assert release.returncode == 2, err[-2000:]
-        assert err.count("\n") == 1 and "has had no worker" in err, err[-2000:]
-        assert time.monotonic() - started < 120
-        with Ledger.open(tmp_path / "budget.db") as ledger:
-            balance = ledger.balance("cells")
-        assert balance.spent == 0 and balance.reserved == 0
-    finally:
-        for process in [*workers, scheduler]:
-            _kill(process)
+    assert release.returncode == 2, err[-2000:]
+    assert err.count("\n") == 1 and "has had no worker" in err, err[-2000:]
+    assert time.monotonic() - started < 120
+    with Ledger.open(tmp_path / "budget.db") as ledger:
+        balance = ledger.balance("cells")
+    assert balance.spent == 0 and balance.reserved == 0
