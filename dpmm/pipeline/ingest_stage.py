@@ -27,7 +27,7 @@ from dpmm.errors import ConfigError
 from dpmm.linalg import Marginals
 from dpmm.linalg.helmert_blocks import HelmertBlocks
 from dpmm.measure.tables import MarginalCounts, strategy_tables
-from dpmm.pipeline.persons import count_people, summed_attributes
+from dpmm.pipeline.persons import PersonCounts, count_people, summed_attributes
 from dpmm.pipeline.strategy_stage import VECTOR_LIMIT, ChosenStrategy
 from dpmm.workload.table_form import table_form
 
@@ -135,13 +135,7 @@ def count_input(
         counts = MarginalCounts(tuple(config.domain.shape), tables)
         return Counts(None, counts, counted.report, fingerprint, partitions)
     if config.data.person is not None:
-        people = count_people(
-            source,
-            config.domain,
-            summed=summed_attributes(config.workload),
-            client=client,
-            progress=progress,
-        )
+        people = _count_people(config, source, None, client, progress)
         return Counts(people.vector, None, people.report, fingerprint, partitions)
     counted = histogram(source, config.domain, client=client, progress=progress)
     vector = counted.counts
@@ -176,12 +170,20 @@ def count_tables(
     source = open_source(config.data) if source is None else source
     if config.data.person is None:
         return marginal_tables(source, config.domain, sets, client=client, progress=progress)
-    people = count_people(
-        source,
-        config.domain,
-        summed=summed_attributes(config.workload),
-        sets=sets,
-        client=client,
-        progress=progress,
-    )
+    people = _count_people(config, source, sets, client, progress)
     return MarginalTables(people.tables, people.report)
+
+
+def _count_people(
+    config: ReleaseConfig,
+    source: Source,
+    sets: Sequence[tuple[str, ...]] | None,
+    client: Any,
+    progress: Progress | None,
+) -> PersonCounts:
+    """The records combined per person (``data.person``): the vector (``sets`` None) or
+    the marginal tables over ``sets``."""
+    summed = summed_attributes(config.workload)
+    return count_people(
+        source, config.domain, summed=summed, sets=sets, client=client, progress=progress
+    )
