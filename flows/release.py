@@ -110,12 +110,6 @@ def _stages(cluster: DaskCluster) -> Callable[[str, Callable[..., Any]], Callabl
             logger.info("stage %s: started", name)
             started = time.perf_counter()
             terminal = sys.stderr.isatty()
-            steps = ExitStack()
-            if name in _STEPS:
-                kwargs["progress"] = steps.enter_context(_progress(name, _STEPS[name], terminal))
-            elif terminal:
-                sys.stderr.write(f"  {name} ...")
-                sys.stderr.flush()
             if name in _ON_CLUSTER:
                 # Submitted from this process, one Dask task per partition: no worker
                 # thread waits on other tasks (with one 1-thread worker that wait never
@@ -125,7 +119,14 @@ def _stages(cluster: DaskCluster) -> Callable[[str, Callable[..., Any]], Callabl
                     logger.info(
                         "stage %s: Dask dashboard at %s", name, cluster.client.dashboard_link
                     )
-            with steps:
+            if terminal and name not in _STEPS:
+                sys.stderr.write(f"  {name} ...")
+                sys.stderr.flush()
+            with ExitStack() as steps:
+                if name in _STEPS:
+                    kwargs["progress"] = steps.enter_context(
+                        _progress(name, _STEPS[name], terminal)
+                    )
                 result = task(function, name=name, cache_policy=NO_CACHE)(*args, **kwargs)
             seconds = time.perf_counter() - started
             logger.info("stage %s: done in %.1f s", name, seconds)
