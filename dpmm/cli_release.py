@@ -103,10 +103,14 @@ def _quiet_engines() -> None:
 def _run_flow(config_path: Path, from_measurements: str | None) -> Path:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.prefect_api import prefect_api_url
     from flows.release import release_flow  # Prefect is loaded only here
 
     _quiet_engines()  # after Prefect configured logging at import
-    return Path(release_flow(str(config_path), from_measurements))
+    with temporary_settings({PREFECT_API_URL: prefect_api_url()}):
+        return Path(release_flow(str(config_path), from_measurements))
 
 
 def _release(args: argparse.Namespace, out: TextIO) -> int:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 __all__ = [
     "ArgumentError",
-    "ClusterError",
     "ConfigError",
     "DomainError",
     "DpmmError",
+    "EngineError",
     "NotIntegerError",
     "PrivacyParameterError",
     "TooLargeError",
@@ -29,9 +29,10 @@ class ArgumentError(DpmmError, ValueError):
     the argument."""
 
 
-class ClusterError(DpmmError, RuntimeError):
-    """The Dask cluster cannot run the release's work (it has had no worker for longer
-    than its scheduler waits); the message names the scheduler."""
+class EngineError(DpmmError, RuntimeError):
+    """An engine a release runs on cannot run it: the Dask cluster has had no worker for
+    longer than its scheduler waits, or no Prefect server answers and none could be
+    started; the message names the scheduler or the server's address."""
 
 
 class ConfigError(DpmmError, ValueError):

@@ -54,6 +54,11 @@ class DaskCluster:
             self._client = self._resources.enter_context(Client(self._connect_to()))
         return self._client
 
+    @property
+    def dashboard_link(self) -> str | None:
+        """The Dask dashboard's address, if the cluster was started and serves one."""
+        return self._client.dashboard_link if self._client is not None else None
+
     def _connect_to(self) -> Any:
         settings = self.settings
         if settings.address is not None:

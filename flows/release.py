@@ -115,10 +115,8 @@ def _stages(cluster: DaskCluster) -> Callable[[str, Callable[..., Any]], Callabl
                 # thread waits on other tasks (with one 1-thread worker that wait never
                 # ended), and a lost worker's partitions are rescheduled.
                 kwargs["client"] = cluster.client
-                if cluster.client.dashboard_link:
-                    logger.info(
-                        "stage %s: Dask dashboard at %s", name, cluster.client.dashboard_link
-                    )
+                if cluster.dashboard_link:
+                    logger.info("stage %s: Dask dashboard at %s", name, cluster.dashboard_link)
             if terminal and name not in _STEPS:
                 sys.stderr.write(f"  {name} ...")
                 sys.stderr.flush()
@@ -164,7 +162,7 @@ def _budget_row(label: str, amount: Fraction) -> dict[str, str]:
     return {"budget": label, "exact": str(amount), "decimal": decimal_text(amount)}
 
 
-def _artifacts(config: ReleaseConfig, result: ReleaseResult) -> None:
+def _artifacts(config: ReleaseConfig, result: ReleaseResult, dashboard: str | None) -> None:
     folder = result.path.resolve()
     rows = [
         {
@@ -178,7 +176,8 @@ def _artifacts(config: ReleaseConfig, result: ReleaseResult) -> None:
     create_markdown_artifact(
         f"# Release `{config.name}`\n\nWritten to [`{folder}`]({folder.as_uri()}) "
         f"(strategy `{result.strategy.selected}`, reconstruction "
-        f"`{result.reconstruction.method}`).",
+        f"`{result.reconstruction.method}`)."
+        + (f" Its Dask cluster's dashboard was at <{dashboard}>." if dashboard else ""),
         key=f"dpmm-release-{config.name}".lower(),
         description=f"Where release {config.name} is",
     )
@@ -227,10 +226,11 @@ def release_flow(config_path: str, from_measurements: str | None = None) -> str:
                 result = rerun_post_processing(config, from_measurements, stage=stage)
             else:
                 result = run_release(config, stage=stage)
+            dashboard = cluster.dashboard_link
     except Exception as error:
         _failure_artifact(config, error)
         raise
-    _artifacts(config, result)
+    _artifacts(config, result, dashboard)
     logger = get_run_logger()
     logger.info(
         "strategy %s, reconstruction %s", result.strategy.selected, result.reconstruction.method

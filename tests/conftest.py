@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import shutil
+import signal
+import socket
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,6 +44,30 @@ def example_copy(name: str, folder: Path) -> Path:
     its decision under the config's release root, which must not be the repository."""
     shutil.copytree(ROOT / "config" / "examples", folder / "examples", dirs_exist_ok=True)
     return folder / "examples" / name
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Release runs report to a local Prefect server of the test session's own (its own
+    home and a free port), which the first of them starts: never the user's server or
+    Prefect home. Set before anything imports Prefect, which reads its settings then."""
+    home = Path(tempfile.mkdtemp(prefix="dpmm-tests-prefect-"))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    os.environ["PREFECT_HOME"] = str(home)
+    os.environ["PREFECT_SERVER_API_PORT"] = str(port)
+    os.environ.pop("PREFECT_API_URL", None)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop the session's Prefect server (what ``prefect server stop`` does) and remove its
+    home."""
+    home = Path(os.environ["PREFECT_HOME"])
+    pid_file = home / "server.pid"
+    if pid_file.exists():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid_file.read_text()), signal.SIGTERM)
+    shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True, scope="session")

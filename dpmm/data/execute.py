@@ -17,7 +17,7 @@ import dask
 from dask.callbacks import Callback
 
 from dpmm.data.errors import DataError
-from dpmm.errors import ClusterError
+from dpmm.errors import EngineError
 
 __all__ = ["Progress", "map_reduce"]
 
@@ -71,7 +71,7 @@ def map_reduce(
 
     Raises:
         Whatever a partition task raises (the first one to fail); other tasks are cancelled.
-        ClusterError: the cluster's scheduler gave a task up because it had no worker.
+        EngineError: the cluster's scheduler gave a task up because it had no worker.
 
     Example:
         >>> map_reduce(lambda x: x * x, [1, 2, 3], lambda *r: sum(r))
@@ -132,7 +132,7 @@ def _raise_failure(future: Any, client: Any) -> None:
         future.result()
     except (NoValidWorkerError, NoWorkerError):
         address = client.scheduler.address if client.scheduler is not None else "?"
-        raise ClusterError(
+        raise EngineError(
             f"the Dask cluster at {address} has had no worker for longer than its scheduler's "
             "no-workers-timeout; nothing was measured: start workers and run the release again"
         ) from None

@@ -242,6 +242,11 @@ def test_a_cli_release_logs_and_leaves_labelled_artifacts_and_no_data_value(
     assert [row["decimal"] for row in budget] == ["0.25", "0.125", "0", "0.125", "0.125"]
     folder = (tmp_path / "releases" / "good" / "v0001").resolve()
     assert str(folder) in artifacts["dpmm-release-good"]["data"]
+    assert "Dask cluster's dashboard was at <http://" in artifacts["dpmm-release-good"]["data"]
+    # The stages are task runs of the release's flow run itself.
+    body = {"flow_runs": {"id": {"any_": [run]}}}
+    stages = {t["name"].rsplit("-", 1)[0] for t in _api(url, "/task_runs/filter", body)}
+    assert {"reserve-budget", "ingest-histogram", "measure-strategy", "write-release"} <= stages
     # The CLI run's log reached the server: stages with durations, strategy, errors, folder.
     messages = [entry["message"] for entry in _api(url, "/logs/filter", {"limit": 200})]
     assert "stage ingest-histogram: started" in messages
