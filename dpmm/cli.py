@@ -46,6 +46,7 @@ from dpmm.privacy.ledger import Balance, Ledger, LedgerTampered
 from dpmm.privacy.ledger_schema import decimal_text
 from dpmm.privacy.params import KINDS, ZCDP, PureDP, budget_text
 from dpmm.release.catalog import text_table
+from dpmm.terminal_progress import terminal_bar
 
 __all__ = ["format_plan", "main"]
 
@@ -203,7 +204,9 @@ def _candidate_lines(report: PlanReport) -> list[str]:
 
 
 def _plan_command(args: argparse.Namespace, out: TextIO) -> int:
-    report = plan(load_config(args.config))
+    config = load_config(args.config)
+    with terminal_bar("selecting a strategy", "candidates") as bar:
+        report = plan(config, progress=bar)
     if args.json:
         out.write(json.dumps(report.to_dict(), indent=2, allow_nan=False) + "\n")
     else:

@@ -65,7 +65,7 @@ from dpmm.pipeline.strategy_stage import (
 )
 from dpmm.privacy import ZCDP, PureDP
 from dpmm.strategy import Candidate
-from dpmm.strategy.selection import Selection
+from dpmm.strategy.selection import Progress, Selection
 from dpmm.workload import WorkloadGroup, stack
 
 __all__ = ["GroupReport", "PlanReport", "plan"]
@@ -342,7 +342,7 @@ def _report(
     )
 
 
-def plan(config: ReleaseConfig) -> PlanReport:
+def plan(config: ReleaseConfig, *, progress: Progress | None = None) -> PlanReport:
     """Plan a release: its strategy and expected error per query group. Touches no data.
 
     The release's post-processing is run on a planned, data-free measurement
@@ -353,6 +353,8 @@ def plan(config: ReleaseConfig) -> PlanReport:
 
     Args:
         config: A configuration from :func:`dpmm.config.load_config`.
+        progress: Called as the strategy selection goes, with ``(candidates done,
+            candidates, the one being tried and the best so far)``.
 
     Raises:
         ConfigError: The configured strategy method cannot build a strategy for this
@@ -363,7 +365,7 @@ def plan(config: ReleaseConfig) -> PlanReport:
     groups = list(config.workload)
     privacy = config.measurement_privacy
     _log_selection(config.name, len(groups), stack(groups), config.domain, config.strategy_method)
-    found = select_for_config(config)
+    found = select_for_config(config, progress=progress)
     checked = preflight(config, found[0])
     errors = [
         math.fsum(np.square(group.standard_errors)) for group in checked.reconstruction.groups

@@ -31,8 +31,6 @@ from prefect.artifacts import (
     update_progress_artifact,
 )
 from prefect.cache_policies import NO_CACHE
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dpmm.config import ReleaseConfig, load_config
 from dpmm.errors import DpmmError
@@ -45,6 +43,7 @@ from dpmm.pipeline import (
 from dpmm.pipeline.threshold_stage import COUNT_STAGE
 from dpmm.privacy.ledger_schema import decimal_text
 from dpmm.privacy.params import PureDP
+from dpmm.terminal_progress import terminal_bar
 from flows.cluster import DaskCluster
 from flows.crashed_runs import mark_crashed_runs
 
@@ -56,31 +55,23 @@ _ON_CLUSTER = frozenset({"ingest-histogram", COUNT_STAGE})
 
 
 @contextmanager
-def _progress(stage: str, unit: str, terminal: bool) -> Iterator[Callable[..., None]]:
+def _progress(stage: str, unit: str, logged: bool) -> Iterator[Callable[..., None]]:
     """``progress(done, total[, what])`` for a stage: a rich bar naming the stage on the
-    operator's terminal, and a Prefect progress artifact in steps of 10 % (a share of the
-    stage's steps only, nothing read from the data)."""
+    operator's terminal, a Prefect progress artifact in steps of 10 % (a share of the
+    stage's steps only, nothing read from the data), and with ``logged`` each new
+    ``what`` in the flow's log (the candidate strategy being tried and the best so far)."""
     artifact = create_progress_artifact(0.0, description=f"Progress of stage {stage}")
-    shown = 0
-    with ExitStack() as stack:
-        bar = None
-        if terminal:
-            bar = stack.enter_context(
-                Progress(
-                    TextColumn(f"  {stage}"),
-                    BarColumn(),
-                    MofNCompleteColumn(),
-                    TextColumn(f"{unit} {{task.description}}"),
-                    TimeElapsedColumn(),
-                    console=Console(stderr=True),
-                )
-            )
-            task_id = bar.add_task("", total=None)
+    logger = get_run_logger()
+    shown, said = 0, ""
+    with terminal_bar(stage, unit) as bar:
 
         def show(done: int, total: int, what: str = "") -> None:
-            nonlocal shown
+            nonlocal shown, said
             if bar is not None:
-                bar.update(task_id, completed=done, total=total, description=what)
+                bar(done, total, what)
+            if logged and what and what != said:
+                logger.info("stage %s: %s", stage, what)
+                said = what
             percent = 100 * done // max(total, 1)
             if percent >= shown + 10 or (done >= total and shown < 100):
                 update_progress_artifact(artifact, float(percent))
@@ -95,9 +86,12 @@ def _progress(stage: str, unit: str, terminal: bool) -> Iterator[Callable[..., N
 _STEPS = {
     "ingest-histogram": "files",
     COUNT_STAGE: "files",
+    "plan-strategy": "candidates",
     "select-strategy": "candidates",
     "reconstruct": "steps",
 }
+#: Stages whose every step goes in the flow's log (a handful, each worth knowing).
+_LOGGED_STEPS = frozenset({"plan-strategy", "select-strategy"})
 
 
 def _stages(cluster: DaskCluster) -> Callable[[str, Callable[..., Any]], Callable[..., Any]]:
@@ -123,7 +117,7 @@ def _stages(cluster: DaskCluster) -> Callable[[str, Callable[..., Any]], Callabl
             with ExitStack() as steps:
                 if name in _STEPS:
                     kwargs["progress"] = steps.enter_context(
-                        _progress(name, _STEPS[name], terminal)
+                        _progress(name, _STEPS[name], name in _LOGGED_STEPS)
                     )
                 result = task(function, name=name, cache_policy=NO_CACHE)(*args, **kwargs)
             seconds = time.perf_counter() - started

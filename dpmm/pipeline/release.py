@@ -55,6 +55,7 @@ from dpmm.pipeline.threshold_stage import (
 from dpmm.pipeline.write_stage import ReleaseInput, build_manifest, write_release
 from dpmm.privacy.ledger import Ledger
 from dpmm.release import load_manifest, read_measurements
+from dpmm.strategy.selection import Progress
 
 __all__ = ["MEASUREMENT_ID", "ReleaseResult", "Stage", "open_ledger", "run_release"]
 
@@ -165,6 +166,13 @@ def _measurement(
     return stage("measure-strategy", _measure_counts)(config, strategy, counts, run, ledger, rng)
 
 
+def _checked_plan(config: ReleaseConfig, progress: Progress | None = None) -> None:
+    """The plan's decision (made now, candidate by candidate, if the config was never
+    planned), checked end to end without data before anything is reserved (for a config
+    with private thresholds: at the bound its plan assumes)."""
+    preflight(config, choose_strategy(config, progress=progress))
+
+
 def _record_ingest(run: ReleaseRun, counts: Counts, ledger: Ledger) -> None:
     """Keep what the release states about its input in the run state: the fingerprint,
     keyed with the ledger's secret (file sizes cannot be read back from it), and how it
@@ -210,9 +218,7 @@ def run_release(
     check_countable(config)
     ledger = open_ledger(config)
     try:
-        # The plan's decision, checked end to end without data before anything is reserved
-        # (for a config with private thresholds: at the bound its plan assumes).
-        preflight(config, choose_strategy(config))
+        stage("plan-strategy", _checked_plan)(config)
         run = stage("reserve-budget", open_run)(config, ledger)
         try:
             if config.private_thresholds:

@@ -5,8 +5,9 @@
 * ``OPT_⊗`` — a Kron of per-attribute factors, each the best of Identity, Total,
   Identity+Total and a p-Identity fitted to the attribute's weighted Gram, by
   block-coordinate sweeps over the attributes (:mod:`dpmm.strategy.kron_template`).
-* ``OPT_M`` — weighted marginals (:mod:`dpmm.strategy.weighted_marginals`),
-  for workloads in the marginal algebra.
+* ``OPT_M`` — weighted marginals (:mod:`dpmm.strategy.weighted_marginals`), fitted
+  to the workload's closest Gram in the marginal algebra (HDMM's marginals
+  approximation; exact for unions of marginals).
 * ``OPT_+`` — one Kron strategy per part of a union with the budget split
   between them (:mod:`dpmm.strategy.union`).
 
@@ -19,7 +20,6 @@ from __future__ import annotations
 from dpmm.linalg import Matrix
 from dpmm.privacy import PrivacyParameter
 from dpmm.strategy.kron_template import select_kron_template
-from dpmm.strategy.marginal_optimal import workload_marginals
 from dpmm.strategy.selection import select
 from dpmm.strategy.union import select_union
 from dpmm.strategy.weighted_marginals import select_marginal_weights
@@ -27,15 +27,10 @@ from dpmm.strategy.weighted_marginals import select_marginal_weights
 __all__ = ["TEMPLATES", "select_hdmm"]
 
 
-def _marginal_template(W: Matrix, privacy: PrivacyParameter) -> Matrix:
-    workload_marginals(W)  # OPT_M applies to a union of marginals only: raises otherwise
-    return select_marginal_weights(W, privacy)
-
-
 #: HDMM's templates by the name ``auto`` and ``dpmm plan`` report them under.
 TEMPLATES = {
     "hdmm_kron": select_kron_template,
-    "hdmm_marginals": _marginal_template,
+    "hdmm_marginals": select_marginal_weights,
     "hdmm_union": select_union,
 }
 

@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from dpmm.errors import ArgumentError, DpmmError, UnsupportedQueryError
-from dpmm.linalg import Identity, Marginal, Marginals, Matrix, Ones
+from dpmm.errors import ArgumentError, DpmmError, TooLargeError, UnsupportedQueryError
+from dpmm.linalg import Identity, Marginal, Marginals, Matrix, Ones, VStack
 from dpmm.linalg.kron import kron_terms
 from dpmm.linalg.marginals import _submasks, members_mask
 from dpmm.linalg.residual_general import ResidualBlockStrategy
@@ -45,6 +45,7 @@ __all__ = [
     "cell_variances",
     "check_gaussian",
     "marginal_optimal",
+    "marginal_projection",
     "max_variance_optimum",
     "max_variance_split",
     "sum_variance_optimum",
@@ -87,26 +88,34 @@ class MarginalOptimum:
 
 
 def workload_marginals(
-    W: Matrix, *, repeated_totals: bool = False
+    W: Matrix, *, repeated_totals: bool = False, approximate: bool = False
 ) -> tuple[tuple[int, ...], dict[int, float]]:
     """W as ``(attribute sizes, {mask: u_a})`` with ``WᵀW = Σ_a u_a C(a)``.
 
     ``u_a`` is the squared weight of marginal a, summed over its repeats. Accepts
     :class:`Marginals`, :class:`Marginal`, or a (weighted) stack of Kron products whose
-    factors are ``Identity(n)`` or the ``1 × n`` total ``Ones(1, n)``.
+    factors are ``Identity(n)``, the ``1 × n`` total ``Ones(1, n)``, or a stack of those
+    (``[Identity; Total]``): the factors whose Gram is ``α I + β J``.
 
     Args:
         W: the workload.
         repeated_totals: also accept ``m × n`` Ones factors (m copies of the total: they
             multiply ``u_a`` by m).
+        approximate: accept any union of Kron products, each other factor replaced by the
+            closest Gram in the algebra (:func:`marginal_projection`): HDMM's marginals
+            approximation, whose strategies are then judged by their error on W itself.
 
     Raises:
-        UnsupportedQueryError: W has another query.
+        UnsupportedQueryError: W has another query (and ``approximate`` is False).
+        TooLargeError: with ``approximate``, a product has so many factors outside the
+            algebra that its expansion would exceed :data:`MAX_EXPANDED_SETS` sets.
 
     Example:
         >>> from dpmm.linalg import Kron, VStack
         >>> workload_marginals(VStack([Kron([Identity(2), Ones(1, 3)]), Marginal((2, 3), [1])]))
         ((2, 3), {1: 1.0, 2: 1.0})
+        >>> workload_marginals(Kron([VStack([Identity(2), Ones(1, 2)]), Identity(3)]))
+        ((2, 3), {3: 1.0, 2: 1.0})
     """
     if isinstance(W, Marginals):
         return W.domain_shape, {mask: w * w for mask, w in W.weights.items()}
@@ -116,19 +125,71 @@ def workload_marginals(
     shape = tuple(int(factor.shape[1]) for factor in terms[0].factors)
     squared: dict[int, float] = {}
     for term in terms:
-        mask, scale = 0, term.weight**2
+        parts = {0: term.weight**2}  # the product's expansion so far: {mask: coefficient}
         for i, factor in enumerate(term.factors):
-            if isinstance(factor, Identity):
-                mask |= 1 << i
-            elif isinstance(factor, Ones) and (repeated_totals or factor.shape[0] == 1):
-                scale *= factor.shape[0]  # (1_m 1ᵀ)ᵀ(1_m 1ᵀ) = m J
-            else:
-                raise UnsupportedQueryError(
-                    f"{W!r} is not a union of marginals: it has the factor {factor!r} (only "
-                    f"identities and {'' if repeated_totals else '1×n '}totals are marginals)"
+            inside, outside = _algebra_gram(factor, repeated_totals, approximate, W)
+            expanded: dict[int, float] = {}
+            for mask, coefficient in parts.items():
+                if inside:
+                    expanded[mask | 1 << i] = coefficient * inside
+                if outside:
+                    expanded[mask] = expanded.get(mask, 0.0) + coefficient * outside
+            if len(expanded) > MAX_EXPANDED_SETS:
+                raise TooLargeError(
+                    f"The marginals approximation of {W!r} expands one product into more "
+                    f"than {MAX_EXPANDED_SETS:,} marginal tables"
                 )
-        squared[mask] = squared.get(mask, 0.0) + scale
+            parts = expanded
+        for mask, coefficient in parts.items():
+            squared[mask] = squared.get(mask, 0.0) + coefficient
     return shape, squared
+
+
+#: Most marginal tables one product of a workload may expand into under the marginals
+#: approximation (2^16: sixteen factors outside the algebra).
+MAX_EXPANDED_SETS = 1 << 16
+
+
+def _algebra_gram(
+    factor: Matrix, repeated_totals: bool, approximate: bool, W: Matrix
+) -> tuple[float, float]:
+    """``(α, β)`` with ``factorᵀfactor = α I + β J``, exactly or (``approximate``) closest."""
+    if isinstance(factor, Identity):
+        return 1.0, 0.0
+    if isinstance(factor, Ones) and (repeated_totals or factor.shape[0] == 1):
+        return 0.0, float(factor.shape[0])  # (1_m 1ᵀ)ᵀ(1_m 1ᵀ) = m J
+    if isinstance(factor, VStack) and all(isinstance(b, Identity | Ones) for b in factor.blocks):
+        grams = [_algebra_gram(block, True, False, W) for block in factor.blocks]
+        return sum(g[0] for g in grams), sum(g[1] for g in grams)
+    if approximate:
+        return marginal_projection(factor)
+    raise UnsupportedQueryError(
+        f"{W!r} is not a union of marginals: it has the factor {factor!r} (only "
+        f"identities and {'' if repeated_totals else '1×n '}totals are marginals)"
+    )
+
+
+def marginal_projection(factor: Matrix) -> tuple[float, float]:
+    """``(α, β)`` of the Gram ``α I + β J`` closest to ``G = factorᵀfactor`` (Frobenius).
+
+    HDMM's marginals approximation (McKenna et al., PVLDB 2018, §6.2): with ``t = tr G``
+    and ``s = 1ᵀG1`` over n columns, ``α = (n t − s) / (n (n − 1))`` and
+    ``β = (s − t) / (n (n − 1))``; both are ≥ 0 for a PSD G (``s ≤ n λ_max ≤ n t``), and
+    ``α = 0`` only for ``G = β J``, so a strategy that answers the projection answers G.
+
+    Example:
+        >>> from dpmm.linalg import Prefix
+        >>> [round(v, 6) for v in marginal_projection(Prefix(3))]   # Gram [[3,2,1],[2,2,1],[1,1,1]]
+        [0.666667, 1.333333]
+    """
+    n = factor.shape[1]
+    gram = factor.gram()
+    trace, total = float(gram.trace()), float(gram.entry_sum())
+    if n == 1:
+        return trace, 0.0
+    inside = max(0.0, (n * trace - total) / (n * (n - 1)))
+    outside = max(0.0, (total - trace) / (n * (n - 1)))
+    return inside, outside
 
 
 def _down_closure(workload: Mapping[int, float], sizes: DomainSizes) -> list[int]:

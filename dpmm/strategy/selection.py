@@ -108,6 +108,14 @@ def _best(candidates: Sequence[Candidate]) -> Candidate | None:
     return chosen
 
 
+def _trying(name: str, best: Candidate | None, W: Matrix) -> str:
+    """What a progress report says: the candidate being tried and the best so far."""
+    if best is None or best.error is None:
+        return name
+    rmse = math.sqrt(best.error / max(W.shape[0], 1))
+    return f"{name}, best so far {best.method} (RMSE {rmse:.4g})"
+
+
 def _log(candidate: Candidate) -> None:
     logger.info(
         "strategy candidate %s: %s in %.2f s",
@@ -130,7 +138,8 @@ def select(
 
     The first name is the fallback every other candidate must beat (ties keep the
     earlier); it must apply, so a selection always has a strategy. ``progress`` is
-    called with ``(candidates done, total, next candidate's name)``.
+    called with ``(candidates done, total, what)``: the next candidate's name and the
+    best so far with its expected RMSE per query, and at the end the chosen one's name.
 
     With ``proven``, that candidate runs first and, if it applies, only the first name
     runs after it (so the record still shows the baseline's error); every other name is
@@ -154,10 +163,10 @@ def select(
             return _settled(W, privacy, methods, order, proven, optimum, progress)
         logger.info("the proven optimum %s does not apply: trying every candidate", proven.method)
         done[proven.method] = optimum
-    candidates = []
+    candidates: list[Candidate] = []
     for count, name in enumerate(order):
         if progress is not None:
-            progress(count, len(order), name)
+            progress(count, len(order), _trying(name, _best(candidates), W))
         candidate = done.get(name) or _attempt(name, methods[name], W, privacy)
         candidates.append(candidate)
         _log(candidate)
@@ -187,7 +196,7 @@ def _settled(
     baseline = order[0]
     if baseline != proven.method:
         if progress is not None:
-            progress(1, 2, baseline)
+            progress(1, 2, _trying(baseline, optimum, W))
         tried[baseline] = _attempt(baseline, methods[baseline], W, privacy)
         _log(tried[baseline])
     candidates = tuple(

@@ -185,7 +185,10 @@ def optimize_marginal_weights(
     workload's tables into larger tables are more (:mod:`~dpmm.strategy.marginal_designs`).
 
     Args:
-        W: A workload of marginal tables (a union of Kron products of Identity and Ones).
+        W: A union of Kron products. Factors other than Identity and Ones enter through
+            HDMM's marginals approximation (:func:`~dpmm.strategy.marginal_optimal.
+            marginal_projection`): the loss is then the approximation's, and the
+            strategy's exact error on W is what selection compares.
         norm: The sensitivity norm: 1 (Laplace) or 2 (Gaussian).
         restarts: Random starts (weights uniform on [0, 1]); the best end point is kept.
         rng: Random generator for the starts (a fresh OS-seeded one when None).
@@ -196,7 +199,7 @@ def optimize_marginal_weights(
 
     Raises:
         ArgumentError: a bad norm or number of restarts.
-        UnsupportedQueryError: W is not a workload of marginal tables.
+        UnsupportedQueryError: W has no non-zero query.
         TooLargeError: W reads more than :data:`MAX_ATTRIBUTES` attributes.
 
     Example:
@@ -210,7 +213,7 @@ def optimize_marginal_weights(
     if norm not in (1, 2) or isinstance(norm, bool):
         raise ArgumentError(f"The strategy's sensitivity norm must be 1 or 2, got {norm!r}")
     restarts = check_restarts(restarts)
-    shape, coefficients = workload_marginals(W, repeated_totals=True)
+    shape, coefficients = workload_marginals(W, repeated_totals=True, approximate=True)
     coefficients = {mask: u for mask, u in coefficients.items() if u}
     template = MarginalWeightsTemplate(shape, coefficients, int(norm))
     uniform = np.full(1 << template.bits, WEIGHT_FLOOR)
@@ -244,10 +247,10 @@ def optimize_marginal_weights(
 
 
 def select_marginal_weights(W: Matrix, privacy: PrivacyParameter) -> Marginals:
-    """OPT_M for a marginal workload W under ``privacy`` (its norm), three restarts.
+    """OPT_M for W (through the marginals approximation) under ``privacy``, three restarts.
 
     Raises:
-        UnsupportedQueryError: W is not a workload of marginal tables.
+        UnsupportedQueryError: W has no non-zero query.
         TooLargeError: W reads more than :data:`MAX_ATTRIBUTES` attributes.
     """
     strategy, _ = optimize_marginal_weights(W, norm=privacy.norm)

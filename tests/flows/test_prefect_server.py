@@ -95,15 +95,26 @@ def _prefect(env: dict, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_deployments_register_list_and_get_scheduled_runs(server) -> None:
+@pytest.fixture(scope="module")
+def deployed(server, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict, Path]:
+    """deploy/prefect.yaml registered as its README says (``prefect deploy --all``), with
+    its worker's checkout folder set to this one, as the file says to change it."""
     url, env, log = server
-    deployments = yaml.safe_load(PREFECT_FILE.read_text())["deployments"]
-    pools = {d["work_pool"]["name"] for d in deployments}
-    for pool in pools:
+    project = yaml.safe_load(PREFECT_FILE.read_text())
+    (step,) = project["pull"]
+    step["prefect.deployments.steps.set_working_directory"]["directory"] = str(ROOT)
+    prefect_file = tmp_path_factory.mktemp("deploy") / "prefect.yaml"
+    prefect_file.write_text(yaml.safe_dump(project, sort_keys=False))
+    for pool in {d["work_pool"]["name"] for d in project["deployments"]}:
         done = _prefect(env, "work-pool", "create", pool, "--type", "process")
         assert done.returncode == 0, done.stderr[-2000:]
-    done = _prefect(env, "--no-prompt", "deploy", "--all", "--prefect-file", str(PREFECT_FILE))
+    done = _prefect(env, "--no-prompt", "deploy", "--all", "--prefect-file", str(prefect_file))
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    return url, env, log
+
+
+def test_deployments_register_list_and_get_scheduled_runs(deployed) -> None:
+    url, env, log = deployed
     done = _prefect(env, "deployment", "ls")
     assert done.returncode == 0, done.stderr[-2000:]
     assert "census-monthly" in done.stdout and "audit" in done.stdout
@@ -159,11 +170,9 @@ def _server_text(home: Path) -> str:
         connection.close()
 
 
-def _cli_release(
-    folder: Path, env: dict, name: str, codes: object, budget: str
-) -> subprocess.CompletedProcess:
-    """``dpmm release`` of a prefix workload over ``codes`` (one attribute x of 16 values),
-    with a new ledger granting ``budget`` (``{epsilon: 1}`` or ``{rho: 1/8}``) twice."""
+def _release_files(folder: Path, env: dict, name: str, codes: object, budget: str) -> Path:
+    """The config of a prefix workload over ``codes`` (one attribute x of 16 values), its
+    data, and a new ledger granting ``budget`` (``{epsilon: 1}`` or ``{rho: 1/8}``) twice."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -179,8 +188,16 @@ def _cli_release(
     grant = ["ledger", "grant", "budget.db", name, f"--{kind}", str(2 * Fraction(amount))]
     for args in (["ledger", "init", "budget.db"], grant):
         assert subprocess.run([*dpmm, *args], cwd=folder, env=env, timeout=60).returncode == 0
+    return folder / f"{name}.yaml"
+
+
+def _cli_release(
+    folder: Path, env: dict, name: str, codes: object, budget: str
+) -> subprocess.CompletedProcess:
+    """``dpmm release`` of :func:`_release_files`' config."""
+    config = _release_files(folder, env, name, codes, budget)
     return subprocess.run(
-        [*dpmm, "release", f"{name}.yaml"],
+        [sys.executable, "-m", "dpmm", "release", config.name],
         cwd=folder,
         env=env,
         capture_output=True,
@@ -251,8 +268,36 @@ def test_a_cli_release_logs_and_leaves_labelled_artifacts_and_no_data_value(
     messages = [entry["message"] for entry in _api(url, "/logs/filter", {"limit": 200})]
     assert "stage ingest-histogram: started" in messages
     assert any(m.startswith("stage write-release: done in ") for m in messages)
+    assert "stage plan-strategy: hierarchical" in messages  # the candidate being tried
     assert "strategy hierarchical, reconstruction least_squares" in messages
     assert any(m.startswith("group cdf: expected RMSE ") for m in messages)
     assert f"release written to {folder}" in messages
     stored = _server_text(Path(env["PREFECT_HOME"]))
     assert "1000003" not in stored and "1,000,003" not in stored  # the row count
+
+
+def test_a_deployment_run_completes_on_a_worker_and_leaves_its_artifacts(
+    deployed, tmp_path: Path
+) -> None:
+    """The monthly deployment, run now on the documented worker, with its config pointed
+    at a small dataset: the run completes and its artifacts are on the server."""
+    import numpy as np
+
+    url, env, _ = deployed
+    codes = np.random.default_rng(10).integers(0, 16, 5_000)
+    config = _release_files(tmp_path, env, "deployed", codes, "{epsilon: 1}")
+    run = _prefect(
+        env, "deployment", "run", "dpmm-release/census-monthly", "--param", f"config_path={config}"
+    )
+    assert run.returncode == 0, (run.stdout + run.stderr)[-2000:]
+    worker = _prefect(env, "worker", "start", "--pool", "dpmm-process", "--run-once")
+    assert worker.returncode == 0, (worker.stdout + worker.stderr)[-3000:]
+    runs = _api(url, "/flow_runs/filter", {"sort": "START_TIME_DESC"})
+    (flow_run,) = [r for r in runs if r["parameters"].get("config_path") == str(config)]
+    assert flow_run["state_type"] == "COMPLETED", (worker.stdout + worker.stderr)[-3000:]
+    body = {"artifacts": {"flow_run_id": {"any_": [flow_run["id"]]}}}
+    artifacts = {a["key"]: a for a in _api(url, "/artifacts/filter", body) if a.get("key")}
+    folder = (tmp_path / "releases" / "deployed" / "v0001").resolve()
+    assert str(folder) in artifacts["dpmm-release-deployed"]["data"]
+    budget = json.loads(artifacts["dpmm-budget-deployed"]["data"])
+    assert [row["exact"] for row in budget] == ["2", "1", "0", "1", "1"]

@@ -140,7 +140,9 @@ def test_theta_is_persisted_before_the_strategy_is_selected(tmp_path, people) ->
         return run
 
     result = run_release(config, stage=stage, rng=np.random.default_rng(3))
-    assert order[:4] == ["reserve-budget", COUNT_STAGE, THRESHOLD_STAGE, "select-strategy"]
+    assert order[:5] == [
+        "plan-strategy", "reserve-budget", COUNT_STAGE, THRESHOLD_STAGE, "select-strategy"
+    ]  # fmt: skip
     assert seen["threshold"] == result.manifest["thresholds"]["groups"][0]["threshold"]
     assert seen["spec"]["truncation"]["threshold"] == seen["threshold"]
 

@@ -13,7 +13,14 @@ def test_auto_reports_every_candidate_then_the_choice() -> None:
         Kron([Prefix(8), Identity(2)]), "auto", PureDP(1), progress=lambda *a: calls.append(a)
     )
     total = len(AUTO_CANDIDATES)
-    assert calls[:-1] == [(i, total, name) for i, name in enumerate(AUTO_CANDIDATES)]
+    assert [(done, of) for done, of, _ in calls] == [(i, total) for i in range(total + 1)]
+    # Each report names the candidate being tried, then the best so far with its RMSE.
+    assert calls[0][2] == AUTO_CANDIDATES[0]
+    identity = selection.candidates[0]
+    rmse = (identity.error / 16) ** 0.5
+    assert calls[1][2] == f"{AUTO_CANDIDATES[1]}, best so far identity (RMSE {rmse:.4g})"
+    for (_, _, what), name in zip(calls[2:-1], AUTO_CANDIDATES[2:], strict=True):
+        assert what.startswith(f"{name}, best so far ")
     assert calls[-1] == (total, total, selection.chosen.method)
 
 

@@ -136,11 +136,11 @@ def test_auto_under_zcdp_tries_every_candidate_beyond_marginals():
 def test_auto_reports_progress_for_the_two_methods_it_runs():
     calls = []
     selection = select_strategy(_pairs(), "auto", ZCDP(1), progress=lambda *a: calls.append(a))
-    assert calls == [
-        (0, 2, "marginal_optimal"),
-        (1, 2, "identity"),
-        (2, 2, selection.chosen.method),
-    ]
+    assert calls[0] == (0, 2, "marginal_optimal")
+    assert calls[1][:2] == (1, 2) and calls[1][2].startswith(
+        "identity, best so far marginal_optimal"
+    )
+    assert calls[2] == (2, 2, selection.chosen.method)
 
 
 def _counting(method, calls, name):

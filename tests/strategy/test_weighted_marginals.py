@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from dpmm.error import expected_error
-from dpmm.errors import ArgumentError, TooLargeError, UnsupportedQueryError
-from dpmm.linalg import AllRange, Identity, Kron, Marginals, Ones, VStack, Weighted
+from dpmm.errors import ArgumentError, TooLargeError
+from dpmm.linalg import AllRange, Identity, Kron, Marginals, Ones, Prefix, VStack, Weighted
 from dpmm.privacy import ZCDP, PureDP
-from dpmm.strategy.marginal_optimal import workload_marginals
+from dpmm.strategy.marginal_optimal import marginal_projection, workload_marginals
 from dpmm.strategy.weighted_marginals import (
     MarginalWeightsTemplate,
     optimize_marginal_weights,
@@ -92,9 +92,28 @@ def test_select_uses_the_privacy_norm():
     assert expected_error(W, A, ZCDP(1)) <= expected_error(W, W, ZCDP(1)) * (1 + 1e-9)
 
 
+@pytest.mark.parametrize("norm", [1, 2])
+def test_other_factors_enter_through_the_closest_marginal_workload(norm: int) -> None:
+    """HDMM's marginals approximation: the loss is the projected workload's error, and the
+    strategy answers the true workload, better than the unit-weight tables it reads."""
+    W = VStack([Kron([Prefix(8), Identity(3)]), Kron([Ones(1, 8), AllRange(3)])])
+    A, loss = optimize_marginal_weights(W, norm=norm, rng=np.random.default_rng(3))
+    prefix, ranges = marginal_projection(Prefix(8)), marginal_projection(AllRange(3))
+    projected = Marginals(
+        (8, 3),
+        {
+            (0, 1): float(np.sqrt(prefix[0])),
+            (1,): float(np.sqrt(prefix[1] + ranges[0])),
+            (): float(np.sqrt(ranges[1])),
+        },
+    )
+    privacy, variance = (ZCDP(0.5), 1) if norm == 2 else (PureDP(1), 2)  # noise per unit
+    assert expected_error(projected, A, privacy) == pytest.approx(variance * loss, rel=1e-6)
+    unit = Marginals((8, 3), {(0, 1): 1.0, (1,): 1.0})
+    assert expected_error(W, A, privacy) < expected_error(W, unit, privacy)
+
+
 def test_bad_inputs_are_refused():
-    with pytest.raises(UnsupportedQueryError):
-        optimize_marginal_weights(Kron([AllRange(3), Identity(2)]), norm=1)
     with pytest.raises(ArgumentError):
         optimize_marginal_weights(WORKLOADS["mixed"], norm=3)
     with pytest.raises(ArgumentError):
