@@ -11,19 +11,17 @@ The order of events is what makes the guarantee hold across crashes and retries
 4. the reservation is marked spent, then the noise is drawn;
 5. the record is written atomically, and what is returned is the record read back from disk.
 
-A lock file in the store serializes steps 2 to 5 between processes sharing the store.
-:func:`draw_once` runs steps 2 to 5 and :func:`check_reservation` the budget part of step 1.
+A lock file in the store serializes steps 2 to 5 between processes sharing the store;
+:func:`check_reservation` is the budget part of step 1.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
-from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -53,7 +51,7 @@ from dpmm.privacy.params import ZCDP, PureDP
 from dpmm.privacy.randomness import RandomSource
 from dpmm.privacy.samplers import discrete_gaussian, discrete_laplace
 
-__all__ = ["check_reservation", "draw_once", "measure", "planned_noise_variance", "planned_record"]
+__all__ = ["check_reservation", "measure", "planned_noise_variance", "planned_record"]
 
 _LAPLACE_THEOREM = (
     "Ghosh, Roughgarden, Sundararajan 2009 (the geometric mechanism): independent discrete "
@@ -166,70 +164,16 @@ def measure(
         return draw(answers())
     measurement_id = check_measurement_id(measurement_id)
     folder = store_folder(store)
-    return draw_once(
-        folder,
-        measurement_id,
-        ledger,
-        reservation,
-        reuse=lambda: _reuse(folder, measurement_id, expected),
-        answers=answers,
-        draw=draw,
-        write=records.write_record,
-        load=lambda: records.load_measurement(folder, measurement_id),
-    )
-
-
-class _Stored(Protocol):
-    reservation_id: str
-
-
-_Answers = TypeVar("_Answers")
-_Record = TypeVar("_Record", bound=_Stored)
-
-
-def draw_once(
-    folder: Path,
-    measurement_id: str,
-    ledger: Ledger,
-    reservation: Reservation,
-    *,
-    reuse: Callable[[], _Record],
-    answers: Callable[[], _Answers],
-    draw: Callable[[_Answers], _Record],
-    write: Callable[[_Record, Path], None],
-    load: Callable[[], _Record],
-) -> _Record:
-    """Steps 2 to 5 under the store's lock: reuse the record, or spend, draw, write, reload.
-
-    Args:
-        folder: the store (checked by :func:`~dpmm.measure.record.store_folder`).
-        measurement_id: the record's name (checked by ``check_measurement_id``).
-        ledger: the open ledger holding ``reservation``.
-        reservation: the budget, already checked against the request
-            (:func:`check_reservation`).
-        reuse: reads the stored record and checks it against the request
-            (MeasurementMismatch if it differs); called only if the record exists.
-        answers: computes the exact answers (reads the data).
-        draw: adds the noise to the answers and builds the record to write.
-        write: writes a record to a path atomically.
-        load: reads the record back from the store.
-
-    Returns:
-        The stored record, or the new one as read back from the store.
-
-    Raises:
-        MeasurementError: The reservation is not *reserved* and no record exists.
-    """
     path = record_path(folder, measurement_id)
-    with exclusive_lock(folder / LOCK_NAME):
+    with exclusive_lock(folder / LOCK_NAME):  # steps 2 to 5
         if path.exists():
-            stored = reuse()
+            stored = _reuse(folder, measurement_id, expected)
             if stored.reservation_id != reservation.id and ledger.status(reservation) == "reserved":
                 # A re-run reserved budget for a measurement that already exists: no noise is
                 # drawn for it, so release it rather than leave it locked.
                 ledger.cancel(reservation)
             return stored
-        exact = answers()
+        values = answers()
         status = ledger.status(reservation)
         if status != "reserved":
             lost = " and no record of its measurement exists" if status == "spent" else ""
@@ -238,11 +182,11 @@ def draw_once(
                 f"{status}{lost}; measurement {measurement_id!r} needs a reserved budget"
             )
         ledger.mark_spent(reservation)
-        record = draw(exact)
-        del exact
-        write(record, path)
+        record = draw(values)
+        del values
+        records.write_record(record, path)
         del record  # what is returned is the copy on disk: free the drawn one first
-        return load()
+        return records.load_measurement(folder, measurement_id)
 
 
 def planned_record(A: QuantizedStrategy, privacy: PureDP | ZCDP) -> MeasurementRecord:
@@ -414,13 +358,12 @@ def _counts(x: object, columns: int) -> np.ndarray:
     return x
 
 
-def check_reservation(privacy: object, reservation: object, cost: Fraction | None = None) -> None:
-    """Refuse a budget that is not exactly the reservation's, or a cost above it.
+def check_reservation(privacy: object, reservation: object) -> None:
+    """Refuse a budget that is not exactly the reservation's.
 
     Args:
         privacy: the budget requested, ``PureDP`` or ``ZCDP``.
         reservation: the ledger reservation the measurement will spend.
-        cost: the zCDP cost of the noise planned, when it may fall short of ``privacy.rho``.
 
     Raises:
         MeasurementError: One of them does not hold; nothing was read or spent.
@@ -435,9 +378,4 @@ def check_reservation(privacy: object, reservation: object, cost: Fraction | Non
         raise MeasurementError(
             f"privacy {privacy} is not the budget {reservation.budget} of reservation "
             f"{reservation.id!r}; measure with exactly the reserved budget"
-        )
-    if cost is not None and isinstance(privacy, ZCDP) and cost > privacy.rho:
-        raise MeasurementError(
-            f"the noise costs rho = {cost}, more than the {reservation.budget} of "
-            f"reservation {reservation.id!r}; nothing was drawn"
         )

@@ -20,11 +20,9 @@ import json
 import math
 import os
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -36,13 +34,11 @@ __all__ = [
     "FORMAT",
     "LOCK_NAME",
     "MeasurementRecord",
-    "RecordFormat",
     "check_measurement_id",
     "discrete_noise_variance",
     "header_line",
     "int64_view",
     "load_measurement",
-    "read_record",
     "record_from_header",
     "record_path",
     "store_folder",
@@ -198,90 +194,36 @@ def header_line(header: dict[str, object]) -> bytes:
 
 
 def load_measurement(store: str | os.PathLike[str], measurement_id: str) -> MeasurementRecord:
-    """Read a stored measurement record.
+    """Read a stored measurement record: check its header and values, then build it.
 
     Raises:
         MeasurementError: There is no such record, or the file is not a complete record.
         MeasurementMismatch: The file is a dpmm record of another format (a residual one).
-    """
-    return read_record(store, measurement_id, _PLAIN_FORMAT, _parse)
-
-
-def write_record(record: MeasurementRecord, path: Path) -> None:
-    """Write ``record`` to ``path`` atomically and durably (see the module docstring)."""
-    values = int64_view(record.values)
-    # The values are passed as a view of themselves: no copy of a large measurement.
-    atomic_write(path, [header_line(record.header()), memoryview(values).cast("B")])
-
-
-class _Named(Protocol):
-    measurement_id: str
-
-
-_Record = TypeVar("_Record", bound=_Named)
-
-
-@dataclass(frozen=True)
-class RecordFormat:
-    """How a kind of record file is recognized and checked before it is parsed.
-
-    Attributes:
-        tag: the ``format`` its header must have.
-        kind: what such a record is, in words (for the messages).
-        max_header: the longest header line read (a guard against reading a wrong file).
-        digest_field: the header field holding the sha256 of the body.
-        body_size: the body's length in bytes, from the header.
-    """
-
-    tag: str
-    kind: str
-    max_header: int
-    digest_field: str
-    body_size: Callable[[dict[str, Any]], int]
-
-
-def read_record(
-    store: str | os.PathLike[str],
-    measurement_id: str,
-    spec: RecordFormat,
-    parse: Callable[[dict[str, Any], memoryview], _Record],
-) -> _Record:
-    """Read the record file of ``measurement_id``: check its header and body, then parse.
-
-    Args:
-        store: the folder holding the records.
-        measurement_id: the record's name.
-        spec: the format expected.
-        parse: builds the record from the header and the checked body (the bytes after the
-            header line); it raises ValueError, KeyError, TypeError, ... for a malformed one.
-
-    Raises:
-        MeasurementError: There is no such record, or the file is not a complete one.
-        MeasurementMismatch: The file is a dpmm record of another format.
     """
     path = record_path(store, measurement_id)
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         raise MeasurementError(f"no measurement {measurement_id!r} in {store}") from None
-    broken = f"{path} is not a complete dpmm {spec.kind} record"
-    end = data.find(b"\n", 0, spec.max_header)
+    broken = f"{path} is not a complete dpmm measurement record"
+    end = data.find(b"\n", 0, _MAX_HEADER)
     if end < 0:
         raise MeasurementError(broken)
     try:
         header = json.loads(data[:end].decode("ascii"))
         found = header.get("format")
-        if found != spec.tag:
+        if found != FORMAT:
             if isinstance(found, str) and found.startswith(_DPMM_TAG):
                 raise MeasurementMismatch(
-                    f"{path} is a {found!r} record, not a {spec.kind}; use a new measurement id"
+                    f"{path} is a {found!r} record, not a measurement; use a new measurement id"
                 )
-            raise MeasurementError(f"{path} is not in the format {spec.tag}")
+            raise MeasurementError(f"{path} is not in the format {FORMAT}")
         body = memoryview(data)[end + 1 :]
-        digest = header[spec.digest_field]
-        if len(body) != spec.body_size(header) or hashlib.sha256(body).hexdigest() != digest:
+        digest = header["values_sha256"]
+        if len(body) != 8 * int(header["count"]) or hashlib.sha256(body).hexdigest() != digest:
             raise MeasurementError(f"{broken}: its values were truncated or changed")
-        record = parse(header, body)
+        values = np.frombuffer(body, dtype="<i8").astype(np.int64, copy=False)
+        record = record_from_header(header, values)
     except MeasurementError:
         raise
     except (ValueError, KeyError, TypeError, IndexError, AttributeError, ZeroDivisionError) as e:
@@ -291,17 +233,11 @@ def read_record(
     return record
 
 
-def _parse(header: dict[str, Any], body: memoryview) -> MeasurementRecord:
-    return record_from_header(header, np.frombuffer(body, dtype="<i8").astype(np.int64, copy=False))
-
-
-_PLAIN_FORMAT = RecordFormat(
-    tag=FORMAT,
-    kind="measurement",
-    max_header=_MAX_HEADER,
-    digest_field="values_sha256",
-    body_size=lambda header: 8 * int(header["count"]),
-)
+def write_record(record: MeasurementRecord, path: Path) -> None:
+    """Write ``record`` to ``path`` atomically and durably (see the module docstring)."""
+    values = int64_view(record.values)
+    # The values are passed as a view of themselves: no copy of a large measurement.
+    atomic_write(path, [header_line(record.header()), memoryview(values).cast("B")])
 
 
 def record_from_header(header: dict[str, object], values: np.ndarray) -> MeasurementRecord:
