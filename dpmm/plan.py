@@ -41,7 +41,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -65,7 +65,7 @@ from dpmm.pipeline.strategy_stage import (
 )
 from dpmm.privacy import ZCDP, PureDP
 from dpmm.strategy import Candidate
-from dpmm.strategy.selection import Progress, Selection
+from dpmm.strategy.selection import Progress
 from dpmm.workload import WorkloadGroup, stack
 
 __all__ = ["GroupReport", "PlanReport", "plan"]
@@ -269,79 +269,6 @@ def _sum(values: Sequence[float | None]) -> float | None:
     return None if any(value is None for value in values) else math.fsum(values)
 
 
-def _log_selection(name: str, groups: int, W: Matrix, domain: Domain, method: str) -> None:
-    logger.info(
-        "%s: %d groups, %s queries over %s cells; selecting a strategy (%s)",
-        name,
-        groups,
-        f"{W.shape[0]:,}",
-        f"{domain.size:,}",
-        method,
-    )
-
-
-def _report(
-    name: str,
-    domain: Domain,
-    privacy: PureDP | ZCDP,
-    method: str,
-    groups: Sequence[WorkloadGroup],
-    found: tuple[ChosenStrategy, Selection],
-    started: float,
-    errors: Sequence[float],
-) -> PlanReport:
-    """The report of the chosen strategy, with ``errors`` per group as the release computes
-    them."""
-    chosen, selection = found
-    A = chosen.quantized.matrix  # what the release measures and reconstructs with
-    # The exact discrete noise an identity release's record would state (the continuous
-    # noise's where the samplers could not draw an identity release's).
-    try:
-        identity = planned_noise_variance(QuantizedStrategy(Identity(1), 1), privacy)
-    except MeasurementError:
-        identity = None
-    strategy_seconds = time.perf_counter() - started
-    logger.info("%s: strategy %s selected in %.2f s", name, _short(repr(A)), strategy_seconds)
-    reports = tuple(
-        _group_report(group, privacy, identity, error)
-        for group, error in zip(groups, errors, strict=True)
-    )
-    notes = [f"group '{r.name}': {note}" for r in reports for note in r.notes]
-    W = stack(list(groups))
-    if len(reports) == 1:
-        bound = reports[0].svd_bound
-    else:
-        whole: list[str] = []
-        bound = _figure("SVD bound", "whole workload", lambda: svd_bound(W, privacy), whole)
-        notes += [f"whole workload: {note}" for note in whole]
-    total = GroupReport(
-        name="total",
-        kind="",
-        queries=W.shape[0],
-        total_squared_error=math.fsum(errors),
-        svd_bound=bound,
-        identity_error=_sum([r.identity_error for r in reports]),
-        seconds=time.perf_counter() - started,
-        notes=tuple(notes),
-    )
-    logger.info("%s: planned in %.2f s", name, total.seconds)
-    return PlanReport(
-        name=name,
-        domain=domain,
-        privacy=privacy,
-        method=method,
-        strategy=A,
-        strategy_seconds=strategy_seconds,
-        groups=reports,
-        chosen_method=chosen.selected,
-        decision=chosen,
-        strategy_digest=matrix_digest(chosen.quantized.integer),
-        quantization_scale=chosen.quantized.scale,
-        candidates=selection.candidates,
-        total=total,
-    )
-
-
 def plan(config: ReleaseConfig, *, progress: Progress | None = None) -> PlanReport:
     """Plan a release: its strategy and expected error per query group. Touches no data.
 
@@ -362,35 +289,79 @@ def plan(config: ReleaseConfig, *, progress: Progress | None = None) -> PlanRepo
             names the file and the reason).
     """
     started = time.perf_counter()
-    groups = list(config.workload)
-    privacy = config.measurement_privacy
-    _log_selection(config.name, len(groups), stack(groups), config.domain, config.strategy_method)
-    found = select_for_config(config, progress=progress)
-    checked = preflight(config, found[0])
+    name, privacy, W = config.name, config.measurement_privacy, stack(list(config.workload))
+    logger.info(
+        "%s: %d groups, %s queries over %s cells; selecting a strategy (%s)",
+        name,
+        len(config.workload),
+        f"{W.shape[0]:,}",
+        f"{config.domain.size:,}",
+        config.strategy_method,
+    )
+    chosen, selection = select_for_config(config, progress=progress)
+    checked = preflight(config, chosen)
+    # Each group's expected error as the release computes it.
     errors = [
         math.fsum(np.square(group.standard_errors)) for group in checked.reconstruction.groups
     ]
-    report = _report(
-        config.name, config.domain, privacy, config.strategy_method, groups, found, started, errors
+    A = chosen.quantized.matrix  # what the release measures and reconstructs with
+    # The exact discrete noise an identity release's record would state (the continuous
+    # noise's where the samplers could not draw an identity release's).
+    try:
+        identity = planned_noise_variance(QuantizedStrategy(Identity(1), 1), privacy)
+    except MeasurementError:
+        identity = None
+    strategy_seconds = time.perf_counter() - started
+    logger.info("%s: strategy %s selected in %.2f s", name, _short(repr(A)), strategy_seconds)
+    reports = tuple(
+        _group_report(group, privacy, identity, error)
+        for group, error in zip(config.workload, errors, strict=True)
     )
-    notes = [
+    notes = [f"group '{r.name}': {note}" for r in reports for note in r.notes]
+    if len(reports) == 1:
+        bound = reports[0].svd_bound
+    else:
+        whole: list[str] = []
+        bound = _figure("SVD bound", "whole workload", lambda: svd_bound(W, privacy), whole)
+        notes += [f"whole workload: {note}" for note in whole]
+    notes += [
         f"group '{config.workload[index].name}': θ is chosen from the data by "
         f"{choice.method} with {choice.share} of ε when released; this plan bounds a record "
         "by the top bucket weight and uses the remaining ε"
         for index, choice in config.private_thresholds
     ]
-    if notes:
-        total = replace(report.total, notes=(*report.total.notes, *notes))
-        report = replace(report, total=total)
+    total = GroupReport(
+        name="total",
+        kind="",
+        queries=W.shape[0],
+        total_squared_error=math.fsum(errors),
+        svd_bound=bound,
+        identity_error=_sum([r.identity_error for r in reports]),
+        seconds=time.perf_counter() - started,
+        notes=tuple(notes),
+    )
+    logger.info("%s: planned in %.2f s", name, total.seconds)
     try:
-        save_decision(config, found[0])
+        save_decision(config, chosen)
     except OSError as error:
         raise ConfigError(
             f"{config.path}: release.root: the plan's decision cannot be saved under "
             f"{config.release.root} ({error.strerror or error})"
         ) from error
-    return replace(
-        report,
+    return PlanReport(
+        name=name,
+        domain=config.domain,
+        privacy=privacy,
+        method=config.strategy_method,
+        strategy=A,
+        strategy_seconds=strategy_seconds,
+        groups=reports,
+        total=total,
+        chosen_method=chosen.selected,
+        candidates=selection.candidates,
+        strategy_digest=matrix_digest(chosen.quantized.integer),
+        quantization_scale=chosen.quantized.scale,
+        decision=chosen,
         config_path=str(config.path),
         config_sha256=config.sha256,
         footprint=checked.footprint,
