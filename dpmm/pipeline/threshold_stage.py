@@ -38,7 +38,7 @@ from dpmm.pipeline.ingest_stage import count_tables
 from dpmm.pipeline.run_state import ReleaseRun
 from dpmm.privacy.ledger import Ledger, Reservation
 from dpmm.sums.noise import ExactNoise, Noise
-from dpmm.sums.thresholds import recursive_threshold, svt_threshold
+from dpmm.sums.truncation import Truncation
 from dpmm.workload import WorkloadGroup, from_config
 
 __all__ = [
@@ -106,22 +106,6 @@ def recorded_thresholds(run: ReleaseRun) -> dict[str, dict[str, Any]] | None:
     return None
 
 
-def _draw(choice: Any, people: np.ndarray, weights: np.ndarray, epsilon: Fraction, noise: Noise):
-    if choice.method == "svt":
-        return svt_threshold(
-            people,
-            weights,
-            epsilon,
-            ratio=choice.ratio,
-            growth=choice.growth,
-            start=choice.start,
-            noise=noise,
-        )
-    return recursive_threshold(
-        people, weights, epsilon, floor=choice.floor, shift=choice.shift, noise=noise
-    )
-
-
 def draw_thresholds(
     config: ReleaseConfig,
     counts: Mapping[str, np.ndarray],
@@ -163,7 +147,11 @@ def draw_thresholds(
         weights = np.asarray(group.spec["weights"], dtype=np.float64)
         epsilon = config.threshold_privacy(choice.share).epsilon
         noise = _SpendingNoise(ExactNoise(rng), ledger, reservation)
-        theta = _draw(choice, counts[group.spec["attribute"]], weights, epsilon, noise)
+        truncation = Truncation(
+            choice.method, choice.share, choice.ratio, choice.growth, choice.start, choice.floor,
+            shift=choice.shift,
+        )  # fmt: skip
+        theta = truncation.select(counts[group.spec["attribute"]], weights, epsilon, noise=noise)
         # Spent even if the method needed no noise: recorded spend only errs upward.
         ledger.mark_spent(reservation)
         entry.update(

@@ -30,7 +30,7 @@ from dpmm.errors import ArgumentError
 from dpmm.privacy import Ledger, exact_fraction
 from dpmm.reconstruct import isotonic as isotonic_regression
 from dpmm.sums.buckets import PrefixSumWorkload
-from dpmm.sums.mechanisms import BATCH_ALGORITHMS, SumAnswers, measure_batch
+from dpmm.sums.mechanisms import BATCH_ALGORITHMS, SumAnswers, measure_batch, sqm_sensitivities
 from dpmm.sums.noise import ExactNoise, Noise, charge
 from dpmm.sums.strategies import TreeChooser
 from dpmm.sums.truncation import Truncation
@@ -116,11 +116,7 @@ def single_query_mode(
     thresholds = truncation.select(
         counts, workload.bounds, first, runs=workload.queries, noise=noise, **charging
     )
-    tops = workload.bounds[workload.ends]
-    sensitivities = [
-        Fraction(int(top) if theta is None else min(int(top), theta))
-        for top, theta in zip(tops, thresholds, strict=True)
-    ]
+    sensitivities = sqm_sensitivities(workload, thresholds)
     scales = [sensitivity / second for sensitivity in sensitivities]
     x = np.asarray(counts, dtype=np.int64)
     with charge(ledger, dataset, release_id, second * workload.queries) as step:

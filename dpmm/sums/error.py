@@ -34,7 +34,7 @@ import numpy as np
 from dpmm.errors import DpmmError
 from dpmm.linalg import Matrix, trace_of_product
 from dpmm.sums.buckets import PrefixSumWorkload
-from dpmm.sums.mechanisms import batch_sensitivity
+from dpmm.sums.mechanisms import batch_sensitivity, sqm_sensitivities
 
 __all__ = ["ErrorBreakdown", "expected_error", "laplace_variance", "truncation_bias"]
 
@@ -102,12 +102,9 @@ def expected_error(
     if algorithm == "sqm":
         if not isinstance(thresholds, list):
             thresholds = [thresholds] * workload.queries
-        tops = workload.bounds[workload.ends]
         variance = sum(
-            laplace_variance(
-                Fraction(int(top) if t is None else min(int(top), t)) / epsilon, discrete=discrete
-            )
-            for top, t in zip(tops, thresholds, strict=True)
+            laplace_variance(sensitivity / epsilon, discrete=discrete)
+            for sensitivity in sqm_sensitivities(workload, thresholds)
         )
         return ErrorBreakdown(bias_squared, float(variance))
     if isinstance(thresholds, list):

@@ -19,6 +19,7 @@ whose recorded sensitivity or scale differ.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -167,13 +168,20 @@ def verify_noise_scale(answers: SumAnswers, workload: PrefixSumWorkload) -> None
 def expected_sensitivities(answers: SumAnswers, workload: PrefixSumWorkload) -> list[Fraction]:
     """The sensitivity of each noisy group, recomputed from the algorithm's definition."""
     if answers.algorithm == "sqm":
-        tops = workload.bounds[workload.ends]
-        return [
-            Fraction(int(top) if theta is None else min(int(top), theta))
-            for top, theta in zip(tops, answers.thresholds, strict=True)
-        ]
+        return sqm_sensitivities(workload, answers.thresholds)
     weights = workload.truncated_weights(answers.thresholds[0])
     return [Fraction(batch_sensitivity(answers.algorithm, workload, weights, answers.strategy))]
+
+
+def sqm_sensitivities(
+    workload: PrefixSumWorkload, thresholds: Sequence[int | None]
+) -> list[Fraction]:
+    """SQM's sensitivity of each query: its last bucket's weight ``u_q``, capped at ``θ_q``."""
+    tops = workload.bounds[workload.ends]
+    return [
+        Fraction(int(top) if theta is None else min(int(top), theta))
+        for top, theta in zip(tops, thresholds, strict=True)
+    ]
 
 
 def _strategy(
