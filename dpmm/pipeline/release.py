@@ -241,7 +241,11 @@ def run_release(
             release_id=run.release_id,
             fingerprint=state.get("input_fingerprint", ""),
             partitions=int(state.get("partitions", 0)),
-            thresholds=_manifest_thresholds(config, state),
+            thresholds=(
+                threshold_manifest(config, state["thresholds"])
+                if config.private_thresholds
+                else None
+            ),
         )
         run.update(state="released", release=str(result[0]))
         run.close()
@@ -341,12 +345,6 @@ def rerun_post_processing(
             thresholds=thresholds if config.private_thresholds else None,
         )
     return ReleaseResult(path, manifest["release_id"], False, strategy, reconstruction, written)
-
-
-def _manifest_thresholds(config: ReleaseConfig, state: dict[str, Any]) -> dict[str, Any] | None:
-    if not config.private_thresholds:
-        return None
-    return threshold_manifest(config, state["thresholds"])
 
 
 def _earlier_thresholds(

@@ -21,7 +21,7 @@ from dpmm import __version__
 from dpmm.config import ReleaseConfig
 from dpmm.linalg.serialize import matrix_digest, save_matrix
 from dpmm.measure.record import MeasurementRecord
-from dpmm.pipeline.reconstruct_stage import HISTOGRAM_LIMIT, Reconstruction
+from dpmm.pipeline.reconstruct_stage import HISTOGRAM_LIMIT, Reconstruction, wants_histogram
 from dpmm.pipeline.strategy_stage import ChosenStrategy
 from dpmm.privacy.ledger import Entry, Ledger
 from dpmm.release import AnswerColumns, write_answers, write_histogram, write_measurements
@@ -153,10 +153,7 @@ class ReleaseInput:
         write_measurements(folder / "measurements.parquet", self.record)
         save_matrix(self.strategy.quantized.integer, folder / "strategy.npz")
         histogram = self.reconstruction.histogram
-        setting = self.config.release.histogram
-        if histogram is not None and (
-            setting == "always" or (setting == "auto" and histogram.size <= HISTOGRAM_LIMIT)
-        ):
+        if histogram is not None and wants_histogram(self.config):
             write_histogram(folder / "histogram.parquet", histogram)
 
 
