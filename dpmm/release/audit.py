@@ -46,7 +46,7 @@ from dpmm.errors import DpmmError
 from dpmm.linalg import Matrix, Weighted
 from dpmm.measure.exact import ExactStrategy, MeasurementError, analyze_strategy
 from dpmm.privacy.accounting import discrete_gaussian_zcdp, gaussian_sigma2, laplace_scale
-from dpmm.privacy.ledger import Ledger, LedgerTampered
+from dpmm.privacy.ledger import Entry, Ledger, LedgerTampered
 from dpmm.privacy.params import ZCDP, PureDP, privacy_from_config
 from dpmm.release.catalog import load_manifest
 from dpmm.release.tables import read_answers, read_measurements
@@ -403,22 +403,17 @@ def _check_ledger(state: _State) -> str:
     reservation_id = str(_field(manifest, "ledger.reservation_id"))
     release_id = _field(manifest, "ledger.release_id")
     budget = _budget(manifest)
-    opened = Ledger.open(location)
-    try:
+    with Ledger.open(location) as opened:
         try:
             entries = opened.verify()
         except LedgerTampered as error:
             raise _FailedCheckError(_sentence(error)) from None
-        reservations = [
-            entry
-            for entry in opened.history(dataset)
-            if entry.kind == "reserve" and entry.reservation_id == reservation_id
-        ]
-        if not reservations:
+        reserved = {e.reservation_id: e for e in opened.history(dataset) if e.kind == "reserve"}
+        entry = reserved.get(reservation_id)
+        if entry is None:
             raise _FailedCheckError(
                 f"ledger {opened.path} has no reservation {reservation_id} for dataset {dataset!r}"
             )
-        entry = reservations[0]
         if type(entry.budget) is not type(budget) or entry.budget != budget:
             raise _FailedCheckError(
                 f"reservation {reservation_id} holds {entry.budget.to_dict()}, the manifest's "
@@ -444,9 +439,7 @@ def _check_ledger(state: _State) -> str:
                 f"{MANIFEST_NAME} (sha256 {digest[:12]}…) is not a manifest the ledger recorded "
                 f"for reservation {reservation_id}: it was changed after it was written"
             )
-        thresholds = _check_threshold_ledger(manifest, opened, dataset, release_id, budget)
-    finally:
-        opened.close()
+        thresholds = _check_threshold_ledger(manifest, opened, reserved, release_id, budget)
     return (
         f"ledger verifies ({entries} entries); reservation {reservation_id} is spent at entry "
         f"{spend.seq} and the ledger recorded this manifest's sha256" + thresholds
@@ -456,7 +449,7 @@ def _check_ledger(state: _State) -> str:
 def _check_threshold_ledger(
     manifest: dict[str, object],
     opened: Ledger,
-    dataset: str,
+    reserved: dict[str, Entry],
     release_id: object,
     measurement: PureDP | ZCDP,
 ) -> str:
@@ -467,7 +460,6 @@ def _check_threshold_ledger(
     where = "thresholds.total_budget"
     if privacy_from_config(_field(manifest, where), where) != total:
         raise _FailedCheckError("the manifest's thresholds.total_budget is not the config's")
-    reserved = {e.reservation_id: e for e in opened.history(dataset) if e.kind == "reserve"}
     used = measurement.epsilon if isinstance(measurement, PureDP) else None
     chosen = _field(manifest, "thresholds.groups")
     for index, entry in enumerate(chosen):
