@@ -12,7 +12,6 @@
 
 from dpmm.baselines.exponential import (
     exponential_mechanism,
-    exponential_probabilities,
     grid_scores,
     rounded_sensitivity,
 )
@@ -49,7 +48,6 @@ __all__ = [
     "SimplexLeastSquares",
     "dual_bound",
     "exponential_mechanism",
-    "exponential_probabilities",
     "factorization_mechanism",
     "gamma2",
     "gaussian_mechanism",

@@ -42,7 +42,6 @@ from dpmm.privacy.samplers import bernoulli_exp
 
 __all__ = [
     "exponential_mechanism",
-    "exponential_probabilities",
     "grid_scores",
     "rounded_sensitivity",
 ]
@@ -92,22 +91,6 @@ def exponential_mechanism(
         candidate = source.randbelow(len(exact))
         if bernoulli_exp(factor * (top - exact[candidate]), rng=source):
             return candidate
-
-
-def exponential_probabilities(
-    scores: Sequence[object], *, epsilon: object, sensitivity: object
-) -> np.ndarray:
-    """The exponential mechanism's output distribution, in floating point (for checks).
-
-    Example:
-        >>> exponential_probabilities([0, 2], epsilon=1, sensitivity=1).round(4)
-        array([0.2689, 0.7311])
-    """
-    exact = _exact_scores(scores)
-    factor = float(exact_fraction(epsilon, "epsilon") / (2 * exact_fraction(sensitivity, "Δ")))
-    top = max(exact)
-    weights = np.exp([-factor * float(top - score) for score in exact])
-    return weights / weights.sum()
 
 
 def grid_scores(values: Sequence[float] | np.ndarray, grid: int) -> list[Fraction]:

@@ -32,7 +32,6 @@ from dpmm.local.baselines import (
 from dpmm.local.bounds import objective_lower_bound, worst_case_lower_bound
 from dpmm.local.mechanism import (
     LdpViolationError,
-    average_case_variance,
     check_ldp,
     per_user_variance,
     randomized_response,
@@ -65,7 +64,6 @@ __all__ = [
     "QuantizedStrategy",
     "WnnlsResult",
     "aggregate",
-    "average_case_variance",
     "build_workload",
     "check_ldp",
     "estimate_workload",

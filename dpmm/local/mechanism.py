@@ -38,7 +38,6 @@ from dpmm.errors import DpmmError, UnsupportedQueryError
 __all__ = [
     "LdpViolationError",
     "as_dense_workload",
-    "average_case_variance",
     "check_ldp",
     "check_strategy",
     "per_user_variance",
@@ -169,11 +168,6 @@ def per_user_variance(W: object, Q: np.ndarray, V: np.ndarray | None = None) -> 
 def worst_case_variance(W: object, Q: np.ndarray, users: int = 1) -> float:
     """Total variance when all ``users`` have the worst type: ``users · max_u z_u``."""
     return float(users * per_user_variance(W, Q).max())
-
-
-def average_case_variance(W: object, Q: np.ndarray, users: int = 1) -> float:
-    """Total variance when the users are spread evenly over types: ``users · mean_u z_u``."""
-    return float(users * per_user_variance(W, Q).mean())
 
 
 def sample_complexity(worst_variance: float, queries: int, alpha: float = 0.01) -> float:

@@ -44,7 +44,6 @@ from dpmm.measure.quantize import (
     QuantizationError,
     QuantizedStrategy,
     measurable,
-    quantization_error_change,
     quantize,
 )
 from dpmm.measure.record import FORMAT, MeasurementRecord, load_measurement, record_path
@@ -75,7 +74,6 @@ __all__ = [
     "measurable",
     "measure",
     "measure_strategy",
-    "quantization_error_change",
     "quantize",
     "record_path",
     "strategy_tables",

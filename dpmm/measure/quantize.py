@@ -42,7 +42,6 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from dpmm.error import expected_error
 from dpmm.errors import TooLargeError
 from dpmm.linalg import (
     DENSE_LIMIT,
@@ -62,7 +61,6 @@ from dpmm.linalg.helmert_blocks import HelmertBlocks, helmert_row_norms
 from dpmm.linalg.marginals import mask_members
 from dpmm.linalg.residual_general import ResidualBlockStrategy
 from dpmm.measure.exact import MeasurementError, analyze_strategy
-from dpmm.privacy import PrivacyParameter
 
 __all__ = [
     "DEFAULT_BITS",
@@ -70,7 +68,6 @@ __all__ = [
     "QuantizationError",
     "QuantizedStrategy",
     "measurable",
-    "quantization_error_change",
     "quantize",
 ]
 
@@ -156,17 +153,6 @@ def measurable(matrix: Matrix) -> QuantizedStrategy:
             continue
         return quantized
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-def quantization_error_change(
-    W: Matrix, A: Matrix, quantized: QuantizedStrategy, privacy: PrivacyParameter
-) -> float:
-    """The relative change of expected error from measuring ``quantized`` instead of ``A``.
-
-    Both errors are the exact expected squared errors of least-squares reconstruction,
-    each with its own sensitivity: ``expected_error(W, A_q) / expected_error(W, A) - 1``.
-    """
-    return expected_error(W, quantized.matrix, privacy) / expected_error(W, A, privacy) - 1
 
 
 # The recursion returns (integer matrix, e) with scale 2**e, and hands back the very same
