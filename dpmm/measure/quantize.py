@@ -249,9 +249,8 @@ def _quantize_marginals(A: Marginals, bits: int) -> tuple[Matrix, int]:
     if all(weight == old for (weight, _), old in zip(rounded, A.weights.values(), strict=True)):
         return A, 0
     common = max(exponent for _, exponent in rounded)
-    dims = len(A.domain_shape)
     weights = {
-        tuple(i for i in range(dims) if mask >> i & 1): weight << (common - exponent)
+        tuple(mask_members(mask)): weight << (common - exponent)
         for mask, (weight, exponent) in zip(A.weights, rounded, strict=True)
     }
     return Marginals(A.domain_shape, weights), common

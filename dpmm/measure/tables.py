@@ -125,8 +125,7 @@ def strategy_tables(A: Marginals | HelmertBlocks) -> list[tuple[int, ...]]:
     """The marginal tables a strategy's answers are computed from, in its block order."""
     if isinstance(A, HelmertBlocks):
         return A.table_sets()
-    dims = len(A.domain_shape)
-    return [tuple(i for i in range(dims) if mask >> i & 1) for mask in A.weights]
+    return [tuple(mask_members(mask)) for mask in A.weights]
 
 
 def marginal_answers(strategy: ExactStrategy, counts: MarginalCounts) -> np.ndarray:

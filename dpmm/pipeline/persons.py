@@ -90,14 +90,7 @@ def _aggregates(domain: Domain, summed: Sequence[str]) -> list[tuple[str, str]]:
     """``(internal column, aggregate)`` pairs: ``a:sum``, or ``a:min`` and ``a:max``."""
     out = []
     for name in domain.attributes:
-        out += (
-            [(f"{name}:sum", "sum")]
-            if name in summed
-            else [
-                (f"{name}:min", "min"),
-                (f"{name}:max", "max"),
-            ]
-        )
+        out += [(f"{name}:{how}", how) for how in (("sum",) if name in summed else ("min", "max"))]
     return out
 
 

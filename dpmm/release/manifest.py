@@ -31,27 +31,18 @@ __all__ = ["MEASUREMENTS_FILE", "measurement_sections"]
 MEASUREMENTS_FILE = "measurements.parquet"
 
 
-def _text(value: object) -> str | None:
-    return None if value is None else str(value)
-
-
 def measurement_sections(record: MeasurementRecord) -> dict[str, dict[str, Any]]:
-    """The manifest's ``privacy`` and ``measurement`` sections for a measurement record."""
+    """The manifest's ``privacy`` and ``measurement`` sections for a measurement record: its
+    header's fields, exact fractions as text."""
+    header = record.header()
+    privacy = ("norm", "sensitivity", "noise", "scale", "sigma2", "guarantee")
     return {
-        "privacy": {
-            "budget": record.privacy.to_dict(),
-            "norm": record.norm,
-            "sensitivity": str(record.sensitivity),
-            "noise": record.noise,
-            "scale": _text(record.scale),
-            "sigma2": _text(record.sigma2),
-            "guarantee": record.guarantee,
-        },
+        "privacy": {"budget": header["privacy"], **{key: header[key] for key in privacy}},
         "measurement": {
-            "id": record.measurement_id,
+            "id": header["measurement_id"],
             "file": MEASUREMENTS_FILE,
-            "count": int(record.values.size),
-            "values_sha256": record.header()["values_sha256"],
-            "created": record.created,
+            "count": header["count"],
+            "values_sha256": header["values_sha256"],
+            "created": header["created"],
         },
     }
