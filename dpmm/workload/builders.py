@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from numbers import Integral, Real
 
 from dpmm.domain import Domain
@@ -51,6 +51,10 @@ __all__ = [
 
 def _is_int(value: object) -> bool:
     return isinstance(value, Integral) and not isinstance(value, bool)
+
+
+def _is_list(value: object) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, str | bytes)
 
 
 def _check_size(n: object, builder: str) -> int:
@@ -108,15 +112,10 @@ def ranges(n: int, intervals: Sequence[Sequence[int]]) -> RangeQueries:
                [1., 1., 1., 1.]])
     """
     n = _check_size(n, "ranges")
-    if isinstance(intervals, str | bytes) or not isinstance(intervals, Sequence) or not intervals:
+    if not _is_list(intervals) or not intervals:
         raise ValueError(f"ranges needs a non-empty list of [low, high] pairs, got {intervals!r}")
     for index, pair in enumerate(intervals):
-        if (
-            isinstance(pair, str | bytes)
-            or not isinstance(pair, Sequence)
-            or len(pair) != 2
-            or not all(_is_int(bound) for bound in pair)
-        ):
+        if not _is_list(pair) or len(pair) != 2 or not all(_is_int(bound) for bound in pair):
             raise ValueError(f"Interval {index} must be a pair of integers, got {pair!r}")
         low, high = int(pair[0]), int(pair[1])
         if not 0 <= low <= high < n:
@@ -187,7 +186,7 @@ def _check_domain(domain: object, builder: str) -> Domain:
 
 def _attribute_set(domain: Domain, attrs: object, what: str) -> tuple[str, ...]:
     """Validate a list of attribute names; return them in domain order."""
-    if isinstance(attrs, str | bytes) or not isinstance(attrs, Sequence) or not attrs:
+    if not _is_list(attrs) or not attrs:
         raise ValueError(f"{what} must be a non-empty list of attribute names, got {attrs!r}")
     positions = domain.indices(attrs)  # DomainError names an unknown attribute
     if len(set(positions)) != len(positions):
@@ -248,7 +247,7 @@ def marginals(
             raise ValueError(f"marginals' k must be an integer in 1..{len(scope)}, got {k!r}")
         chosen = list(itertools.combinations(scope, int(k)))
     else:
-        if isinstance(sets, str | bytes) or not isinstance(sets, Sequence) or not sets:
+        if not _is_list(sets) or not sets:
             raise ValueError(f"marginals' sets must be a non-empty list of lists, got {sets!r}")
         chosen = [_attribute_set(domain, s, f"marginals' set {i}") for i, s in enumerate(sets)]
         seen: dict[tuple[str, ...], int] = {}
@@ -265,7 +264,7 @@ def marginals(
     if weights is None:
         table_weights = [1.0] * len(chosen)
     else:
-        if isinstance(weights, Mapping | str | bytes) or not isinstance(weights, Sequence):
+        if not _is_list(weights):
             raise ValueError(f"marginals' weights must be a list of numbers, got {weights!r}")
         if len(weights) != len(chosen):
             raise ValueError(

@@ -54,13 +54,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from numbers import Integral, Real
+from numbers import Real
 from typing import Any, NoReturn
 
 from dpmm.domain import Domain
 from dpmm.errors import ConfigError, describe_value
 from dpmm.linalg import Matrix
 from dpmm.workload import builders
+from dpmm.workload.builders import _is_int, _is_list
 from dpmm.workload.census import census_domain, census_sf1
 from dpmm.workload.prefix_sum import prefix_sum_group
 
@@ -101,14 +102,6 @@ class WorkloadGroup:
 
 def _fail(path: str, message: str) -> NoReturn:
     raise ConfigError(f"{path}: {message}")
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, Integral) and not isinstance(value, bool)
-
-
-def _is_list(value: object) -> bool:
-    return isinstance(value, Sequence) and not isinstance(value, str | bytes)
 
 
 def _attribute(domain: Domain, value: object, path: str) -> str:
