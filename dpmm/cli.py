@@ -45,7 +45,7 @@ from dpmm.plan import GroupReport, PlanReport, plan
 from dpmm.privacy.ledger import Balance, Ledger, LedgerTampered
 from dpmm.privacy.ledger_schema import decimal_text
 from dpmm.privacy.params import KINDS, ZCDP, PureDP, budget_text
-from dpmm.release.catalog import text_table
+from dpmm.release.catalog import shorten, text_table
 from dpmm.terminal_progress import terminal_bar
 
 __all__ = ["format_plan", "main"]
@@ -187,14 +187,9 @@ def _candidate_lines(report: PlanReport) -> list[str]:
     for candidate in report.candidates:
         rmse = None if candidate.error is None else (candidate.error / queries) ** 0.5
         chosen = " (chosen)" if candidate.method == report.chosen_method else ""
-        described = candidate.skipped or repr(candidate.strategy)
+        described = shorten(candidate.skipped or repr(candidate.strategy), 70)
         rows.append(
-            [
-                candidate.method + chosen,
-                _number(rmse),
-                f"{candidate.seconds:.2f}",
-                described if len(described) <= 70 else f"{described[:69]}…",
-            ]
+            [candidate.method + chosen, _number(rmse), f"{candidate.seconds:.2f}", described]
         )
     return [
         "",

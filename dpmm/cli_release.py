@@ -36,7 +36,7 @@ from dpmm.release import (
     load_manifest,
     show_release,
 )
-from dpmm.release.catalog import budget_text, text_table
+from dpmm.release.catalog import budget_text, shorten, text_table
 
 __all__ = ["add_release_commands", "error_summary"]
 
@@ -52,11 +52,8 @@ def error_summary(release_dir: Path) -> str:
     """The release's strategy and solver, then its expected error per query group (a table)."""
     manifest = load_manifest(release_dir)
     strategy = manifest["strategy"]
-    description = strategy["description"]
-    if len(description) > 80:
-        description = description[:79] + "…"
     header = (
-        f"strategy: {strategy['selected']} ({description}), chosen by "
+        f"strategy: {strategy['selected']} ({shorten(strategy['description'], 80)}), chosen by "
         f"'{strategy['method']}'\nreconstruction: {manifest['reconstruction']['method']}\n\n"
     )
     rows = [("group", "queries", "expected RMSE", "mean std. error")]

@@ -64,6 +64,7 @@ from dpmm.pipeline.strategy_stage import (
     select_for_config,
 )
 from dpmm.privacy import ZCDP, PureDP
+from dpmm.release.catalog import shorten
 from dpmm.strategy import Candidate
 from dpmm.strategy.selection import Progress
 from dpmm.workload import WorkloadGroup, stack
@@ -261,10 +262,6 @@ def _group_report(
     )
 
 
-def _short(text: str, limit: int = 120) -> str:
-    return text if len(text) <= limit else f"{text[: limit - 1]}…"
-
-
 def _sum(values: Sequence[float | None]) -> float | None:
     return None if any(value is None for value in values) else math.fsum(values)
 
@@ -312,7 +309,7 @@ def plan(config: ReleaseConfig, *, progress: Progress | None = None) -> PlanRepo
     except MeasurementError:
         identity = None
     strategy_seconds = time.perf_counter() - started
-    logger.info("%s: strategy %s selected in %.2f s", name, _short(repr(A)), strategy_seconds)
+    logger.info("%s: strategy %s selected in %.2f s", name, shorten(repr(A), 120), strategy_seconds)
     reports = tuple(
         _group_report(group, privacy, identity, error)
         for group, error in zip(config.workload, errors, strict=True)

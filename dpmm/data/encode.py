@@ -193,7 +193,6 @@ def encode_column(
         values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
     if pa.types.is_dictionary(values.type):
         return _dictionary(values, attribute, file, column)
-    problems = []
     if attribute.labels is not None:
         codes, problems = _labels(values, attribute)
         return Encoded(codes, values, tuple(problems))

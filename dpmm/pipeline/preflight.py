@@ -22,8 +22,6 @@ from pathlib import Path
 
 from dpmm.config import ReleaseConfig
 from dpmm.errors import ConfigError, TooLargeError
-from dpmm.linalg import Marginals
-from dpmm.linalg.helmert_blocks import HelmertBlocks
 from dpmm.measure.exact import MeasurementError
 from dpmm.measure.mechanism import planned_record
 from dpmm.measure.tables import strategy_tables
@@ -80,11 +78,10 @@ class Preflight:
 def _counted_cells(config: ReleaseConfig, chosen: ChosenStrategy, counting: str) -> int:
     if counting == "vector":
         return config.domain.size
-    integer = chosen.quantized.integer
-    if not isinstance(integer, Marginals | HelmertBlocks):  # pragma: no cover - counting_plan
-        return config.domain.size
+    # counting_plan counts tables only for a Marginals or HelmertBlocks integer strategy.
     shape = config.domain.shape
-    return sum(math.prod(shape[i] for i in attrs) for attrs in strategy_tables(integer))
+    tables = strategy_tables(chosen.quantized.integer)
+    return sum(math.prod(shape[i] for i in attrs) for attrs in tables)
 
 
 def footprint(config: ReleaseConfig, chosen: ChosenStrategy, counting: str) -> Footprint:

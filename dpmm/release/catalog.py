@@ -41,6 +41,7 @@ __all__ = [
     "format_release",
     "list_releases",
     "load_manifest",
+    "shorten",
     "show_release",
     "text_table",
 ]
@@ -267,6 +268,16 @@ def text_table(
         if (underline and index == 0) or (total_row and index == len(rows) - 2):
             lines.append(rule)
     return lines
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, the last one an ellipsis when it was longer.
+
+    Example:
+        >>> shorten("Marginals([0], [1])", 12)
+        'Marginals([…'
+    """
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"
 
 
 def format_listing(summaries: list[ReleaseSummary]) -> str:
