@@ -96,18 +96,18 @@ class ExactStrategy:
             return self._kron_fingerprint()
         probe = (np.arange(cols, dtype=np.int64) * 7919 + 13) % 97 + 1  # no two columns alike
         answers = exact_answers(self, probe)
-        digest = hashlib.sha256()
-        header = f"{rows}x{cols};l1={self.sensitivity_l1};l2sq={self.sensitivity_l2_squared};"
-        digest.update(header.encode())
+        digest = hashlib.sha256(self._facts().encode())
         digest.update(answers.astype("<i8").tobytes())
         return digest.hexdigest()
 
+    def _facts(self) -> str:
+        """The shape and both sensitivities, as every fingerprint starts."""
+        rows, cols = self.matrix.shape
+        return f"{rows}x{cols};l1={self.sensitivity_l1};l2sq={self.sensitivity_l2_squared};"
+
     def _kron_fingerprint(self) -> str:
         """sha256 of the shape, sensitivities and every factor's own fingerprint, in order."""
-        rows, cols = self.matrix.shape
-        digest = hashlib.sha256()
-        header = f"kron;{rows}x{cols};l1={self.sensitivity_l1};l2sq={self.sensitivity_l2_squared};"
-        digest.update(header.encode())
+        digest = hashlib.sha256(f"kron;{self._facts()}".encode())
         for factor in self.matrix.factors:
             digest.update(analyze_strategy(factor).fingerprint().encode())
         return digest.hexdigest()
@@ -115,12 +115,9 @@ class ExactStrategy:
     def _structural_fingerprint(self) -> str:
         """sha256 of a marginal strategy's shape, sensitivities, domain and weighted sets."""
         A = self.matrix
-        parts = [
-            f"{A.shape[0]}x{A.shape[1]};l1={self.sensitivity_l1};",
-            f"l2sq={self.sensitivity_l2_squared};domain={list(A.domain_shape)};",
-            ";".join(f"{mask}:{int(weight)}" for mask, weight in A.weights.items()),
-        ]
-        return hashlib.sha256("".join(parts).encode()).hexdigest()
+        sets = ";".join(f"{mask}:{int(weight)}" for mask, weight in A.weights.items())
+        text = f"{self._facts()}domain={list(A.domain_shape)};{sets}"
+        return hashlib.sha256(text.encode()).hexdigest()
 
 
 def analyze_strategy(matrix: object) -> ExactStrategy:

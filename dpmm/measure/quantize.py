@@ -144,15 +144,13 @@ def measurable(matrix: Matrix) -> QuantizedStrategy:
         quantized = quantize(matrix, bits=bits)
         try:
             analyze_strategy(quantized.integer)
+            return quantized
         except MeasurementError as error:
-            if bits == QUANTIZATION_BITS[-1]:
-                raise MeasurementError(
-                    f"strategy {matrix!r:.120} cannot be quantized to an integer strategy with "
-                    f"exact norms ({error})"
-                ) from None
-            continue
-        return quantized
-    raise AssertionError("unreachable")  # pragma: no cover
+            problem = error
+    raise MeasurementError(
+        f"strategy {matrix!r:.120} cannot be quantized to an integer strategy with "
+        f"exact norms ({problem})"
+    ) from None
 
 
 # The recursion returns (integer matrix, e) with scale 2**e, and hands back the very same
