@@ -85,7 +85,13 @@ TOP_LEVEL_KEYS = (
     "ledger",
     "cluster",
 )
-REQUIRED_KEYS = ("name", "domain", "privacy", "workload")
+#: The keys a config must have, each with the example its absence is reported with.
+REQUIRED_KEYS = {
+    "name": "e.g. name: adult-marginals",
+    "domain": "e.g. domain: {file: adult-domain.json}",
+    "privacy": "e.g. privacy: {epsilon: 1}",
+    "workload": "a list of query groups, e.g. workload: [{kind: marginals, k: 1}]",
+}
 #: A release name becomes a folder name, so it starts with a letter or digit.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 NAME_MAX_LENGTH = 100
@@ -199,7 +205,9 @@ class _Reader:
         except ValueError as error:  # a scalar the loader matched but cannot build (2021-02-30)
             raise ConfigError(f"{self.path}: unreadable YAML value: {error}") from None
         if document is None:
-            raise ConfigError(f"{self.path}: the file is empty; a config needs {_required()}")
+            raise ConfigError(
+                f"{self.path}: the file is empty; a config needs {', '.join(REQUIRED_KEYS)}"
+            )
         if not isinstance(document, Mapping):
             raise ConfigError(
                 f"{self.path}: the top level must be a mapping of keys "
@@ -211,9 +219,9 @@ class _Reader:
                     f"{self.path}: unknown top-level key {describe_value(key)} "
                     f"(allowed: {', '.join(TOP_LEVEL_KEYS)})"
                 )
-        for key in REQUIRED_KEYS:
+        for key, example in REQUIRED_KEYS.items():
             if key not in document:
-                raise ConfigError(f"{self.path}: {key} is required ({_example(key)})")
+                raise ConfigError(f"{self.path}: {key} is required ({example})")
         return dict(document)
 
     def name(self, value: object) -> str:
@@ -386,19 +394,6 @@ class _Reader:
             }
         except ConfigError as error:
             self.wrap(error)
-
-
-def _required() -> str:
-    return ", ".join(REQUIRED_KEYS)
-
-
-def _example(key: str) -> str:
-    return {
-        "name": "e.g. name: adult-marginals",
-        "domain": "e.g. domain: {file: adult-domain.json}",
-        "privacy": "e.g. privacy: {epsilon: 1}",
-        "workload": "a list of query groups, e.g. workload: [{kind: marginals, k: 1}]",
-    }[key]
 
 
 def load_config(path: str | Path) -> ReleaseConfig:
