@@ -34,7 +34,6 @@ from dpmm.reconstruct.projected_gradient import (
     scalars,
 )
 from dpmm.reconstruct.protocol import (
-    DEFAULT_TOLERANCE,
     Estimate,
     ReconstructionError,
     check_noise_std,
@@ -118,13 +117,14 @@ def _factor_gram(factor: Matrix) -> Matrix:
 def chunked_nnls(
     A: Matrix,
     y: Any,
-    *,
-    noise_std: float | np.ndarray | None = None,
-    total: float | str | None = None,
-    tolerance: float = DEFAULT_TOLERANCE,
-    max_iterations: int | None = None,
+    noise_std: float | np.ndarray | None,
+    total: float | str | None,
+    tolerance: float,
+    max_iterations: int | None,
 ) -> Estimate:
     """:func:`~dpmm.reconstruct.nnls` for a Kronecker strategy and a Dask array ``y``.
+
+    Called by :func:`~dpmm.reconstruct.nnls` with its own arguments, in their order.
 
     ``y`` is shaped as the output tensor ``(m_1, …, m_d)`` of ``A = ⊗ A_i``; the
     estimate is a Dask array shaped ``(n_1, …, n_d)``. Only a common noise scale is
@@ -149,7 +149,9 @@ def chunked_nnls(
             "The chunked solver supports one noise scale for all measurements, not one per row."
         )
     known_total = check_total(total)
-    (finite,) = scalars(_isfinite_all(y))
+    import dask.array as da
+
+    (finite,) = scalars(da.isfinite(y).all())
     if not finite:
         raise ReconstructionError(
             "The measurements contain NaN or infinite values; every noisy answer must be finite."
@@ -229,9 +231,3 @@ def _solve_on_blocks(
         axis=0,
     )
     return Solution(x, solution.iterations, solution.residual, solution.converged)
-
-
-def _isfinite_all(y: Any) -> Any:
-    import dask.array as da
-
-    return da.isfinite(y).all()

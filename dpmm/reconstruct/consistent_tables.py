@@ -63,8 +63,6 @@ __all__ = [
     "project_consistent",
 ]
 
-Tables = Mapping[tuple[int, ...], np.ndarray]
-
 
 @dataclass(frozen=True, eq=False)
 class ConsistentTables:
@@ -95,8 +93,9 @@ def _prepare(
     tables: Mapping[Sequence[int], np.ndarray],
     weights: Mapping[Sequence[int], float] | None,
     domain_shape: Sequence[int] | None,
-) -> tuple[dict[tuple[int, ...], np.ndarray], dict[tuple[int, ...], float]]:
-    """Validated ``{sorted attrs: float table with sorted axes}`` and per-table weights."""
+    total: float | None,
+) -> tuple[TableLayout, list[np.ndarray]]:
+    """The validated tables' layout (with their weights and known total) and their stacks."""
     if not tables:
         raise ArgumentError("Consistent tables need at least one table.")
     shape = None if domain_shape is None else tuple(int(n) for n in domain_shape)
@@ -133,7 +132,10 @@ def _prepare(
         originals[key] = attrs
     check_sizes({key: table.shape for key, table in prepared.items()})
     chosen = _weights(weights, originals)
-    return prepared, chosen
+    if total is not None and not (math.isfinite(total) and total >= 0):
+        raise ArgumentError(f"A known total must be finite and non-negative, got {total}.")
+    layout = TableLayout({k: t.shape for k, t in prepared.items()}, chosen, total)
+    return layout, layout.stack(prepared)
 
 
 def _weights(
@@ -154,12 +156,6 @@ def _weights(
     return chosen
 
 
-def _layout(tables: Tables, weights: Mapping[tuple[int, ...], float], total: float | None):
-    if total is not None and not (math.isfinite(total) and total >= 0):
-        raise ArgumentError(f"A known total must be finite and non-negative, got {total}.")
-    return TableLayout({k: t.shape for k, t in tables.items()}, weights, total)
-
-
 def project_consistent(
     tables: Mapping[Sequence[int], np.ndarray],
     *,
@@ -178,9 +174,8 @@ def project_consistent(
         >>> {k: np.round(v, 6).tolist() for k, v in out.items()}
         {(0,): [2.6, 0.6], (1,): [1.4, 1.4, 0.4]}
     """
-    prepared, chosen = _prepare(tables, weights, domain_shape)
-    layout = _layout(prepared, chosen, total)
-    return layout.unstack(layout.project(layout.stack(prepared)))
+    layout, stacks = _prepare(tables, weights, domain_shape, total)
+    return layout.unstack(layout.project(stacks))
 
 
 def consistency_violation(
@@ -192,9 +187,8 @@ def consistency_violation(
         >>> consistency_violation({(0,): np.array([1.0, 2.0]), (0, 1): np.ones((2, 2))})
         1.0
     """
-    prepared, chosen = _prepare(tables, None, domain_shape)
-    layout = _layout(prepared, chosen, None)
-    return layout.disagreement(layout.stack(prepared))
+    layout, stacks = _prepare(tables, None, domain_shape, None)
+    return layout.disagreement(stacks)
 
 
 def nonnegative_tables(
@@ -235,9 +229,7 @@ def nonnegative_tables(
     """
     if not (math.isfinite(tolerance) and tolerance > 0):
         raise ArgumentError(f"The tolerance must be positive, got {tolerance}.")
-    prepared, chosen = _prepare(tables, weights, domain_shape)
-    layout = _layout(prepared, chosen, total)
-    target = layout.stack(prepared)
+    layout, target = _prepare(tables, weights, domain_shape, total)
     start = layout.project(target)
     scale = _total(start) if total is None else total
     if not scale > 0:

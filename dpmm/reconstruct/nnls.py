@@ -124,14 +124,7 @@ def nnls(
     if hasattr(y, "dask"):
         from dpmm.reconstruct.chunked import chunked_nnls
 
-        return chunked_nnls(
-            A,
-            y,
-            noise_std=noise_std,
-            total=total,
-            tolerance=tolerance,
-            max_iterations=max_iterations,
-        )
+        return chunked_nnls(A, y, noise_std, total, tolerance, max_iterations)
     values, scales = check_measurements(A, y, noise_std)
     known_total = check_total(total)
     whitened = whiten(A, scales)
