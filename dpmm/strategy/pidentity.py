@@ -29,7 +29,7 @@ from dpmm.errors import ArgumentError
 from dpmm.linalg import Matrix
 from dpmm.linalg.elementary import ClosedFormGram, semiseparable_product
 from dpmm.linalg.pidentity import PIdentity, column_scale, woodbury_solve
-from dpmm.strategy.template import check_restarts, descend, optimize_template
+from dpmm.strategy.template import check_count, check_norm, descend, optimize_template
 
 __all__ = ["PIdentityTemplate", "optimize_pidentity"]
 
@@ -64,12 +64,6 @@ SCREEN_ITERATIONS = 100
 #: its true share, and OPT_⊗ reported an error of 0. At 10³ the loss keeps ~10 digits, and
 #: optimized strategies sit far below it (Θ ≤ 21 on AllRange(256) and Prefix(256)).
 THETA_MAX = 1e3
-
-
-def _check_norm(norm: object) -> int:
-    if norm not in (1, 2) or isinstance(norm, bool):
-        raise ArgumentError(f"The strategy's sensitivity norm must be 1 or 2, got {norm!r}")
-    return int(norm)
 
 
 def _check_gram(workload_gram: object) -> np.ndarray:
@@ -241,24 +235,21 @@ def optimize_pidentity(
         n = gram.shape[0]
     else:
         n = generators[0].size
-    norm = _check_norm(norm)
-    if p is None:
-        p = max(1, n // 16)
-    if isinstance(p, bool) or not isinstance(p, int | np.integer) or p < 1:
-        raise ArgumentError(f"p (the p-Identity's extra queries) must be an integer ≥ 1, got {p!r}")
+    norm = check_norm(norm)
+    p = check_count(max(1, n // 16) if p is None else p, "p (the p-Identity's extra queries)")
     if generators is None:
-        template = PIdentityTemplate(gram, int(p), norm)
+        template = PIdentityTemplate(gram, p, norm)
     else:
-        template = PIdentityTemplate.from_generators(*generators, int(p), norm)
-    restarts = check_restarts(restarts)
+        template = PIdentityTemplate.from_generators(*generators, p, norm)
+    restarts = check_count(restarts, "The number of restarts")
     if restarts == 1:
         iterations = iteration_budget(n)
         result = optimize_template(template, restarts=1, rng=rng, max_iterations=iterations)
-        return PIdentity(result.params.reshape(int(p), n), norm), result.loss
+        return PIdentity(result.params.reshape(p, n), norm), result.loss
     screened = optimize_template(
         template, restarts=restarts, rng=rng, max_iterations=SCREEN_ITERATIONS
     )
     params, loss = descend(template, screened.params, iteration_budget(n) - SCREEN_ITERATIONS)
     if not loss < screened.loss:
         params, loss = screened.params, screened.loss
-    return PIdentity(params.reshape(int(p), n), norm), loss
+    return PIdentity(params.reshape(p, n), norm), loss

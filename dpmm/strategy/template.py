@@ -20,7 +20,14 @@ from threadpoolctl import threadpool_limits
 from dpmm.errors import ArgumentError, DpmmError
 from dpmm.strategy.restarts import restart_generator
 
-__all__ = ["Template", "TemplateResult", "check_restarts", "descend", "optimize_template"]
+__all__ = [
+    "Template",
+    "TemplateResult",
+    "check_count",
+    "check_norm",
+    "descend",
+    "optimize_template",
+]
 
 #: Most L-BFGS-B iterations per start; the templates here converge well before it.
 MAX_ITERATIONS = 2000
@@ -55,11 +62,18 @@ class TemplateResult:
     start_losses: tuple[float, ...]
 
 
-def check_restarts(restarts: object) -> int:
-    """Validate a number of random restarts (an integer ≥ 1)."""
-    if isinstance(restarts, bool) or not isinstance(restarts, int | np.integer) or restarts < 1:
-        raise ArgumentError(f"The number of restarts must be an integer ≥ 1, got {restarts!r}")
-    return int(restarts)
+def check_count(value: object, what: str) -> int:
+    """Validate a count such as the number of random restarts (an integer ≥ 1)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ArgumentError(f"{what} must be an integer ≥ 1, got {value!r}")
+    return int(value)
+
+
+def check_norm(norm: object) -> int:
+    """Validate a template's sensitivity norm: 1 (Laplace) or 2 (Gaussian)."""
+    if norm not in (1, 2) or isinstance(norm, bool):
+        raise ArgumentError(f"The strategy's sensitivity norm must be 1 or 2, got {norm!r}")
+    return int(norm)
 
 
 def descend(template: Template, start: np.ndarray, iterations: int) -> tuple[np.ndarray, float]:
@@ -120,7 +134,7 @@ def optimize_template(
         >>> result.params.round(6).tolist(), round(result.loss, 6)
         ([1.0, 0.0], 1.0)
     """
-    restarts = check_restarts(restarts)
+    restarts = check_count(restarts, "The number of restarts")
     rng = restart_generator(rng)
     points = [np.asarray(start, dtype=np.float64) for start in starts]
     points += [template.initial(rng) for _ in range(restarts)]

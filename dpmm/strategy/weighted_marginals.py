@@ -36,14 +36,14 @@ import math
 import numpy as np
 import scipy.optimize
 
-from dpmm.errors import ArgumentError, TooLargeError, UnsupportedQueryError
+from dpmm.errors import TooLargeError, UnsupportedQueryError
 from dpmm.linalg import Marginals, Matrix
 from dpmm.linalg.marginals import EIGEN_TOLERANCE, SUBSET_WORK_LIMIT
 from dpmm.privacy import PrivacyParameter
 from dpmm.strategy.marginal_designs import packing_starts
 from dpmm.strategy.marginal_optimal import workload_marginals
 from dpmm.strategy.restarts import restart_generator
-from dpmm.strategy.template import check_restarts, optimize_template
+from dpmm.strategy.template import check_count, check_norm, optimize_template
 
 __all__ = [
     "MarginalWeightsTemplate",
@@ -72,21 +72,13 @@ MAX_ITERATIONS = 2000
 SUPPORT_MARGIN = 100.0
 
 
-def _superset_sum(values: np.ndarray, bits: int) -> np.ndarray:
-    """``out[b] = Σ_{a ⊇ b} values[a]`` over bit masks: O(2^bits · bits)."""
+def _mask_sums(values: np.ndarray, bits: int, *, supersets: bool) -> np.ndarray:
+    """``out[b] = Σ_{a ⊇ b} values[a]`` (supersets) or ``Σ_{a ⊆ b} values[a]``: O(2^bits · bits)."""
     out = values.copy()
+    into, source = (0, 1) if supersets else (1, 0)
     for i in range(bits):
         view = out.reshape(-1, 2, 1 << i)
-        view[:, 0, :] += view[:, 1, :]
-    return out
-
-
-def _subset_sum(values: np.ndarray, bits: int) -> np.ndarray:
-    """``out[a] = Σ_{b ⊆ a} values[b]`` over bit masks: O(2^bits · bits)."""
-    out = values.copy()
-    for i in range(bits):
-        view = out.reshape(-1, 2, 1 << i)
-        view[:, 1, :] += view[:, 0, :]
+        view[:, into, :] += view[:, source, :]
     return out
 
 
@@ -123,7 +115,7 @@ class MarginalWeightsTemplate:
         workload = np.zeros(1 << bits)
         for mask, u in coefficients.items():
             workload[self.compress(mask)] += u * self.outside[self.compress(mask)]
-        eigen = _superset_sum(workload, bits)  # λ_W(b)
+        eigen = _mask_sums(workload, bits, supersets=True)  # λ_W(b)
         self.needed = (eigen > EIGEN_TOLERANCE * eigen.max(initial=0.0)) & (self.multiplicity > 0)
         if not self.needed.any():
             raise UnsupportedQueryError("The workload has no non-zero query to answer")
@@ -146,7 +138,7 @@ class MarginalWeightsTemplate:
 
     def eigenvalues(self, weights: np.ndarray) -> np.ndarray:
         """``λ_A(b)`` for every mask b: O(2^k · k)."""
-        return _superset_sum(weights**2 * self.outside, self.bits)
+        return _mask_sums(weights**2 * self.outside, self.bits, supersets=True)
 
     def sensitivity_squared(self, weights: np.ndarray) -> float:
         return float(weights.sum() ** 2 if self.norm == 1 else weights @ weights)
@@ -159,7 +151,8 @@ class MarginalWeightsTemplate:
         trace = float((self.demand / safe).sum())
         sensitivity_squared = self.sensitivity_squared(params)
         # ∂trace/∂c_a = Σ_{b ⊆ a} −demand_b/λ_b², and ∂c_a/∂θ_a = 2 θ_a Π_{i∉a} n_i.
-        d_trace = _subset_sum(-self.demand / safe**2, self.bits) * 2 * params * self.outside
+        subsets = _mask_sums(-self.demand / safe**2, self.bits, supersets=False)
+        d_trace = subsets * 2 * params * self.outside
         d_sensitivity = 2 * params.sum() * np.ones_like(params) if self.norm == 1 else 2 * params
         return sensitivity_squared * trace, sensitivity_squared * d_trace + trace * d_sensitivity
 
@@ -210,12 +203,11 @@ def optimize_marginal_weights(
         >>> bool(abs(expected_error(W, A, ZCDP(0.5)) - loss) < 1e-6 * loss)
         True
     """
-    if norm not in (1, 2) or isinstance(norm, bool):
-        raise ArgumentError(f"The strategy's sensitivity norm must be 1 or 2, got {norm!r}")
-    restarts = check_restarts(restarts)
+    norm = check_norm(norm)
+    restarts = check_count(restarts, "The number of restarts")
     shape, coefficients = workload_marginals(W, repeated_totals=True, approximate=True)
     coefficients = {mask: u for mask, u in coefficients.items() if u}
-    template = MarginalWeightsTemplate(shape, coefficients, int(norm))
+    template = MarginalWeightsTemplate(shape, coefficients, norm)
     uniform = np.full(1 << template.bits, WEIGHT_FLOOR)
     tables = [template.compress(mask) for mask in coefficients]
     uniform[tables] = 1.0
