@@ -98,13 +98,15 @@ def _attempt(name: str, method: Method, W: Matrix, privacy: PrivacyParameter) ->
     return Candidate(name, time.perf_counter() - start, strategy, error)
 
 
-def _best(candidates: Sequence[Candidate]) -> Candidate | None:
+def _best(candidates: Sequence[Candidate]) -> Candidate:
     """The least error; ties keep the earlier candidate."""
     chosen: Candidate | None = None
     least = math.inf
     for candidate in candidates:
         if candidate.error is not None and (chosen is None or candidate.error < least):
             chosen, least = candidate, candidate.error
+    if chosen is None:  # pragma: no cover - callers check that the baseline or optimum applied
+        raise DpmmError("No strategy method applies")
     return chosen
 
 
@@ -175,8 +177,6 @@ def select(
                 f"The baseline strategy method '{name}' does not apply: {candidate.skipped}"
             )
     chosen = _best(candidates)
-    if chosen is None:  # pragma: no cover - the baseline applied
-        raise DpmmError("No strategy method applies")
     if progress is not None:
         progress(len(order), len(order), chosen.method)
     return Selection(chosen, tuple(candidates))
@@ -204,8 +204,6 @@ def _settled(
     )
     # Never worse than the baseline, even by rounding: ties keep the earlier (the baseline).
     chosen = _best(candidates)
-    if chosen is None:  # pragma: no cover - the optimum applied
-        raise DpmmError("No strategy method applies")
     if progress is not None:
         progress(len(tried), len(tried), chosen.method)
     return Selection(chosen, candidates)
