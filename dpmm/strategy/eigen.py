@@ -31,7 +31,7 @@ from dpmm.linalg import DENSE_LIMIT, Dense, Identity, Kron, Matrix, VStack
 from dpmm.linalg.eigen_strategy import EigenStrategy
 from dpmm.linalg.spectral import COMMUTE_TOLERANCE, joint_eigenbasis
 from dpmm.privacy import PrivacyParameter
-from dpmm.strategy.eigen_profile import reduce_eigen_l1
+from dpmm.strategy.eigen_profile import attribute_strategies, reduce_eigen_l1
 from dpmm.strategy.eigen_weights import (
     DEFAULT_TOLERANCE,
     KronEigenvalues,
@@ -271,10 +271,7 @@ def eigen_design(
     strategy = design.strategy
     if not strategy.is_kron:
         raise DpmmError("Completion needs Kron weights; call eigen_design with separable=True")
-    factors = [
-        complete_factor(EigenStrategy([q], [u]), privacy.norm)
-        for q, u in zip(strategy.bases, strategy.factor_values, strict=True)
-    ]
+    factors = [complete_factor(factor, privacy.norm) for factor in attribute_strategies(strategy)]
     return factors[0] if len(factors) == 1 else Kron(factors)
 
 

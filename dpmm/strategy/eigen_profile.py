@@ -20,7 +20,7 @@ from dpmm.linalg import Kron, Matrix, Weighted
 from dpmm.linalg.eigen_strategy import EigenStrategy
 from dpmm.strategy.profile import reduce_l1
 
-__all__ = ["PROFILE_ITERATIONS", "PROFILE_SIDE", "reduce_eigen_l1"]
+__all__ = ["PROFILE_ITERATIONS", "PROFILE_SIDE", "attribute_strategies", "reduce_eigen_l1"]
 
 #: Widest factor (cells) whose L1 norm is reduced: ~11 s at 128 cells, growing like n³.
 PROFILE_SIDE = 128
@@ -30,7 +30,7 @@ PROFILE_SIDE = 128
 PROFILE_ITERATIONS = 1000
 
 
-def _factors(design: EigenStrategy) -> list[Matrix]:
+def attribute_strategies(design: EigenStrategy) -> list[EigenStrategy]:
     """The design as per-attribute strategies (Kron weights) or as itself (per-cell weights)."""
     if not design.is_kron:
         return [design]
@@ -59,7 +59,7 @@ def reduce_eigen_l1(design: EigenStrategy) -> Matrix:
         >>> bool(expected_error(W, reduced, privacy) < expected_error(W, design, privacy))
         True
     """
-    factors = _factors(design)
+    factors = attribute_strategies(design)
     reduced = [
         reduce_l1(factor, max_iterations=PROFILE_ITERATIONS)
         if factor.shape[1] <= PROFILE_SIDE
