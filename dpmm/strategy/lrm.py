@@ -35,10 +35,10 @@ from dpmm.linalg.spectral import thin_svd
 from dpmm.privacy import PrivacyParameter
 from dpmm.strategy.low_rank_matrix import LowRankStrategy
 from dpmm.strategy.lrm_solver import (
-    SUPPORT_RATIO,
     LowRankDecomposition,
     decompose_workload,
     least_squares_scale,
+    row_space,
     scaled_into_balls,
 )
 from dpmm.strategy.restarts import restart_generator
@@ -118,20 +118,19 @@ def complete_row_space(W: np.ndarray, L: np.ndarray, norm: int) -> np.ndarray:
         >>> bool(np.allclose(W @ np.linalg.pinv(A) @ A, W))
         True
     """
-    _, singular, right = thin_svd(L)
-    keep = singular > SUPPORT_RATIO * singular[0]
-    kept = (right[keep].T * singular[keep]).T  # Σ Vᵀ; the left factor U is orthonormal
+    _, singular, right = row_space(L)
+    kept = (right.T * singular).T  # Σ Vᵀ; the left factor U is orthonormal
     # Rotating L's rows by Uᵀ keeps the row space but changes the column norms, so keep L
-    # itself unless some directions had to go.
-    base = L if keep.all() else _left(L, right, singular, keep) @ kept
-    coefficients = W @ right[keep].T
-    outside = W - coefficients @ right[keep]
+    # itself unless some directions had to go (then U = L V Σ⁻¹ on the kept directions).
+    base = L if singular.size == min(L.shape) else ((L @ right.T) / singular) @ kept
+    coefficients = W @ right.T
+    outside = W - coefficients @ right
     total = float(np.linalg.norm(W))
     if float(np.linalg.norm(outside)) <= NEGLIGIBLE_RESIDUAL * total:
         return scaled_into_balls(base, norm)
     _, outside_singular, outside_right = thin_svd(outside)
     directions = outside_right[outside_singular > NEGLIGIBLE_RESIDUAL * total]
-    inside_scale = float(np.sum((coefficients / singular[keep]) ** 2))  # ‖W L⁺‖_F²
+    inside_scale = float(np.sum((coefficients / singular) ** 2))  # ‖W L⁺‖_F²
     outside_scale = float(np.sum(outside_singular**2))
     base_norms = _column_norms(base, norm)
     direction_norms = _column_norms(directions, norm)
@@ -153,14 +152,8 @@ def complete_row_space(W: np.ndarray, L: np.ndarray, norm: int) -> np.ndarray:
     return scaled_into_balls(np.vstack([base, weight * directions]), norm)
 
 
-def _left(L: np.ndarray, right: np.ndarray, singular: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """The kept left singular vectors of L (``U = L V Σ⁻¹``)."""
-    return (L @ right[keep].T) / singular[keep]
-
-
 def _check_support(W: np.ndarray, A: np.ndarray) -> None:
-    _, singular, right = thin_svd(A)
-    basis = right[singular > SUPPORT_RATIO * singular[0]]
+    basis = row_space(A)[2]
     outside = float(np.linalg.norm(W - (W @ basis.T) @ basis))
     if outside > 1e-9 * float(np.linalg.norm(W)):
         raise UnsupportedQueryError(

@@ -45,6 +45,7 @@ __all__ = [
     "decompose_workload",
     "initial_strategy",
     "mean_and_centered",
+    "row_space",
     "update_B",
     "update_L",
     "warm_start",
@@ -172,13 +173,19 @@ def scaled_into_balls(L: np.ndarray, norm: int) -> np.ndarray:
     return L / largest if largest > 0 else L
 
 
+def row_space(L: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """L's thin SVD ``U, σ, Vᵀ`` without the singular values below ``SUPPORT_RATIO σ_max``."""
+    left, singular, right = thin_svd(L)
+    keep = singular > SUPPORT_RATIO * singular[0]
+    return left[:, keep], singular[keep], right[keep]
+
+
 def least_squares_scale(W: np.ndarray, L: np.ndarray) -> float:
     """``‖W L⁺‖_F²``: the least ``‖B‖_F²`` with ``B L = W``, or inf if W leaves L's row space."""
-    _, singular, right = thin_svd(L)
-    keep = singular > SUPPORT_RATIO * singular[0]
-    coefficients = W @ right[keep].T
-    outside = np.linalg.norm(W - coefficients @ right[keep]) > 1e-9 * np.linalg.norm(W)
-    return math.inf if outside else float(np.sum((coefficients / singular[keep]) ** 2))
+    _, singular, right = row_space(L)
+    coefficients = W @ right.T
+    outside = np.linalg.norm(W - coefficients @ right) > 1e-9 * np.linalg.norm(W)
+    return math.inf if outside else float(np.sum((coefficients / singular) ** 2))
 
 
 def _padded(L: np.ndarray, rank: int, rng: np.random.Generator) -> np.ndarray:
@@ -275,9 +282,8 @@ def warm_start(W: np.ndarray, L: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     break ``BL = W`` by a wide margin, which the penalty then takes dozens of
     doublings to repair: Algorithm 1 stalls.
     """
-    left, singular, right = thin_svd(L)
-    keep = singular > SUPPORT_RATIO * singular[0]
-    inverse_t = (left[:, keep] / singular[keep]) @ right[keep]  # (L⁺)ᵀ, r × n
+    left, singular, right = row_space(L)
+    inverse_t = (left / singular) @ right  # (L⁺)ᵀ, r × n
     B = W @ inverse_t.T
     return B, B @ inverse_t
 
