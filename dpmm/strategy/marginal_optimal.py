@@ -7,19 +7,14 @@ residual block strategy of scalar blocks) gives ``AᵀA = Σ_S x_S (Π_{i∉S} n
 squared sensitivity ``Σ_S p_S x_S`` with ``p_S = Π_{i∈S}(1 − 1/n_i)``. With
 ``m_S = Π_{i∈S}(n_i − 1)`` and ``c_S = λ(S) m_S / Π_{i∉S} n_i``:
 
-* **sum of variances** (at unit noise): ``Σ_S c_S / x_S``; under ``Σ p_S x_S = 1``
-  Cauchy–Schwarz gives the optimum ``(Σ_S √(c_S p_S))²`` at ``x_S ∝ √(c_S / p_S)``.
-  ResidualPlanner proves no matrix-mechanism strategy does better.
-* **max variance**: every cell of marginal a has variance
-  ``var_a(x) = w_a² Σ_{S⊆a} K_{aS} / x_S`` with ``K_{aS} = p_S / (Π_{i∈a∖S} n_i)²``.
-  Minimizing ``max_a var_a`` under the same constraint is convex; by minimax its
-  dual is ``max_{μ ∈ simplex} (Σ_S √(p_S g_S(μ)))²`` with ``g = Kᵀμ``, and for
-  each μ the best x is ``x_S ∝ √(g_S / p_S)``. We ascend the dual with
-  multiplicative updates ``μ_a ← μ_a · var_a / h²`` (a fixed point is exactly the
-  KKT condition) and stop when the primal (max variance of x(μ)) and the dual
-  bound agree to a relative gap.
+the sum of variances (at unit noise) is ``Σ_S c_S / x_S``; under ``Σ p_S x_S = 1``
+Cauchy–Schwarz gives the optimum ``(Σ_S √(c_S p_S))²`` at ``x_S ∝ √(c_S / p_S)``.
+ResidualPlanner proves no matrix-mechanism strategy does better. Everything runs on the
+down-closure of the workload's sets, never on the domain.
 
-Everything runs on the down-closure of the workload's sets, never on the domain.
+The largest cell variance (optionally weighted per marginal) is minimized by the residual
+method, whose scalar blocks on a union of marginals are these residuals:
+``residual_strategy(W, privacy, loss="max_variance")`` (:mod:`dpmm.strategy.residual`).
 """
 
 from __future__ import annotations
@@ -27,15 +22,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
-from dpmm.errors import ArgumentError, DpmmError, TooLargeError, UnsupportedQueryError
+from dpmm.errors import TooLargeError, UnsupportedQueryError
 from dpmm.linalg import Identity, Marginal, Marginals, Matrix, Ones, VStack
 from dpmm.linalg.kron import kron_terms
-from dpmm.linalg.marginals import _submasks, members_mask
+from dpmm.linalg.marginals import _submasks
 from dpmm.linalg.residual_general import ResidualBlockStrategy
 from dpmm.linalg.residuals import DomainSizes
 from dpmm.privacy import PrivacyParameter
@@ -46,19 +39,9 @@ __all__ = [
     "check_gaussian",
     "marginal_optimal",
     "marginal_projection",
-    "max_variance_optimum",
-    "max_variance_split",
     "sum_variance_optimum",
     "workload_marginals",
 ]
-
-OBJECTIVES = ("sum_variance", "max_variance")
-
-#: Relative duality gap at which the max-variance solver stops.
-GAP_TOLERANCE = 1e-7
-
-#: Most dual ascent steps of the max-variance solver.
-MAX_ITERATIONS = 20_000
 
 
 @dataclass(frozen=True)
@@ -68,17 +51,14 @@ class MarginalOptimum:
     Attributes:
         shape: the domain's attribute sizes.
         squared_weights: ``{S: x_S}`` with ``Σ_S p_S x_S = 1``.
-        objective: the objective at unit noise variance (sum or max of cell variances).
-        lower_bound: a certified lower bound on the optimum (equal to ``objective`` in
-            closed form; the dual value for the max-variance solver).
-        iterations: dual ascent steps taken (0 for the closed form).
+        objective: the sum of cell variances at unit noise variance.
+        lower_bound: the optimum ``(Σ_S √(c_S p_S))²`` (``objective`` up to rounding).
     """
 
     shape: tuple[int, ...]
     squared_weights: dict[int, float]
     objective: float
     lower_bound: float
-    iterations: int = 0
 
     def strategy(self) -> ResidualBlockStrategy:
         """The residual strategy with scalar blocks (weights) ``√x_S``."""
@@ -192,15 +172,6 @@ def marginal_projection(factor: Matrix) -> tuple[float, float]:
     return inside, outside
 
 
-def _down_closure(workload: Mapping[int, float], sizes: DomainSizes) -> list[int]:
-    """Every subset of a workload set whose projection E_S is not zero."""
-    closure: set[int] = set()
-    for mask in workload:
-        if mask not in closure:
-            closure.update(_submasks(mask))
-    return sorted(s for s in closure if sizes.multiplicity(s))
-
-
 def sum_variance_optimum(shape: Sequence[int], workload: Mapping[int, float]) -> MarginalOptimum:
     """The closed-form optimum of the summed cell variances (unit noise, sensitivity 1).
 
@@ -241,106 +212,6 @@ def sum_variance_optimum(shape: Sequence[int], workload: Mapping[int, float]) ->
     )
 
 
-def _variance_matrix(
-    shape: Sequence[int], workload: Mapping[int, float], closure: list[int]
-) -> sp.csr_array:
-    """``K[a, S] = w_a² p_S / (Π_{i∈a∖S} n_i)²``: cell variance of marginal a per unit 1/x_S."""
-    sizes = DomainSizes(shape)
-    column = {s: j for j, s in enumerate(closure)}
-    rows, cols, values = [], [], []
-    for row, (a, squared) in enumerate(workload.items()):
-        inside_a = sizes.inside(a)
-        for s in _submasks(a):
-            if s in column:
-                ratio = inside_a // sizes.inside(s)
-                rows.append(row)
-                cols.append(column[s])
-                values.append(squared * sizes.column_norm_squared(s) / ratio**2)
-    return sp.csr_array((values, (rows, cols)), shape=(len(workload), len(closure)))
-
-
-def max_variance_split(
-    K: Any, costs: np.ndarray, *, tolerance: float, max_iterations: int, accept: float
-) -> tuple[np.ndarray, float, float, int]:
-    """Shares x minimizing ``max_q Σ_S K_qS / x_S`` under ``Σ_S costs_S x_S = 1``, by dual ascent.
-
-    The dual is ``max_{μ ∈ simplex} (Σ_S √(costs_S g_S))²`` with ``g = Kᵀμ``; for each μ
-    the best x is ``x_S ∝ √(g_S / costs_S)``, and ``μ_q ← μ_q · var_q / h²`` keeps μ on the
-    simplex with the KKT conditions as fixed points. K may be dense or sparse. The ascent
-    stops at a relative primal–dual gap of ``tolerance``.
-
-    Returns:
-        The best x found, its max variance (primal), the best dual bound, and the steps taken.
-
-    Raises:
-        DpmmError: the gap is still above ``accept`` after ``max_iterations`` steps.
-    """
-    Kt = K.T.tocsr() if hasattr(K, "tocsr") else K.T
-    mu = np.full(K.shape[0], 1.0 / K.shape[0])
-    best_x, best_primal, best_dual = np.full(K.shape[1], np.nan), math.inf, 0.0
-    iterations = 0
-    while iterations < max_iterations:
-        iterations += 1
-        g = Kt @ mu  # O(nnz(K)) per step
-        root = np.sqrt(costs * g)
-        h = float(root.sum())
-        best_dual = max(best_dual, h * h)
-        x = np.sqrt(g / costs) / h
-        variances = K @ (1.0 / x)
-        primal = float(variances.max())
-        if primal < best_primal:
-            best_x, best_primal = x, primal
-        if best_primal - best_dual <= tolerance * best_primal:
-            break
-        # Σ_q μ_q var_q = h²: the update keeps μ on the simplex; its fixed points are KKT.
-        mu = mu * (variances / (h * h))
-        mu /= mu.sum()
-    if best_primal - best_dual > accept * best_primal:
-        raise DpmmError(
-            f"The max-variance split did not reach a relative gap of {accept:g} in "
-            f"{max_iterations} steps (gap {(best_primal - best_dual) / best_primal:.3g})"
-        )
-    return best_x, best_primal, best_dual, iterations
-
-
-def max_variance_optimum(
-    shape: Sequence[int],
-    workload: Mapping[int, float],
-    *,
-    tolerance: float = GAP_TOLERANCE,
-    max_iterations: int = MAX_ITERATIONS,
-) -> MarginalOptimum:
-    """Minimize the largest cell variance (each marginal's scaled by its squared weight).
-
-    Args:
-        shape: attribute sizes.
-        workload: ``{mask: squared weight}``; marginals of weight 0 are ignored.
-        tolerance: stop at this relative gap between primal and dual values.
-        max_iterations: most dual ascent steps.
-
-    Raises:
-        DpmmError: the gap is still above ``tolerance`` after ``max_iterations``.
-    """
-    sizes = DomainSizes(shape)
-    workload = {a: w for a, w in workload.items() if w > 0}
-    closure = _down_closure(workload, sizes)
-    if not closure:
-        raise UnsupportedQueryError("marginal_optimal needs a workload with a non-zero query")
-    K = _variance_matrix(shape, workload, closure)
-    p = np.array([sizes.column_norm_squared(s) for s in closure])
-    best_x, _, best_dual, iterations = max_variance_split(
-        K, p, tolerance=tolerance, max_iterations=max_iterations, accept=tolerance
-    )
-    best_x = best_x / math.fsum(p * best_x)
-    return MarginalOptimum(
-        tuple(shape),
-        dict(zip(closure, best_x.tolist(), strict=True)),
-        objective=float((K @ (1.0 / best_x)).max()),
-        lower_bound=best_dual,
-        iterations=iterations,
-    )
-
-
 def check_gaussian(privacy: PrivacyParameter, method: str) -> None:
     """Raise UnsupportedQueryError unless ``privacy`` is Gaussian (ρ-zCDP), as ``method`` needs."""
     if privacy.norm != 2:
@@ -350,32 +221,8 @@ def check_gaussian(privacy: PrivacyParameter, method: str) -> None:
         )
 
 
-def _merge_weights(
-    shape: Sequence[int],
-    workload: dict[int, float],
-    weights: Mapping[int, float] | Mapping[tuple[int, ...], float] | None,
-) -> dict[int, float]:
-    if weights is None:
-        return workload
-    scaled = dict(workload)
-    for key, weight in weights.items():
-        mask = key if isinstance(key, int) else members_mask(key)
-        if mask not in workload:
-            raise ArgumentError(f"weights names the attribute set {key!r}, which W does not hold")
-        if not np.isfinite(weight) or weight < 0:
-            raise ArgumentError(f"weights[{key!r}] must be a non-negative number, got {weight!r}")
-        scaled[mask] = workload[mask] * float(weight)
-    return scaled
-
-
-def marginal_optimal(
-    W: Matrix,
-    privacy: PrivacyParameter,
-    *,
-    objective: str = "sum_variance",
-    weights: Mapping[int, float] | Mapping[tuple[int, ...], float] | None = None,
-) -> ResidualBlockStrategy:
-    """The optimal residual strategy for a union of marginals under Gaussian noise.
+def marginal_optimal(W: Matrix, privacy: PrivacyParameter) -> ResidualBlockStrategy:
+    """The residual strategy of least total squared error for a union of marginals.
 
     The strategy has L2 sensitivity 1, so measuring it at ρ-zCDP adds noise of
     variance ``1/(2ρ)`` per answer; the strategy itself does not depend on ρ.
@@ -383,15 +230,9 @@ def marginal_optimal(
     Args:
         W: a union of marginals (see :func:`workload_marginals`).
         privacy: must be Gaussian (ρ-zCDP).
-        objective: ``"sum_variance"`` (total squared error, closed form) or
-            ``"max_variance"`` (largest per-cell variance, convex solver).
-        weights: importance per marginal (attribute mask or tuple of positions),
-            multiplying its cells' variances in the objective; 1 when omitted.
 
     Raises:
-        UnsupportedQueryError: pure ε-DP.
-        ArgumentError: an unknown objective, or weights naming another set.
-        UnsupportedQueryError: W is not a union of marginals.
+        UnsupportedQueryError: pure ε-DP, or W is not a union of marginals.
 
     Example:
         >>> from dpmm.privacy import ZCDP
@@ -403,16 +244,7 @@ def marginal_optimal(
         (1.0, 30351.2)
     """
     check_gaussian(privacy, "marginal_optimal")
-    if objective not in OBJECTIVES:
-        raise ArgumentError(
-            f"Unknown marginal_optimal objective {objective!r} (expected one of: "
-            f"{', '.join(OBJECTIVES)})"
-        )
-    shape, workload = workload_marginals(W)
-    workload = _merge_weights(shape, workload, weights)
-    if objective == "sum_variance":
-        return sum_variance_optimum(shape, workload).strategy()
-    return max_variance_optimum(shape, workload).strategy()
+    return sum_variance_optimum(*workload_marginals(W)).strategy()
 
 
 def cell_variances(

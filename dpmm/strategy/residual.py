@@ -17,8 +17,9 @@ Each subspace is solved once at unit sensitivity (error f_S), then scaled by
   its importance.
 * **max variance** over queries ``var_q = Σ_S k_qS / x_S`` (the per-subspace designs
   fixed): convex in x; its dual ``max_μ (Σ_S √(Kᵀμ)_S)²`` is ascended by the
-  multiplicative update ``μ_q ← μ_q var_q / h²``, as in
-  :func:`dpmm.strategy.marginal_optimal.max_variance_optimum`.
+  multiplicative update ``μ_q ← μ_q var_q / h²`` (:func:`max_variance_split`). On a
+  union of marginals every block is a plain residual, so this is the max-variance
+  optimum of the marginal strategies of :mod:`dpmm.strategy.marginal_optimal`.
 
 Sensitivity is exact (the same for every cell) on blocks whose Gram is a
 multiple of the identity; a solved block's diagonal is constant up to the
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpmm.errors import ArgumentError, UnsupportedQueryError
+from dpmm.errors import ArgumentError, DpmmError, UnsupportedQueryError
 from dpmm.linalg import Matrix
 from dpmm.linalg.marginals import mask_members
 from dpmm.linalg.residual_general import (
@@ -49,10 +50,16 @@ from dpmm.linalg.residual_general import (
 )
 from dpmm.linalg.residuals import DomainSizes
 from dpmm.privacy import PrivacyParameter
-from dpmm.strategy.marginal_optimal import check_gaussian, max_variance_split
+from dpmm.strategy.marginal_optimal import check_gaussian
 from dpmm.strategy.residual_subspace import SubspaceWorkload, solve_subspace, subspace_workloads
 
-__all__ = ["LOSSES", "ResidualOptimum", "residual_optimum", "residual_strategy"]
+__all__ = [
+    "LOSSES",
+    "ResidualOptimum",
+    "max_variance_split",
+    "residual_optimum",
+    "residual_strategy",
+]
 
 #: Losses the residual method minimizes.
 LOSSES = ("sum_variance", "weighted_sum", "max_variance")
@@ -166,6 +173,49 @@ def _variance_rows(terms: list, factors: dict[int, Block], order: list[int]) -> 
     return np.unique(np.concatenate(rows), axis=0)
 
 
+def max_variance_split(
+    K: np.ndarray, *, tolerance: float, max_iterations: int, accept: float
+) -> tuple[np.ndarray, float, float]:
+    """Shares x minimizing ``max_q Σ_S K_qS / x_S`` under ``Σ_S x_S = 1``, by dual ascent.
+
+    The dual is ``max_{μ ∈ simplex} (Σ_S √g_S)²`` with ``g = Kᵀμ``; for each μ the best x
+    is ``x_S ∝ √g_S``, and ``μ_q ← μ_q · var_q / h²`` keeps μ on the simplex with the KKT
+    conditions as fixed points. The ascent stops at a relative primal–dual gap of
+    ``tolerance``.
+
+    Returns:
+        The best x found, its max variance (primal) and the best dual bound.
+
+    Raises:
+        DpmmError: the gap is still above ``accept`` after ``max_iterations`` steps.
+    """
+    mu = np.full(K.shape[0], 1.0 / K.shape[0])
+    best_x, best_primal, best_dual = np.full(K.shape[1], np.nan), math.inf, 0.0
+    iterations = 0
+    while iterations < max_iterations:
+        iterations += 1
+        g = K.T @ mu  # O(K.size) per step
+        root = np.sqrt(g)
+        h = float(root.sum())
+        best_dual = max(best_dual, h * h)
+        x = root / h
+        variances = K @ (1.0 / x)
+        primal = float(variances.max())
+        if primal < best_primal:
+            best_x, best_primal = x, primal
+        if best_primal - best_dual <= tolerance * best_primal:
+            break
+        # Σ_q μ_q var_q = h²: the update keeps μ on the simplex; its fixed points are KKT.
+        mu = mu * (variances / (h * h))
+        mu /= mu.sum()
+    if best_primal - best_dual > accept * best_primal:
+        raise DpmmError(
+            f"The max-variance split did not reach a relative gap of {accept:g} in "
+            f"{max_iterations} steps (gap {(best_primal - best_dual) / best_primal:.3g})"
+        )
+    return best_x, best_primal, best_dual
+
+
 def residual_optimum(
     W: Matrix,
     *,
@@ -198,9 +248,8 @@ def residual_optimum(
         raise UnsupportedQueryError(f"Workload {W!r} has no non-zero query to answer")
     factors = {m: factors[m] for m in support}
     if loss == "max_variance":
-        x, objective, bound, _ = max_variance_split(
+        x, objective, bound = max_variance_split(
             _variance_rows(terms, factors, support),
-            np.ones(len(support)),
             tolerance=MAX_VARIANCE_GAP,
             max_iterations=MAX_VARIANCE_STEPS,
             accept=MAX_VARIANCE_ACCEPT,
