@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,10 +110,12 @@ def _best(candidates: Sequence[Candidate]) -> Candidate:
     return chosen
 
 
-def _trying(name: str, best: Candidate | None, W: Matrix) -> str:
+def _trying(name: str, tried: Iterable[Candidate], W: Matrix) -> str:
     """What a progress report says: the candidate being tried and the best so far."""
-    if best is None or best.error is None:
+    applied = [candidate for candidate in tried if candidate.error is not None]
+    if not applied:
         return name
+    best = _best(applied)
     rmse = math.sqrt(best.error / max(W.shape[0], 1))
     return f"{name}, best so far {best.method} (RMSE {rmse:.4g})"
 
@@ -153,57 +155,35 @@ def select(
     """
     if not order:
         raise DpmmError("No strategy method was given to choose from")
-    done: dict[str, Candidate] = {}
+    tried: dict[str, Candidate] = {}
+    run, done, total, reason = list(order), 0, len(order), None
     if proven is not None:
         if proven.method not in order:
             raise DpmmError(f"The proven optimum '{proven.method}' is not a candidate")
         if progress is not None:
             progress(0, 1 if order[0] == proven.method else 2, proven.method)
-        optimum = _attempt(proven.method, methods[proven.method], W, privacy)
+        optimum = tried[proven.method] = _attempt(proven.method, methods[proven.method], W, privacy)
         _log(optimum)
-        if optimum.error is not None:
-            return _settled(W, privacy, methods, order, proven, optimum, progress)
-        logger.info("the proven optimum %s does not apply: trying every candidate", proven.method)
-        done[proven.method] = optimum
-    candidates: list[Candidate] = []
-    for count, name in enumerate(order):
+        if optimum.error is not None:  # only the baseline runs after it, for reference
+            run = [name for name in order[:1] if name != proven.method]
+            done, total, reason = 1, 1 + len(run), proven.reason
+        else:
+            logger.info(
+                "the proven optimum %s does not apply: trying every candidate", proven.method
+            )
+    for count, name in enumerate(run, start=done):
         if progress is not None:
-            progress(count, len(order), _trying(name, _best(candidates), W))
-        candidate = done.get(name) or _attempt(name, methods[name], W, privacy)
-        candidates.append(candidate)
+            progress(count, total, _trying(name, tried.values(), W))
+        candidate = tried.get(name) or _attempt(name, methods[name], W, privacy)
+        tried[name] = candidate
         _log(candidate)
         if count == 0 and candidate.error is None:
             raise DpmmError(
                 f"The baseline strategy method '{name}' does not apply: {candidate.skipped}"
             )
-    chosen = _best(candidates)
-    if progress is not None:
-        progress(len(order), len(order), chosen.method)
-    return Selection(chosen, tuple(candidates))
-
-
-def _settled(
-    W: Matrix,
-    privacy: PrivacyParameter,
-    methods: Mapping[str, Method],
-    order: Sequence[str],
-    proven: ProvenOptimum,
-    optimum: Candidate,
-    progress: Progress | None,
-) -> Selection:
-    """The proven optimum, the baseline for reference, and the rest recorded as not tried."""
-    tried = {proven.method: optimum}
-    baseline = order[0]
-    if baseline != proven.method:
-        if progress is not None:
-            progress(1, 2, _trying(baseline, optimum, W))
-        tried[baseline] = _attempt(baseline, methods[baseline], W, privacy)
-        _log(tried[baseline])
-    candidates = tuple(
-        tried.get(name) or Candidate(name, 0.0, skipped=proven.reason) for name in order
-    )
+    candidates = tuple(tried.get(name) or Candidate(name, 0.0, skipped=reason) for name in order)
     # Never worse than the baseline, even by rounding: ties keep the earlier (the baseline).
     chosen = _best(candidates)
     if progress is not None:
-        progress(len(tried), len(tried), chosen.method)
+        progress(total, total, chosen.method)
     return Selection(chosen, candidates)
