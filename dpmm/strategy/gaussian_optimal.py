@@ -57,7 +57,6 @@ class GaussianOptimum:
     strategy: Dense
     error: float
     lower_bound: float
-    steps: int
 
     @property
     def gap(self) -> float:
@@ -73,15 +72,13 @@ def _root_and_fourth_root(M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return root, fourth
 
 
-def optimal_gaussian_factor(
-    gram: np.ndarray, *, gap: float = GAP, max_steps: int = MAX_STEPS
-) -> GaussianOptimum:
+def optimal_gaussian_factor(gram: np.ndarray) -> GaussianOptimum:
     """The L2-optimal strategy for a workload of full column rank with Gram ``gram``.
+
+    It stops at the certified relative gap :data:`GAP`, or after :data:`MAX_STEPS` steps.
 
     Args:
         gram: ``WᵀW`` as a dense symmetric positive definite n × n array (n ≤ :data:`MAX_SIZE`).
-        gap: Stop once the certified relative gap is below this.
-        max_steps: Most multiplicative steps.
 
     Raises:
         TooLargeError: n exceeds :data:`MAX_SIZE`.
@@ -113,8 +110,7 @@ def optimal_gaussian_factor(
     e = np.full(n, 1.0 / n)
     best: tuple[float, np.ndarray, np.ndarray] | None = None
     lower = 0.0
-    steps = 0
-    for steps in range(1, max_steps + 1):  # noqa: B007 - the count is reported
+    for _ in range(MAX_STEPS):
         scale = np.sqrt(e)
         root, fourth = _root_and_fourth_root(scale[:, None] * G * scale[None, :])
         diagonal = np.diag(root)
@@ -124,7 +120,7 @@ def optimal_gaussian_factor(
         error = total**2 * float(column_norms.max())
         if best is None or error < best[0]:
             best = (error, fourth, e)
-        if best[0] <= lower * (1 + gap):
+        if best[0] <= lower * (1 + GAP):
             break
         # Damped fixed-point step toward unit column norms; renormalized onto the simplex.
         e = e * column_norms**STEP
@@ -132,4 +128,4 @@ def optimal_gaussian_factor(
     error, fourth, e = best
     strategy = fourth / np.sqrt(e)[None, :]
     strategy /= math.sqrt(float((strategy**2).sum(axis=0).max()))
-    return GaussianOptimum(Dense(strategy, full_column_rank=True), error, lower, steps)
+    return GaussianOptimum(Dense(strategy, full_column_rank=True), error, lower)

@@ -140,15 +140,11 @@ class SubspaceOptimum:
             strategy block. Its rows span exactly the directions the sub-workload reads.
         error: ``tr(Ĝ M⁺)``.
         lower_bound: the best dual value (no M with the same constraint does better).
-        spread: ``1 − min diag(D_SᵀM D_S)``: how far the cells' norms are from constant.
-        steps: solver steps.
     """
 
     factor: np.ndarray
     error: float
     lower_bound: float
-    spread: float
-    steps: int
 
     @property
     def gram(self) -> np.ndarray:
@@ -167,24 +163,16 @@ def _eigh_psd(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return vectors, root, inverse
 
 
-def solve_subspace(
-    gram: np.ndarray,
-    basis: np.ndarray,
-    *,
-    gap: float = GAP,
-    max_steps: int = MAX_STEPS,
-) -> SubspaceOptimum:
+def solve_subspace(gram: np.ndarray, basis: np.ndarray) -> SubspaceOptimum:
     """``min tr(gram M⁺)`` over PSD M reading every direction of ``gram``, with
     ``diag(basisᵀ M basis) ≤ 1``; M reads no other direction.
 
     Args:
         gram: the sub-workload Gram ``Ĝ_S`` (``K × K``, symmetric PSD, not zero).
         basis: ``D_S`` (``K × N``, orthonormal rows): column x maps cell x into the subspace.
-        gap: stop when primal / dual − 1 falls below this.
-        max_steps: most multiplicative steps.
 
     Raises:
-        DpmmError: the gap is still above ``gap`` after ``max_steps``.
+        DpmmError: the gap is still above :data:`ACCEPT` after :data:`MAX_STEPS` steps.
 
     Example:
         >>> from dpmm.linalg.residuals import helmert
@@ -203,9 +191,8 @@ def solve_subspace(
     reduced = directions.T @ basis  # r × N, orthonormal rows
     cells = basis.shape[1]
     weights = np.full(cells, 1.0 / cells)
-    best_dual, best, step = 0.0, None, 0
-    while step < max_steps:
-        step += 1
+    best_dual, best = 0.0, None
+    for _ in range(MAX_STEPS):
         vectors, root_h, inverse_h = _eigh_psd((reduced * weights) @ reduced.T)
         half = (vectors * root_h) @ vectors.T
         inverse_half = (vectors * inverse_h) @ vectors.T
@@ -219,18 +206,18 @@ def solve_subspace(
         peak = float(diagonal.max())
         primal = scale * scale * peak
         if best is None or primal < best[1]:
-            best = (candidate / peak, primal, float(diagonal.min()) / peak)
-        if best[1] <= scale * scale * (1 + gap):
+            best = (candidate / peak, primal)
+        if best[1] <= scale * scale * (1 + GAP):
             break
         weights = weights * diagonal**STEP
         weights /= weights.sum()
     if best[1] > best_dual * (1 + ACCEPT):
         raise DpmmError(
-            f"The residual sub-workload solver did not reach a relative gap of {gap:g} in "
-            f"{max_steps} steps (gap {best[1] / best_dual - 1:.3g})"
+            f"The residual sub-workload solver did not reach a relative gap of {GAP:g} in "
+            f"{MAX_STEPS} steps (gap {best[1] / best_dual - 1:.3g})"
         )
-    matrix, _, low = best
+    matrix, _ = best
     vectors, root, _ = _eigh_psd(matrix)
     factor = ((vectors * root) @ vectors.T) @ directions.T  # N^{1/2} Uᵀ
     error = float(np.sum(values * np.diag(np.linalg.inv(matrix))))
-    return SubspaceOptimum(factor, error, best_dual, 1.0 - low, step)
+    return SubspaceOptimum(factor, error, best_dual)
