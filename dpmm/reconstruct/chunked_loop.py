@@ -29,6 +29,7 @@ import math
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -113,24 +114,12 @@ def _dot(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.dot(a.reshape(-1), b.reshape(-1)))
 
 
-def _square_sum(block: np.ndarray) -> float:
-    return _dot(block, block)
-
-
 def _residual(shares: list[float], factor: float) -> float:
     return math.sqrt(sum(shares)) * factor
 
 
 def _identity(value: Any) -> Any:
     return value
-
-
-def _first(pair: tuple) -> Any:
-    return pair[0]
-
-
-def _second(pair: tuple) -> Any:
-    return pair[1]
 
 
 def _start(x: np.ndarray) -> tuple:
@@ -243,7 +232,7 @@ class _Graph:
 
     def iterate(self, linear: list[str], steps: list[str]) -> list[str]:
         """The blocks' ``(x_new, share, x, momentum)`` one iteration after ``steps``."""
-        shares = [self.task(_second, step) for step in steps]
+        shares = [self.task(itemgetter(1), step) for step in steps]
         advanced = [
             self.task(_advance, step, shares, self.others, column)
             for step, column in zip(steps, self.columns, strict=True)
@@ -321,14 +310,14 @@ def minimize_on_blocks(
     b = [graph.task(_identity, block.key) for block in linear]
     x = [graph.task(np.maximum, block.key, 0.0) for block in start]
     steps = [graph.task(_start, block) for block in x]
-    scale = graph.task(_residual, [graph.task(_square_sum, block) for block in b], 1.0)
+    scale = graph.task(_residual, [graph.task(_dot, block, block) for block in b], 1.0)
     constants = graph.persist(
         _gather_inputs(linear, start), [*b, graph.others, *graph.columns, *steps, scale]
     )
     factor = lipschitz / (_value(scale, constants.pop(scale)) or 1.0)
     live = {key: constants.pop(key) for key in steps}
     first = graph.residual(b, steps, factor)
-    blocks = [graph.task(_first, step) for step in steps]
+    blocks = [graph.task(itemgetter(0), step) for step in steps]
     live.update(graph.persist({**constants, **live}, [first, *blocks]))
     residual = _value(first, live[first])
     if residual <= tolerance or limit <= 0:
@@ -379,7 +368,7 @@ def _submit(
     for iteration in range(done + 1, min(done + batch, limit) + 1):
         steps = graph.iterate(linear, steps)
         if iteration % CHECK_EVERY == 0 or iteration == limit:
-            blocks = [graph.task(_first, step) for step in steps]
+            blocks = [graph.task(itemgetter(0), step) for step in steps]
             checks.append((iteration, graph.residual(linear, steps, factor), blocks))
     keys = [*steps, *(key for _, key, _ in checks), *(k for *_, blocks in checks for k in blocks)]
     persisted = graph.persist({**constants, **live}, keys)
