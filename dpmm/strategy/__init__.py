@@ -69,10 +69,6 @@ __all__ = [
 MAX_BRANCHING = 16
 
 
-def _identity_candidates(n: int) -> Sequence[Matrix]:
-    return [Identity(n)]
-
-
 def _tree_candidates(n: int) -> Sequence[Matrix]:
     if n == 1:
         return [Identity(1)]
@@ -95,11 +91,11 @@ def _per_attribute(
 def _identity(W: Matrix, privacy: PrivacyParameter) -> Matrix:
     """One count per cell: the Kron of identities (or one identity on one attribute)."""
     if isinstance(W, Marginal | Marginals):
-        # The same result as the per-attribute search, without listing every marginal's
-        # d factors (166,751 marginals × 100 attributes).
+        # Without listing every marginal's d factors (166,751 marginals × 100 attributes).
         shape = W.domain_shape
-        return Identity(shape[0]) if len(shape) == 1 else Kron([Identity(n) for n in shape])
-    return best_kron_strategy(W, _identity_candidates, privacy.norm)[0]
+    else:
+        shape = tuple(factor.shape[1] for factor in kron_terms(W)[0].factors)
+    return Identity(shape[0]) if len(shape) == 1 else Kron([Identity(n) for n in shape])
 
 
 def _workload(W: Matrix, privacy: PrivacyParameter) -> Matrix:
