@@ -38,6 +38,7 @@ import numpy as np
 
 from dpmm.errors import DpmmError
 from dpmm.linalg.eigen_strategy import is_dask, kron_apply
+from dpmm.reconstruct.projected_gradient import scalars
 
 __all__ = [
     "KronEigenvalues",
@@ -59,11 +60,6 @@ class KronEigenvalues:
 
     coefficients: tuple[float, ...]
     parts: tuple[tuple[np.ndarray, ...], ...]
-
-    @property
-    def dims(self) -> tuple[int, ...]:
-        """The domain's shape."""
-        return tuple(part.size for part in self.parts[0])
 
     def tensor(self, chunks: int | None = None) -> Any:
         """λ as a tensor; a Dask tensor chunked along the first axis when ``chunks`` is given."""
@@ -108,14 +104,6 @@ class WeightSolution:
     def gap(self) -> float:
         """The certified relative gap to the optimum."""
         return self.objective / self.dual_bound - 1.0 if self.dual_bound > 0 else math.inf
-
-
-def _scalars(*values: Any) -> tuple[float, ...]:
-    if any(is_dask(v) for v in values):
-        import dask
-
-        values = dask.compute(*values)
-    return tuple(float(v) for v in values)
 
 
 def _persist(*arrays: Any) -> tuple[Any, ...]:
@@ -169,7 +157,7 @@ def solve_weights(
     dims = tuple(m.shape[1] for m in matrices)
     if tuple(eigenvalues.shape) != dims:
         raise DpmmError(f"Eigenvalues of shape {eigenvalues.shape} for factors of sizes {dims}")
-    (peak_lambda,) = _scalars(eigenvalues.max())
+    (peak_lambda,) = scalars(eigenvalues.max())
     if peak_lambda <= 0:
         raise DpmmError("The workload has no non-zero eigenvalue: there is nothing to measure")
     # Eigenvalues below rounding of the largest are zero: measuring them would waste budget.
@@ -178,7 +166,7 @@ def solve_weights(
     if start is None:
         p = np.ones_like(eigenvalues) / math.prod(dims)
     else:
-        p = start / _scalars(start.sum())[0]
+        p = start / scalars(start.sum())[0]
     (root,) = _persist(root)
 
     step = 1.0
@@ -188,7 +176,7 @@ def solve_weights(
     while True:
         x, mx = _candidate(root, matrices, p, power)
         p, x, mx = _persist(p, x, mx)
-        s, peak, mass = _scalars((p * mx).sum(), mx.max(), p.sum())
+        s, peak, mass = scalars((p * mx).sum(), mx.max(), p.sum())
         dual = s ** (power + 1) / mass**power
         primal = s * peak**power  # F(x(p)): Σ λ/x^a = S for x = x(p)
         if primal < best_primal:
