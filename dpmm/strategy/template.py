@@ -55,11 +55,10 @@ class Template(Protocol):
 
 @dataclass(frozen=True)
 class TemplateResult:
-    """The best parameters found, their loss, and the losses every start ended with."""
+    """The best parameters found and their loss."""
 
     params: np.ndarray
     loss: float
-    start_losses: tuple[float, ...]
 
 
 def check_count(value: object, what: str) -> int:
@@ -140,18 +139,15 @@ def optimize_template(
     points += [template.initial(rng) for _ in range(restarts)]
     best_params: np.ndarray | None = None
     best_loss = np.inf
-    ends = []
     for start in points:
         start_loss, _ = template.loss_and_grad(start)
         if start_loss < best_loss:
             best_params, best_loss = start.copy(), start_loss
         if not np.isfinite(start_loss):
-            ends.append(np.inf)
             continue
         end, end_loss = descend(template, start, max_iterations)
-        ends.append(end_loss)
         if end_loss < best_loss:
             best_params, best_loss = end, end_loss
     if best_params is None or not np.isfinite(best_loss):
         raise DpmmError("No starting point of the strategy template gives a finite error")
-    return TemplateResult(best_params, float(best_loss), tuple(ends))
+    return TemplateResult(best_params, float(best_loss))
