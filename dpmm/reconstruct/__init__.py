@@ -30,7 +30,6 @@ from dpmm.reconstruct.consistent_tables import (
     ConsistentTables,
     consistency_violation,
     nonnegative_tables,
-    project_consistent,
 )
 from dpmm.reconstruct.isotonic import isotonic
 from dpmm.reconstruct.least_squares import least_squares, whiten
@@ -67,7 +66,6 @@ __all__ = [
     "marginal_tables",
     "nnls",
     "nonnegative_tables",
-    "project_consistent",
     "whiten",
     "workload_answers",
     "workload_nnls",

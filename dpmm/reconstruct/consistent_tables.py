@@ -9,6 +9,8 @@ Given tables ``t_a`` (e.g. least-squares tables from :func:`marginal_tables` or
 with ``C`` the consistent tables (``μ_a = M_a x`` for some real x: every two tables agree
 on the marginal of their shared attributes and all share one total; optionally that total
 is fixed) and ``K`` the non-negative tables. A natural weight is ``1 / cell variance``.
+(Over ``C`` alone the nearest tables are the least-squares ones: :func:`marginal_tables`
+of the tables measured with ``noise_std = 1 / √w_a``.)
 
 Method. ``C`` is a subspace (affine with a known total), ``K`` a cone, both convex; the
 projection onto ``C`` is the weighted average of each shared Fourier coordinate
@@ -60,7 +62,6 @@ __all__ = [
     "ConsistentTables",
     "consistency_violation",
     "nonnegative_tables",
-    "project_consistent",
 ]
 
 
@@ -154,28 +155,6 @@ def _weights(
         extra = sorted(set(chosen) - set(originals))[0]
         raise ArgumentError(f"A weight is given for {list(extra)}, which has no table.")
     return chosen
-
-
-def project_consistent(
-    tables: Mapping[Sequence[int], np.ndarray],
-    *,
-    weights: Mapping[Sequence[int], float] | None = None,
-    domain_shape: Sequence[int] | None = None,
-    total: float | None = None,
-) -> dict[tuple[int, ...], np.ndarray]:
-    """The consistent tables nearest ``tables`` in ``Σ_a w_a ‖·‖²`` (may be negative).
-
-    This is least squares in the marginal algebra when the tables are measurements with
-    cell variance ``1/w_a``; O(k · Σ table sizes).
-
-    Example:
-        >>> t = {(0,): np.array([3.0, 1.0]), (1,): np.array([1.0, 1.0, 0.0])}
-        >>> out = project_consistent(t)  # totals 4 and 2, weighted 1/2 and 1/3 per cell: 3.2
-        >>> {k: np.round(v, 6).tolist() for k, v in out.items()}
-        {(0,): [2.6, 0.6], (1,): [1.4, 1.4, 0.4]}
-    """
-    layout, stacks = _prepare(tables, weights, domain_shape, total)
-    return layout.unstack(layout.project(stacks))
 
 
 def consistency_violation(

@@ -12,11 +12,7 @@ from scipy.optimize import linprog
 
 from dpmm.errors import ArgumentError
 from dpmm.linalg import Marginal
-from dpmm.reconstruct.consistent_tables import (
-    consistency_violation,
-    nonnegative_tables,
-    project_consistent,
-)
+from dpmm.reconstruct.consistent_tables import _prepare, consistency_violation, nonnegative_tables
 
 cp = pytest.importorskip("cvxpy")
 
@@ -113,7 +109,8 @@ def test_projection_is_weighted_least_squares_in_the_marginal_algebra() -> None:
     A = np.vstack([math.sqrt(weights[k]) * Marginal(SHAPE, k).dense() for k in KEYS])
     b = np.concatenate([math.sqrt(weights[k]) * tables[k].reshape(-1) for k in KEYS])
     x = np.linalg.lstsq(A, b, rcond=None)[0]
-    projected = project_consistent(tables, weights=weights)
+    layout, stacks = _prepare(tables, weights, None, None)
+    projected = layout.unstack(layout.project(stacks))
     for k in KEYS:
         np.testing.assert_allclose(projected[k].reshape(-1), Marginal(SHAPE, k) @ x, atol=1e-12)
     assert consistency_violation(tables) > 0.5
