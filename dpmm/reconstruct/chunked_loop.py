@@ -285,7 +285,6 @@ def minimize_on_blocks(
     *,
     tolerance: float,
     max_iterations: int | None,
-    batch: int = BATCH_ITERATIONS,
 ) -> tuple[Solution, list[Any]]:
     """Minimize ``½ xᵀH x − bᵀx`` over ``x ≥ 0`` with ``H`` a :class:`BlockKron`.
 
@@ -296,7 +295,6 @@ def minimize_on_blocks(
         lipschitz: An upper bound on the largest eigenvalue of H.
         tolerance: Relative gradient-mapping residual to stop at.
         max_iterations: Iteration limit (``None``: the in-memory loop's default).
-        batch: Iterations per task graph (rounded up to a multiple of the check interval).
 
     Returns:
         The :class:`Solution` (its ``x`` is ``None``) and the solution's blocks (Dask
@@ -305,7 +303,6 @@ def minimize_on_blocks(
     from dask.delayed import Delayed
 
     limit = DEFAULT_MAX_ITERATIONS if max_iterations is None else int(max_iterations)
-    batch = max(CHECK_EVERY, -(-int(batch) // CHECK_EVERY) * CHECK_EVERY)
     graph = _Graph(operator, 1.0 / lipschitz)
     b = [graph.task(_identity, block.key) for block in linear]
     x = [graph.task(np.maximum, block.key, 0.0) for block in start]
@@ -324,19 +321,19 @@ def minimize_on_blocks(
         solution = Solution(None, 0, residual, residual <= tolerance)
         return solution, [Delayed(k, {k: live[k]}) for k in blocks]
     pipelined = _distributed()
-    pending = _submit(graph, constants, live, b, steps, 0, limit, batch, factor)
+    pending = _submit(graph, constants, live, b, steps, 0, limit, factor)
     while True:
         live, steps, checks = pending
         done = checks[-1][0]
         ahead = None
         if pipelined and done < limit:  # keep the workers busy while the driver reads
-            ahead = _submit(graph, constants, live, b, steps, done, limit, batch, factor)
+            ahead = _submit(graph, constants, live, b, steps, done, limit, factor)
         for iteration, key, blocks in checks:
             residual = _value(key, live[key])
             if residual <= tolerance or iteration == limit:
                 solution = Solution(None, iteration, residual, residual <= tolerance)
                 return solution, [Delayed(k, {k: live[k]}) for k in blocks]
-        pending = ahead or _submit(graph, constants, live, b, steps, done, limit, batch, factor)
+        pending = ahead or _submit(graph, constants, live, b, steps, done, limit, factor)
 
 
 def _gather_inputs(*block_lists: list[Any]) -> dict[str, Any]:
@@ -356,7 +353,6 @@ def _submit(
     steps: list[str],
     done: int,
     limit: int,
-    batch: int,
     factor: float,
 ) -> tuple[dict[str, Any], list[str], list[tuple[int, str, list[str]]]]:
     """Persist the iterations after ``done`` up to the next batch end (or the limit).
@@ -365,7 +361,7 @@ def _submit(
     iteration its number, the key of its residual and the keys of its x blocks.
     """
     checks = []
-    for iteration in range(done + 1, min(done + batch, limit) + 1):
+    for iteration in range(done + 1, min(done + BATCH_ITERATIONS, limit) + 1):
         steps = graph.iterate(linear, steps)
         if iteration % CHECK_EVERY == 0 or iteration == limit:
             blocks = [graph.task(itemgetter(0), step) for step in steps]

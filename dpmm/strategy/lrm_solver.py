@@ -137,7 +137,6 @@ def update_L(
     *,
     norm: int,
     tolerance: float,
-    max_steps: int = MAX_GRADIENT_STEPS,
 ) -> np.ndarray:
     """Minimize J over L in the column balls by accelerated projected gradient (Algorithm 2).
 
@@ -155,7 +154,7 @@ def update_L(
     previous = L
     search = L
     momentum = 1.0
-    for _ in range(max_steps):
+    for _ in range(MAX_GRADIENT_STEPS):
         gradient = beta * (gram @ search) - linear
         current = project_columns(search - gradient / lipschitz, norm)
         step = float(np.linalg.norm(current - previous))

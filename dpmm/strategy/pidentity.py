@@ -131,13 +131,11 @@ class PIdentityTemplate:
     """OPT_0's parameters (Θ ≥ 0, ``p × n``, flattened) and its loss for a workload Gram G.
 
     A semiseparable G (prefix, all-range) is applied by cumulative sums, O(n p) per loss,
-    instead of the dense O(n² p) product; ``structured=False`` forces the dense product.
+    instead of the dense O(n² p) product.
     """
 
-    def __init__(
-        self, workload_gram: np.ndarray, p: int, norm: int, *, structured: bool = True
-    ) -> None:
-        self.generators = semiseparable_generators(workload_gram) if structured else None
+    def __init__(self, workload_gram: np.ndarray, p: int, norm: int) -> None:
+        self.generators = semiseparable_generators(workload_gram)
         self.gram = None if self.generators is not None else workload_gram
         self.gram_diagonal = workload_gram.diagonal().copy()
         self.p = p

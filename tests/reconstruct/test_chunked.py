@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dpmm.linalg import Hierarchical, Identity, Kron, Prefix
-from dpmm.reconstruct import ReconstructionError, nnls
+from dpmm.reconstruct import ReconstructionError, chunked_loop, nnls
 from dpmm.reconstruct.chunked import ChunkedKron
 from dpmm.reconstruct.chunked_loop import BlockKron, apply_inside, minimize_on_blocks
 
@@ -86,7 +86,7 @@ def test_block_loop_matches_in_memory(factors: list, chunks: int) -> None:
     np.testing.assert_allclose(chunked.x.compute().reshape(-1), memory.x, atol=1e-8)
 
 
-def test_block_loop_iteration_limit_and_batches() -> None:
+def test_block_loop_iteration_limit_and_batches(monkeypatch) -> None:
     rng = np.random.default_rng(54)
     A = Kron([Hierarchical(8, 2), Hierarchical(5, 2)])
     y = _noisy(A, rng)
@@ -103,12 +103,14 @@ def test_block_loop_iteration_limit_and_batches() -> None:
     blocks = da.from_array(b, chunks=(3, 5)).to_delayed().ravel().tolist()
     operator = BlockKron(grams[0], [grams[1]], [0, 3, 6, 8])
     lipschitz = float(np.linalg.eigvalsh(np.kron(*grams))[-1])
-    runs = [
-        minimize_on_blocks(
-            operator, blocks, blocks, lipschitz, tolerance=1e-9, max_iterations=None, batch=n
+    runs = []
+    for batch in (10, 30):
+        monkeypatch.setattr(chunked_loop, "BATCH_ITERATIONS", batch)
+        runs.append(
+            minimize_on_blocks(
+                operator, blocks, blocks, lipschitz, tolerance=1e-9, max_iterations=None
+            )
         )
-        for n in (10, 30)
-    ]
     assert runs[0][0].iterations == runs[1][0].iterations
     assert runs[0][0].converged
     first, second = (np.concatenate(dask.compute(*blocks)) for _, blocks in runs)
