@@ -191,9 +191,7 @@ def max_variance_split(
     """
     mu = np.full(K.shape[0], 1.0 / K.shape[0])
     best_x, best_primal, best_dual = np.full(K.shape[1], np.nan), math.inf, 0.0
-    iterations = 0
-    while iterations < max_iterations:
-        iterations += 1
+    for _ in range(max_iterations):
         g = K.T @ mu  # O(K.size) per step
         root = np.sqrt(g)
         h = float(root.sum())
