@@ -95,9 +95,5 @@ def kron_template(W: Matrix, norm: int) -> tuple[Matrix, float]:
     """
     single = len(kron_terms(W)[0].factors) == 1
     runs = 1 if single or norm != 1 else SWEEP_STARTS
-    best: tuple[Matrix, float] | None = None
-    for _ in range(runs):
-        found = best_kron_strategy(W, hdmm_factors, norm, optimizer=_fit_factor)
-        if best is None or found[1] < best[1]:
-            best = found
-    return best
+    found = (best_kron_strategy(W, hdmm_factors, norm, optimizer=_fit_factor) for _ in range(runs))
+    return min(found, key=lambda strategy_and_error: strategy_and_error[1])  # ties: the first

@@ -144,10 +144,7 @@ def best_kron_strategy(
         c = int(np.argmin(costs)) if costs else -1
         return c, (costs[c] if costs else math.inf)
 
-    choice = []
-    for i in range(dims):
-        c, _ = best_option(i, weights)
-        choice.append(c)
+    choice = [best_option(i, weights)[0] for i in range(dims)]
     if optimizer is None and any(c < 0 for c in choice):
         raise ValueError(f"No candidate factor can answer the workload {W!r}")
     if optimizer is not None:
