@@ -13,9 +13,17 @@ which a machine shared with other jobs inflates less) and the best method's
 own time, the anchor's selection time, and the process's peak RSS. With
 ``--repeat N`` every time is the median of N fresh processes.
 
+``--family`` instead runs dpmm's own workload family (random unions of 1- to
+3-way Kron products over 3–15 attributes, 10⁴–10¹⁸ cells; :mod:`kron_unions`)
+and compares ``auto`` with each HDMM template and ``residual``, under ε = 1 and
+ρ = 1/2 (:mod:`family_table`); there ``--repeat N`` is the number of runs of
+each template (best error, median time; default 3).
+
 Usage:
     python benchmarks/strategies.py [--rows NAME ...] [--skip NAME ...] [--repeat N]
         [--json FILE]
+    python benchmarks/strategies.py --family [--seed S] [--workloads N] [--repeat N]
+        [--timeout SECONDS]
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from anchors import GAUSSIAN_ROWS, HDMM_ROWS, RP_ROWS, AnchorRow
+from family_table import print_family_table
 
 ROWS = HDMM_ROWS + GAUSSIAN_ROWS + RP_ROWS
 
@@ -103,9 +112,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", nargs="*", help="only these rows (names as in the table)")
     parser.add_argument("--skip", nargs="*", default=[], help="rows to leave out")
-    parser.add_argument("--repeat", type=int, default=1, help="fresh processes per row (median)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        help="fresh processes per row (median; default 1); with --family, runs of each "
+        "template (best error, median time; default 3)",
+    )
     parser.add_argument("--json", type=Path, help="also write every candidate's figures here")
+    parser.add_argument(
+        "--family", action="store_true", help="run the Kron-union family instead of the anchors"
+    )
+    parser.add_argument("--seed", type=int, help="--family: seed of the workloads (default: fresh)")
+    parser.add_argument("--workloads", type=int, default=12, help="--family: workloads to draw")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        help="--family: seconds for auto, and again for the templates, per workload and privacy",
+    )
     args = parser.parse_args()
+    if args.family:
+        print_family_table(args.seed, args.workloads, args.repeat or 3, args.timeout)
+        return
     rows = [r for r in ROWS if (not args.rows or r.name in args.rows) and r.name not in args.skip]
     header = (
         "| row | anchor | best method | TSE | ratio to anchor | goal met | ratio to SVD bound "
@@ -115,7 +143,7 @@ def main() -> None:
     print("|" + "---|" * (header.count("|") - 1))
     results = []
     for row in rows:
-        result = measure(row, args.repeat)
+        result = measure(row, args.repeat or 1)
         results.append(result)
         ratio, met = _goal(row, result)
         anchor_seconds = f"{row.anchor_seconds:g}" if row.anchor_seconds else ""
