@@ -100,11 +100,15 @@ class Matrix(LinearOperator):
             if name in cls.__dict__:
                 setattr(cls, name, _computed_once(cls.__dict__[name]))
 
-    def __init__(self, shape: tuple[int, int], dtype: np.dtype | type = np.float64) -> None:
+    def __init__(self, shape: tuple[int, int], *, full_column_rank: bool = False) -> None:
+        """``full_column_rank=True`` promises linearly independent columns (inverses skip
+        the SVD); a type whose rank follows from its parts overrides
+        :attr:`known_full_column_rank` instead."""
         rows, cols = (int(s) for s in shape)
         if rows < 0 or cols < 0:
             raise ValueError(f"A matrix shape must be non-negative, got {shape}")
-        super().__init__(dtype=np.dtype(dtype), shape=(rows, cols))
+        super().__init__(dtype=np.dtype(np.float64), shape=(rows, cols))
+        self._full_column_rank = full_column_rank
 
     def __getstate__(self) -> dict:
         # Cached Grams and inverses can be far larger than the matrix: a pickled matrix (a
@@ -213,7 +217,7 @@ class Matrix(LinearOperator):
     @property
     def known_full_column_rank(self) -> bool:
         """True when the type guarantees linearly independent columns (so ``(AᵀA)⁺ = (AᵀA)⁻¹``)."""
-        return False
+        return self._full_column_rank
 
     @property
     def size(self) -> int:

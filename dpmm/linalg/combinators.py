@@ -39,13 +39,8 @@ class Dense(Matrix):
             raise ValueError(f"Dense needs a 2-D array, got {array.ndim} dimensions")
         if not np.all(np.isfinite(array)):
             raise ValueError("Dense needs finite entries")
-        super().__init__(array.shape)
+        super().__init__(array.shape, full_column_rank=full_column_rank)
         self.array = array
-        self._full_column_rank = full_column_rank
-
-    @property
-    def known_full_column_rank(self) -> bool:
-        return self._full_column_rank
 
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         return self.array @ X
@@ -95,13 +90,8 @@ class Sparse(Matrix):
         """``full_column_rank=True`` promises independent columns (inverses skip the SVD)."""
         matrix = sp.csr_array(matrix, dtype=np.float64, copy=True)
         matrix.sum_duplicates()
-        super().__init__(matrix.shape)
+        super().__init__(matrix.shape, full_column_rank=full_column_rank)
         self.matrix = matrix
-        self._full_column_rank = full_column_rank
-
-    @property
-    def known_full_column_rank(self) -> bool:
-        return self._full_column_rank
 
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         return np.asarray(self.matrix @ X)
@@ -311,13 +301,8 @@ class Sum(Matrix):
         shapes = {term.shape for term in flat}
         if len(shapes) != 1:
             raise ValueError(f"Sum needs terms of one shape, got {sorted(shapes)}")
-        super().__init__(flat[0].shape)
+        super().__init__(flat[0].shape, full_column_rank=full_column_rank)
         self.terms = flat
-        self._full_column_rank = full_column_rank
-
-    @property
-    def known_full_column_rank(self) -> bool:
-        return self._full_column_rank
 
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         return sum(term._matmat(X) for term in self.terms)

@@ -122,11 +122,7 @@ class Identity(Matrix):
     """The n × n identity: one query per cell."""
 
     def __init__(self, n: int) -> None:
-        super().__init__((n, n))
-
-    @property
-    def known_full_column_rank(self) -> bool:
-        return True
+        super().__init__((n, n), full_column_rank=True)
 
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         return np.array(X, dtype=np.float64, copy=True)
@@ -251,11 +247,7 @@ class Prefix(Matrix):
     """The n prefix queries ``x[0] + … + x[i]`` (lower-triangular ones)."""
 
     def __init__(self, n: int) -> None:
-        super().__init__((n, n))
-
-    @property
-    def known_full_column_rank(self) -> bool:
-        return True
+        super().__init__((n, n), full_column_rank=True)
 
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         return np.cumsum(X, axis=0)
@@ -363,10 +355,7 @@ class AllRange(RangeQueries):
     def __init__(self, n: int) -> None:
         low, high = np.triu_indices(n)
         super().__init__(n, np.stack([low, high], axis=1))
-
-    @property
-    def known_full_column_rank(self) -> bool:
-        return True
+        self._full_column_rank = True  # the n single cells are among the intervals
 
     def _rmatmat(self, X: np.ndarray) -> np.ndarray:
         # Rows are sorted by (low, high): sum each low-group and each high-group once,

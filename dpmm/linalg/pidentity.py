@@ -133,11 +133,8 @@ class PIdentity(Matrix):
         self.norm = int(norm) if norm in (1, 2) else norm
         self.scale = column_scale(self.theta, self.norm)  # d = 1 / diag(D)
         p, n = self.theta.shape
-        super().__init__((n + p, n))
-
-    @property
-    def known_full_column_rank(self) -> bool:
-        return True  # the identity block alone has full column rank
+        # The identity block alone has full column rank.
+        super().__init__((n + p, n), full_column_rank=True)
 
     @property
     def p(self) -> int:
@@ -189,11 +186,7 @@ class PIdentityGram(Matrix):
         self.theta = theta
         self.scale = scale
         n = theta.shape[1]
-        super().__init__((n, n))
-
-    @property
-    def known_full_column_rank(self) -> bool:
-        return True
+        super().__init__((n, n), full_column_rank=True)
 
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         scaled = X / self.scale[:, None]
@@ -222,11 +215,7 @@ class PIdentityGramInverse(Matrix):
         self._scaled_theta = theta * scale[None, :]
         self._woodbury = _Woodbury(theta)
         n = theta.shape[1]
-        super().__init__((n, n))
-
-    @property
-    def known_full_column_rank(self) -> bool:
-        return True
+        super().__init__((n, n), full_column_rank=True)
 
     # O(n p) per column after the O(n p²) setup.
     def _matmat(self, X: np.ndarray) -> np.ndarray:

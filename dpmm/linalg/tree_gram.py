@@ -56,12 +56,8 @@ class TreeGram(Matrix):
     """``HᵀH`` for a :class:`Hierarchical` H (applied as ``Hᵀ(H X)``: it is dense, H is not)."""
 
     def __init__(self, tree: Hierarchical) -> None:
-        super().__init__((tree.shape[1], tree.shape[1]))
+        super().__init__((tree.shape[1], tree.shape[1]), full_column_rank=True)
         self.tree = tree
-
-    @property
-    def known_full_column_rank(self) -> bool:
-        return True
 
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         return np.asarray(self.tree.matrix.T @ (self.tree.matrix @ X))
@@ -87,13 +83,9 @@ class TreeGramInverse(Matrix):
 
     def __init__(self, gram: TreeGram) -> None:
         n = gram.shape[0]
-        super().__init__((n, n))
+        super().__init__((n, n), full_column_rank=True)
         self.gram_matrix = gram
         self.corrections = _corrections(n, gram.tree.branching)
-
-    @property
-    def known_full_column_rank(self) -> bool:
-        return True
 
     # O(k · n · depth) for k columns.
     def _matmat(self, X: np.ndarray) -> np.ndarray:
