@@ -22,7 +22,7 @@ from scipy.sparse.linalg import LinearOperator
 
 from dpmm.errors import NotIntegerError, TooLargeError
 
-__all__ = ["DENSE_LIMIT", "Matrix", "check_dense_size", "symmetric_eigenvalues"]
+__all__ = ["DENSE_LIMIT", "Matrix", "Symmetric", "check_dense_size", "symmetric_eigenvalues"]
 
 #: Most entries :meth:`Matrix.dense` builds unless told otherwise (400 MB of float64).
 DENSE_LIMIT = 50_000_000
@@ -354,6 +354,18 @@ class Matrix(LinearOperator):
 
 for _name in _COMPUTED_ONCE:
     setattr(Matrix, _name, _computed_once(getattr(Matrix, _name)))
+
+
+class Symmetric:
+    """A mixin for a matrix equal to its transpose: list it before the :class:`Matrix` base
+    (or an explicit type like :class:`~dpmm.linalg.combinators.Dense`), whose adjoint and
+    transposed products it replaces with the matrix itself."""
+
+    def _rmatmat(self: Matrix, X: np.ndarray) -> np.ndarray:
+        return self._matmat(X)
+
+    def _adjoint(self: Matrix) -> Matrix:
+        return self
 
 
 def _check_norm(p: float) -> float:

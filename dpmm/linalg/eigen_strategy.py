@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from dpmm.errors import DpmmError, TooLargeError
-from dpmm.linalg.base import DENSE_LIMIT, Matrix, _check_norm, check_dense_size
+from dpmm.linalg.base import DENSE_LIMIT, Matrix, Symmetric, _check_norm, check_dense_size
 from dpmm.linalg.combinators import Dense
 from dpmm.linalg.elementary import Identity
 from dpmm.linalg.kron import Kron
@@ -298,20 +298,12 @@ class EigenStrategy(_EigenForm):
         return EigenStrategy(self.bases, self.full_values * factor**2)
 
 
-class EigenGram(_EigenForm):
+class EigenGram(Symmetric, _EigenForm):
     """``(⊗Q_i) diag(d) (⊗Q_i)ᵀ``: a symmetric matrix in a known Kron eigenbasis."""
 
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         inner = self._scale(self._basis_apply(X, transpose=True), lambda v: v)
         return self._basis_apply(inner, transpose=False)
-
-    # Symmetric; defined here because _EigenForm's abstract _rmatmat would shadow the
-    # base class's route through _adjoint.
-    def _rmatmat(self, X: np.ndarray) -> np.ndarray:
-        return self._matmat(X)
-
-    def _adjoint(self) -> EigenGram:
-        return self
 
     def gram(self) -> EigenGram:
         return EigenGram(self.bases, self._map_values(np.square))

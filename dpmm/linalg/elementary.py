@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from dpmm.linalg.base import IntegerNorms, Matrix, _check_norm, check_dense_size
+from dpmm.linalg.base import IntegerNorms, Matrix, Symmetric, _check_norm, check_dense_size
 from dpmm.linalg.combinators import Dense, Sparse
 
 __all__ = [
@@ -77,7 +77,7 @@ def semiseparable_product(
     return np.moveaxis(result, -1, axis)
 
 
-class ClosedFormGram(Dense):
+class ClosedFormGram(Symmetric, Dense):
     """A Gram matrix with a known sparse inverse and known eigenvalues (prefix, all-range).
 
     With ``generators = (lower, upper)`` the Gram is semiseparable,
@@ -102,12 +102,6 @@ class ClosedFormGram(Dense):
             return super()._matmat(X)
         return semiseparable_product(*self.generators, X)
 
-    def _rmatmat(self, X: np.ndarray) -> np.ndarray:
-        return self._matmat(X)  # symmetric
-
-    def _adjoint(self) -> ClosedFormGram:
-        return self
-
     def pinv(self) -> Sparse:
         return Sparse(self.inverse, full_column_rank=True)
 
@@ -118,7 +112,7 @@ class ClosedFormGram(Dense):
         return float(self.eigenvalues.sum())
 
 
-class Identity(Matrix):
+class Identity(Symmetric, Matrix):
     """The n × n identity: one query per cell."""
 
     def __init__(self, n: int) -> None:
@@ -126,9 +120,6 @@ class Identity(Matrix):
 
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         return np.array(X, dtype=np.float64, copy=True)
-
-    def _adjoint(self) -> Identity:
-        return self
 
     def entry_sum(self) -> float:
         return float(self.shape[0])

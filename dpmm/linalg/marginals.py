@@ -28,7 +28,14 @@ import numpy as np
 
 from dpmm.domain import Domain
 from dpmm.errors import TooLargeError
-from dpmm.linalg.base import IntegerNorms, Matrix, _check_norm, _guard_integer, _integer_weight
+from dpmm.linalg.base import (
+    IntegerNorms,
+    Matrix,
+    Symmetric,
+    _check_norm,
+    _guard_integer,
+    _integer_weight,
+)
 from dpmm.linalg.combinators import Product, Sum, VStack, Weighted
 from dpmm.linalg.elementary import Identity, Ones
 from dpmm.linalg.kron import Kron
@@ -299,7 +306,7 @@ def collapse_marginal_grams(grams: Sequence[Matrix]) -> list[Matrix]:
     return [MarginalsGram(shape, coefficients) for shape, coefficients in merged.items()] + rest
 
 
-class MarginalsGram(Matrix):
+class MarginalsGram(Symmetric, Matrix):
     """``Σ_a u_a C(a)``: an element of the marginal algebra over a domain shape."""
 
     def __init__(self, shape: Sequence[int], coefficients: Mapping[int, float]) -> None:
@@ -325,9 +332,6 @@ class MarginalsGram(Matrix):
             axes = tuple(i for i in range(dims) if not mask >> i & 1)
             result += coefficient * tensor.sum(axis=axes, keepdims=True)
         return result.reshape(self._cells, columns)  # also for 0 columns
-
-    def _adjoint(self) -> MarginalsGram:
-        return self
 
     def as_kron_sum(self) -> Matrix:
         """The same matrix as a Sum of weighted Kron products of I and J."""

@@ -18,7 +18,7 @@ import numpy as np
 import scipy.linalg
 
 from dpmm.errors import ArgumentError
-from dpmm.linalg.base import Matrix, _check_norm
+from dpmm.linalg.base import Matrix, Symmetric, _check_norm
 from dpmm.linalg.combinators import Dense, Product
 
 __all__ = [
@@ -179,7 +179,7 @@ class PIdentity(Matrix):
         return f"PIdentity(n={self.shape[1]}, p={self.p}, norm={self.norm})"
 
 
-class PIdentityGram(Matrix):
+class PIdentityGram(Symmetric, Matrix):
     """``D (I + ΘᵀΘ) D``, the Gram of a :class:`PIdentity`, with ``d = 1/diag(D)``."""
 
     def __init__(self, theta: np.ndarray, scale: np.ndarray) -> None:
@@ -192,9 +192,6 @@ class PIdentityGram(Matrix):
         scaled = X / self.scale[:, None]
         return (scaled + self.theta.T @ (self.theta @ scaled)) / self.scale[:, None]
 
-    def _adjoint(self) -> PIdentityGram:
-        return self
-
     def diagonal(self) -> np.ndarray:
         return (1.0 + np.einsum("ij,ij->j", self.theta, self.theta)) / self.scale**2
 
@@ -205,7 +202,7 @@ class PIdentityGram(Matrix):
         return f"PIdentityGram(n={self.shape[0]}, p={self.theta.shape[0]})"
 
 
-class PIdentityGramInverse(Matrix):
+class PIdentityGramInverse(Symmetric, Matrix):
     """``D⁻¹ (I − Θᵀ M⁻¹ Θ) D⁻¹``: the inverse Gram of a p-Identity, in Woodbury form."""
 
     def __init__(self, theta: np.ndarray, scale: np.ndarray) -> None:
@@ -221,9 +218,6 @@ class PIdentityGramInverse(Matrix):
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         ts = self._scaled_theta
         return (self.scale**2)[:, None] * X - ts.T @ self._woodbury.solve(ts @ X)
-
-    def _adjoint(self) -> PIdentityGramInverse:
-        return self
 
     def _dense(self) -> np.ndarray:
         ts = self._scaled_theta

@@ -35,7 +35,7 @@ import numpy as np
 
 from dpmm.domain import Domain
 from dpmm.errors import ArgumentError, DomainError, UnsupportedQueryError
-from dpmm.linalg.base import Matrix, _check_norm, check_dense_size
+from dpmm.linalg.base import Matrix, Symmetric, _check_norm, check_dense_size
 from dpmm.linalg.elementary import Identity, Ones
 from dpmm.linalg.kron import Kron, kron_rows, kron_terms
 from dpmm.linalg.marginals import (
@@ -281,7 +281,7 @@ class _Blocks:
         return not any(isinstance(b, np.ndarray) for b in self.blocks.values())
 
 
-class ResidualBlockGram(_Blocks, Matrix):
+class ResidualBlockGram(_Blocks, Symmetric, Matrix):
     """``Σ_S R_Sᵀ M_S R_S``, each ``M_S`` a scalar (times I), a diagonal or a dense matrix."""
 
     def __init__(
@@ -304,9 +304,6 @@ class ResidualBlockGram(_Blocks, Matrix):
         ):
             residuals[start:stop] = _times(block, residuals[start:stop])
         return self._stack.rmatmat(residuals)
-
-    def _adjoint(self) -> ResidualBlockGram:
-        return self
 
     def pinv(self) -> ResidualBlockGram:
         # R_S R_Sᵀ = c_S I and the sets' row spaces are orthogonal: invert block by block.

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpmm.linalg.base import DENSE_LIMIT, Matrix
+from dpmm.linalg.base import DENSE_LIMIT, Matrix, Symmetric
 from dpmm.linalg.hierarchy import Hierarchical, split_interval
 
 __all__ = ["TreeGram", "TreeGramInverse"]
@@ -52,7 +52,7 @@ def _corrections(n: int, branching: int) -> list[_Correction]:
     return corrections
 
 
-class TreeGram(Matrix):
+class TreeGram(Symmetric, Matrix):
     """``HᵀH`` for a :class:`Hierarchical` H (applied as ``Hᵀ(H X)``: it is dense, H is not)."""
 
     def __init__(self, tree: Hierarchical) -> None:
@@ -61,9 +61,6 @@ class TreeGram(Matrix):
 
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         return np.asarray(self.tree.matrix.T @ (self.tree.matrix @ X))
-
-    def _adjoint(self) -> TreeGram:
-        return self
 
     def _dense(self) -> np.ndarray:
         return (self.tree.matrix.T @ self.tree.matrix).toarray()
@@ -78,7 +75,7 @@ class TreeGram(Matrix):
         return f"{self.tree!r}ᵀ{self.tree!r}"
 
 
-class TreeGramInverse(Matrix):
+class TreeGramInverse(Symmetric, Matrix):
     """``(HᵀH)⁻¹ = I − Σ_v q_v q_vᵀ / (1 + t_v)`` for a hierarchical H (symmetric)."""
 
     def __init__(self, gram: TreeGram) -> None:
@@ -94,9 +91,6 @@ class TreeGramInverse(Matrix):
             block = slice(c.low, c.low + c.q.size)
             result[block] -= np.outer(c.q, c.coefficient * (c.q @ X[block]))
         return result
-
-    def _adjoint(self) -> TreeGramInverse:
-        return self
 
     def pinv(self) -> TreeGram:
         return self.gram_matrix
