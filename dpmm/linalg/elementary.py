@@ -108,9 +108,6 @@ class ClosedFormGram(Symmetric, Dense):
     def singular_values(self) -> np.ndarray:
         return self.eigenvalues.copy()  # symmetric positive definite: σ = λ
 
-    def nuclear_norm(self) -> float:
-        return float(self.eigenvalues.sum())
-
 
 class Identity(Symmetric, Matrix):
     """The n × n identity: one query per cell."""
@@ -142,12 +139,9 @@ class Identity(Symmetric, Matrix):
     def _integer_column_norms(self) -> IntegerNorms:
         return _count_integer_norms(np.ones(self.shape[1]))
 
-    def sensitivity(self, p: float = 1) -> float:
+    def uniform_column_norm(self, p: float = 1) -> float | None:
         _check_norm(p)
         return 1.0 if self.shape[1] else 0.0
-
-    def uniform_column_norm(self, p: float = 1) -> float | None:
-        return self.sensitivity(p)
 
     def diagonal(self) -> np.ndarray:
         return np.ones(self.shape[0])
@@ -270,9 +264,6 @@ class Prefix(Matrix):
         k = np.arange(1, n + 1)
         return 1.0 / (2.0 * np.sin((2 * k - 1) * np.pi / (2 * (2 * n + 1))))
 
-    def nuclear_norm(self) -> float:
-        return float(self.singular_values().sum())
-
     def gram_pinv(self) -> Sparse:
         return self.gram().pinv()
 
@@ -379,9 +370,6 @@ class AllRange(RangeQueries):
         n = self.shape[1]
         k = np.arange(1, n + 1)
         return np.sqrt((n + 1) / (4.0 * np.sin(k * np.pi / (2 * (n + 1))) ** 2))
-
-    def nuclear_norm(self) -> float:
-        return float(self.singular_values().sum())
 
     def coverage(self) -> np.ndarray:
         index = np.arange(self.shape[1], dtype=np.int64)

@@ -264,21 +264,12 @@ class Marginals(VStack):
         size = self.shape[1] if self.shape[1] <= NORMS_PER_COLUMN_LIMIT else 1
         return np.full(size, l1, np.int64), np.full(size, l2_squared, np.int64), max(weights)
 
-    def _column_norm(self, p: float) -> float:
+    def uniform_column_norm(self, p: float = 1) -> float | None:
         p = _check_norm(p)
         magnitudes = np.abs(list(self.weights.values()))
         if p == np.inf:
             return float(magnitudes.max())
         return float((magnitudes**p).sum() ** (1.0 / p))
-
-    def column_norms(self, p: float = 1) -> np.ndarray:
-        return np.full(self.shape[1], self._column_norm(p))
-
-    def sensitivity(self, p: float = 1) -> float:
-        return self._column_norm(p)
-
-    def uniform_column_norm(self, p: float = 1) -> float | None:
-        return self._column_norm(p)
 
     def pinv(self) -> Matrix:
         return Product([self.gram().pinv(), self.T])

@@ -169,9 +169,6 @@ class PIdentity(Matrix):
             return np.maximum(1.0, self.theta.max(axis=0, initial=0.0)) / self.scale
         return column_scale(self.theta, int(p)) / self.scale
 
-    def sensitivity(self, p: float = 1) -> float:
-        return float(self.column_norms(p).max())
-
     def uniform_column_norm(self, p: float = 1) -> float | None:
         return 1.0 if _check_norm(p) == self.norm else None
 

@@ -101,9 +101,6 @@ class TreeGramInverse(Symmetric, Matrix):
             diagonal[c.low : c.low + c.q.size] -= c.coefficient * c.q**2
         return diagonal
 
-    def trace(self) -> float:
-        return float(self.diagonal().sum())
-
     def _trace_dot(self, other: Matrix) -> float | object:
         n = self.shape[0]
         if other.shape != (n, n) or n * n > DENSE_LIMIT:
