@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from numbers import Number
+from typing import ClassVar
 
 import numpy as np
 import scipy.linalg
@@ -87,6 +88,10 @@ class Matrix(LinearOperator):
     Subclasses call ``super().__init__(shape)``, implement ``_matmat`` and
     either ``_adjoint`` (returning a :class:`Matrix`) or ``_rmatmat``.
     """
+
+    #: True on a type whose Gram's pseudo-inverse is a structured closed form:
+    #: :meth:`gram_pinv` is then ``gram().pinv()``.
+    closed_form_gram_pinv: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -300,7 +305,7 @@ class Matrix(LinearOperator):
     def gram_pinv(self) -> Matrix | None:
         """``(selfᵀ self)⁺`` as a structured matrix, or None when the type knows no closed
         form (least squares then iterates): never a dense inverse of a large Gram."""
-        return None
+        return self.gram().pinv() if self.closed_form_gram_pinv else None
 
     def integer_column_norms(self) -> IntegerNorms:
         """Exact ``(column L1 norms, column sums of squares, entry bound)`` of an integer matrix.

@@ -234,6 +234,8 @@ class EigenStrategy(_EigenForm):
         True
     """
 
+    closed_form_gram_pinv = True
+
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         return self._scale(self._basis_apply(X, transpose=True), np.sqrt)
 
@@ -243,9 +245,6 @@ class EigenStrategy(_EigenForm):
     def gram(self) -> EigenGram:
         """``AᵀA = Q diag(u) Qᵀ``."""
         return EigenGram(self.bases, self._map_values(lambda v: v))
-
-    def gram_pinv(self) -> EigenGram:
-        return self.gram().pinv()
 
     def pinv(self) -> Matrix:
         """``A⁺ = Q diag(1/√u) on u's support``: the transpose of an eigen strategy."""

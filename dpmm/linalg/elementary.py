@@ -112,6 +112,8 @@ class ClosedFormGram(Symmetric, Dense):
 class Identity(Symmetric, Matrix):
     """The n × n identity: one query per cell."""
 
+    closed_form_gram_pinv = True
+
     def __init__(self, n: int) -> None:
         super().__init__((n, n), full_column_rank=True)
 
@@ -128,9 +130,6 @@ class Identity(Symmetric, Matrix):
         return self
 
     def pinv(self) -> Identity:
-        return self
-
-    def gram_pinv(self) -> Identity:
         return self
 
     def column_norms(self, p: float = 1) -> np.ndarray:
@@ -168,6 +167,8 @@ class Identity(Symmetric, Matrix):
 class Ones(Matrix):
     """The m × n matrix of ones; ``Ones(1, n)`` is the total query."""
 
+    closed_form_gram_pinv = True
+
     def __init__(self, rows: int, cols: int) -> None:
         super().__init__((rows, cols))
 
@@ -193,9 +194,6 @@ class Ones(Matrix):
         if rows == 0 or cols == 0:
             return Ones(cols, rows)
         return Weighted(1.0 / (rows * cols), Ones(cols, rows))
-
-    def gram_pinv(self) -> Matrix:
-        return self.gram().pinv()
 
     def column_norms(self, p: float = 1) -> np.ndarray:
         return _count_norms(np.full(self.shape[1], self.shape[0]), p)
@@ -231,6 +229,8 @@ class Ones(Matrix):
 class Prefix(Matrix):
     """The n prefix queries ``x[0] + … + x[i]`` (lower-triangular ones)."""
 
+    closed_form_gram_pinv = True
+
     def __init__(self, n: int) -> None:
         super().__init__((n, n), full_column_rank=True)
 
@@ -263,9 +263,6 @@ class Prefix(Matrix):
         n = self.shape[0]
         k = np.arange(1, n + 1)
         return 1.0 / (2.0 * np.sin((2 * k - 1) * np.pi / (2 * (2 * n + 1))))
-
-    def gram_pinv(self) -> Sparse:
-        return self.gram().pinv()
 
     def column_norms(self, p: float = 1) -> np.ndarray:
         n = self.shape[1]
@@ -334,6 +331,8 @@ class RangeQueries(Matrix):
 class AllRange(RangeQueries):
     """All n(n+1)/2 intervals over n cells, ordered by low end then high end."""
 
+    closed_form_gram_pinv = True
+
     def __init__(self, n: int) -> None:
         low, high = np.triu_indices(n)
         super().__init__(n, np.stack([low, high], axis=1))
@@ -361,9 +360,6 @@ class AllRange(RangeQueries):
         gram = (np.minimum.outer(index, index) + 1) * (n - np.maximum.outer(index, index))
         inverse = _tridiagonal(np.full(n, 2.0 / (n + 1)), -1.0 / (n + 1))
         return ClosedFormGram(gram, inverse, self.singular_values() ** 2, (index + 1, n - index))
-
-    def gram_pinv(self) -> Sparse:
-        return self.gram().pinv()
 
     def singular_values(self) -> np.ndarray:
         # Eigenvalues of (n + 1) T⁻¹: (n + 1) / (4 sin²(kπ / (2(n + 1)))), k = 1 … n.

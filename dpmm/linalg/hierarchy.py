@@ -14,7 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dpmm.errors import TooLargeError
-from dpmm.linalg.base import DENSE_LIMIT, Matrix
+from dpmm.linalg.base import DENSE_LIMIT
 from dpmm.linalg.combinators import Product, Sparse
 
 __all__ = ["Haar", "Hierarchical", "split_interval", "tree_intervals"]
@@ -80,6 +80,8 @@ def _interval_matrix(n: int, intervals: list[tuple[int, int]]) -> sp.csr_array:
 class Hierarchical(Sparse):
     """Counts of every node of a ``branching``-ary tree over n cells (root to leaves)."""
 
+    closed_form_gram_pinv = True
+
     def __init__(self, n: int, branching: int = 2) -> None:
         super().__init__(_interval_matrix(n, tree_intervals(n, branching)), full_column_rank=True)
         self.branching = branching
@@ -88,9 +90,6 @@ class Hierarchical(Sparse):
         from dpmm.linalg.tree_gram import TreeGram
 
         return TreeGram(self)
-
-    def gram_pinv(self) -> Matrix:
-        return self.gram().pinv()
 
     def __repr__(self) -> str:
         return f"Hierarchical({self.shape[1]}, b={self.branching})"

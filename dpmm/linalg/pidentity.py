@@ -128,6 +128,8 @@ class PIdentity(Matrix):
         1.0
     """
 
+    closed_form_gram_pinv = True
+
     def __init__(self, theta: np.ndarray, norm: int) -> None:
         self.theta = _check_theta(theta)
         self.norm = int(norm) if norm in (1, 2) else norm
@@ -155,9 +157,6 @@ class PIdentity(Matrix):
 
     def gram(self) -> PIdentityGram:
         return PIdentityGram(self.theta, self.scale)
-
-    def gram_pinv(self) -> PIdentityGramInverse:
-        return self.gram().pinv()
 
     def pinv(self) -> Matrix:
         # Full column rank: A⁺ = (AᵀA)⁻¹ Aᵀ, with the Woodbury inverse.

@@ -400,6 +400,8 @@ class ResidualBlockStrategy(_Blocks, Matrix):
         (True, 'ResidualGram')
     """
 
+    closed_form_gram_pinv = True
+
     def __init__(self, shape: Domain | Sequence[int], blocks: Mapping[int, Block]) -> None:
         self._setup(shape, blocks)
         self.block_rows = [
@@ -462,9 +464,6 @@ class ResidualBlockStrategy(_Blocks, Matrix):
             {m: self._inner(b) for m, b in self.blocks.items()},
             pseudo_inverses={m: block_gram_pinv(b) for m, b in self.blocks.items()},
         )
-
-    def gram_pinv(self) -> ResidualBlockGram | ResidualGram:
-        return self.gram().pinv()
 
     def pinv(self) -> Matrix:
         # A⁺ = (AᵀA)⁺Aᵀ: block S becomes R_Sᵀ L_S⁺ / c_S (rows of distinct sets orthogonal).
