@@ -93,11 +93,12 @@ class Matrix(LinearOperator):
     #: :meth:`gram_pinv` is then ``gram().pinv()``.
     closed_form_gram_pinv: ClassVar[bool] = False
 
-    def __init_subclass__(cls, **kwargs: object) -> None:
+    def __init_subclass__(cls, abstract: bool = False, **kwargs: object) -> None:
+        """``abstract=True`` marks a shared base whose subclasses implement the products."""
         super().__init_subclass__(**kwargs)
-        if cls._matmat is Matrix._matmat:
+        if cls._matmat is Matrix._matmat and not abstract:
             raise TypeError(f"{cls.__name__} must implement _matmat")
-        if cls._adjoint is Matrix._adjoint and cls._rmatmat is Matrix._rmatmat:
+        if cls._adjoint is Matrix._adjoint and cls._rmatmat is Matrix._rmatmat and not abstract:
             raise TypeError(f"{cls.__name__} must implement _adjoint or _rmatmat")
         # Matrices are immutable: a Gram or pseudo-inverse is computed once per instance
         # (strategy selection asks for the same ones many times).

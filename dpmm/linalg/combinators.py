@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
+from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -150,6 +151,16 @@ def _list_repr(blocks: Sequence[Matrix], separator: str, shown: int = 4) -> str:
     return f"[{head}{separator}…{separator}{blocks[-1]!r}] ({len(blocks)} blocks)"
 
 
+def _flattened(parts: Sequence[Matrix], kind: type, attribute: str, what: str) -> list[Matrix]:
+    """``parts`` with each ``kind`` replaced by its own ``attribute`` list; refused if empty."""
+    flat: list[Matrix] = []
+    for part in parts:
+        flat.extend(getattr(part, attribute) if isinstance(part, kind) else [part])
+    if not flat:
+        raise ValueError(f"{kind.__name__} needs at least one {what}")
+    return flat
+
+
 def _common_value(values: np.ndarray) -> float | None:
     if values.size and np.allclose(values, values[0], rtol=1e-12, atol=0.0):
         return float(values.max())
@@ -260,11 +271,7 @@ class Product(Matrix):
     """The lazy product ``factors[0] @ factors[1] @ …``."""
 
     def __init__(self, factors: Sequence[Matrix]) -> None:
-        flat: list[Matrix] = []
-        for factor in factors:
-            flat.extend(factor.factors if isinstance(factor, Product) else [factor])
-        if not flat:
-            raise ValueError("Product needs at least one factor")
+        flat = _flattened(factors, Product, "factors", "factor")
         for left, right in itertools.pairwise(flat):
             if left.shape[1] != right.shape[0]:
                 raise ValueError(f"Cannot multiply {left!r} by {right!r}: inner sizes differ")
@@ -293,11 +300,7 @@ class Sum(Matrix):
 
     def __init__(self, terms: Sequence[Matrix], *, full_column_rank: bool = False) -> None:
         """``full_column_rank=True`` promises an invertible sum (a Gram of a full-rank stack)."""
-        flat: list[Matrix] = []
-        for term in terms:
-            flat.extend(term.terms if isinstance(term, Sum) else [term])
-        if not flat:
-            raise ValueError("Sum needs at least one term")
+        flat = _flattened(terms, Sum, "terms", "term")
         shapes = {term.shape for term in flat}
         if len(shapes) != 1:
             raise ValueError(f"Sum needs terms of one shape, got {sorted(shapes)}")
@@ -329,25 +332,48 @@ class Sum(Matrix):
         return "(" + " + ".join(repr(term) for term in self.terms) + ")"
 
 
-class VStack(Matrix):
-    """Blocks stacked vertically: the union of their queries."""
+class _Stack(Matrix, abstract=True):
+    """Blocks along ``axis``: stacked vertically (0, rows) or side by side (1, columns).
+
+    A nested stack of the same type gives its blocks; every block must share the other
+    dimension.
+    """
+
+    axis: ClassVar[int]
+    separator: ClassVar[str]  # between the blocks in the repr
 
     def __init__(self, blocks: Sequence[Matrix]) -> None:
-        flat: list[Matrix] = []
-        for block in blocks:
-            flat.extend(block.blocks if isinstance(block, VStack) else [block])
-        if not flat:
-            raise ValueError("VStack needs at least one block")
-        widths = {block.shape[1] for block in flat}
-        if len(widths) != 1:
-            raise ValueError(f"VStack needs blocks with one column count, got {sorted(widths)}")
-        super().__init__((sum(block.shape[0] for block in flat), flat[0].shape[1]))
+        flat = _flattened(blocks, type(self), "blocks", "block")
+        shared = 1 - self.axis
+        sizes = {block.shape[shared] for block in flat}
+        if len(sizes) != 1:
+            what = ("column", "row")[self.axis]
+            raise ValueError(
+                f"{type(self).__name__} needs blocks with one {what} count, got {sorted(sizes)}"
+            )
+        lengths = [block.shape[self.axis] for block in flat]
+        shape = list(flat[0].shape)
+        shape[self.axis] = sum(lengths)
+        super().__init__(tuple(shape))
         self.blocks = flat
-        self.offsets = np.cumsum([0] + [block.shape[0] for block in flat])
+        self.offsets = np.cumsum([0, *lengths])
 
     def _spans(self) -> Iterator[tuple[Matrix, int, int]]:
-        """Each block with the rows ``[start, stop)`` it fills."""
+        """Each block with the rows (or columns) ``[start, stop)`` it spans."""
         return zip(self.blocks, self.offsets[:-1], self.offsets[1:], strict=True)
+
+    def _dense(self) -> np.ndarray:
+        return np.concatenate([block.dense() for block in self.blocks], axis=self.axis)
+
+    def __repr__(self) -> str:
+        return _list_repr(self.blocks, self.separator)
+
+
+class VStack(_Stack):
+    """Blocks stacked vertically: the union of their queries."""
+
+    axis = 0
+    separator = "; "
 
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         return np.concatenate([block._matmat(X) for block in self.blocks], axis=0)
@@ -357,9 +383,6 @@ class VStack(Matrix):
 
     def _adjoint(self) -> HStack:
         return HStack([block.T for block in self.blocks])
-
-    def _dense(self) -> np.ndarray:
-        return np.concatenate([block.dense() for block in self.blocks], axis=0)
 
     @property
     def known_full_column_rank(self) -> bool:
@@ -403,29 +426,12 @@ class VStack(Matrix):
             return np.full(self.shape[1], uniform)
         return elementwise_norm_combiner(p)([block.column_norms(p) for block in self.blocks])
 
-    def __repr__(self) -> str:
-        return _list_repr(self.blocks, "; ")
 
-
-class HStack(Matrix):
+class HStack(_Stack):
     """Blocks placed side by side."""
 
-    def __init__(self, blocks: Sequence[Matrix]) -> None:
-        flat: list[Matrix] = []
-        for block in blocks:
-            flat.extend(block.blocks if isinstance(block, HStack) else [block])
-        if not flat:
-            raise ValueError("HStack needs at least one block")
-        heights = {block.shape[0] for block in flat}
-        if len(heights) != 1:
-            raise ValueError(f"HStack needs blocks with one row count, got {sorted(heights)}")
-        super().__init__((flat[0].shape[0], sum(block.shape[1] for block in flat)))
-        self.blocks = flat
-        self.offsets = np.cumsum([0] + [block.shape[1] for block in flat])
-
-    def _spans(self) -> Iterator[tuple[Matrix, int, int]]:
-        """Each block with the columns ``[start, stop)`` it reads."""
-        return zip(self.blocks, self.offsets[:-1], self.offsets[1:], strict=True)
+    axis = 1
+    separator = ", "
 
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         return sum(block._matmat(X[start:stop]) for block, start, stop in self._spans())
@@ -436,11 +442,5 @@ class HStack(Matrix):
     def _adjoint(self) -> VStack:
         return VStack([block.T for block in self.blocks])
 
-    def _dense(self) -> np.ndarray:
-        return np.concatenate([block.dense() for block in self.blocks], axis=1)
-
     def column_norms(self, p: float = 1) -> np.ndarray:
         return np.concatenate([block.column_norms(p) for block in self.blocks])
-
-    def __repr__(self) -> str:
-        return _list_repr(self.blocks, ", ")

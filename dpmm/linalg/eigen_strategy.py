@@ -129,7 +129,7 @@ def _as_bases(factor_bases: Sequence[np.ndarray]) -> list[np.ndarray]:
     return bases
 
 
-class _EigenForm(Matrix):
+class _EigenForm(Matrix, abstract=True):
     """Shared storage: Kron bases and one value per basis vector (Kron parts or a full tensor)."""
 
     def __init__(self, factor_bases: Sequence[np.ndarray], values: Any) -> None:
@@ -159,12 +159,6 @@ class _EigenForm(Matrix):
                 if (full < 0).any() or not np.isfinite(full).all():
                     raise DpmmError("Eigen weights must be finite and non-negative")
             self.full_values = full
-
-    def _matmat(self, X: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def _rmatmat(self, X: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
-        raise NotImplementedError
 
     # -- the value vector -------------------------------------------------------------------
     @property

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from dpmm.linalg.base import IntegerNorms, Matrix, _guard_integer, check_dense_size
-from dpmm.linalg.combinators import VStack, Weighted
+from dpmm.linalg.combinators import VStack, Weighted, _flattened
 from dpmm.linalg.trace import trace_of_product
 
 __all__ = ["Kron", "KronTerm", "kron_rows", "kron_terms"]
@@ -31,13 +31,10 @@ class Kron(Matrix):
     """``factors[0] ⊗ factors[1] ⊗ …``; the first factor varies slowest (C order)."""
 
     def __init__(self, factors: Sequence[Matrix]) -> None:
-        flat: list[Matrix] = []
         for factor in factors:
             if not isinstance(factor, Matrix):
                 raise TypeError(f"Kron factors must be dpmm matrices, got {type(factor).__name__}")
-            flat.extend(factor.factors if isinstance(factor, Kron) else [factor])
-        if not flat:
-            raise ValueError("Kron needs at least one factor")
+        flat = _flattened(factors, Kron, "factors", "factor")
         super().__init__(
             (
                 math.prod(factor.shape[0] for factor in flat),
