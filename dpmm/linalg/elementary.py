@@ -12,7 +12,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dpmm.linalg.base import IntegerNorms, Matrix, Symmetric, _check_norm, check_dense_size
-from dpmm.linalg.combinators import Dense, Sparse
+from dpmm.linalg.combinators import Dense, Sparse, Weighted
 
 __all__ = [
     "AllRange",
@@ -34,10 +34,16 @@ def _count_norms(counts: np.ndarray, p: float) -> np.ndarray:
     return counts ** (1.0 / p)
 
 
-def _count_integer_norms(counts: np.ndarray) -> IntegerNorms:
-    """Exact integer norms of a 0/1 matrix whose column j has ``counts[j]`` ones."""
-    counts = np.asarray(counts, dtype=np.int64)
-    return counts, counts, 1
+class _ZeroOne:
+    """A mixin for a 0/1 matrix, whose column norms follow from its ``coverage()``: the
+    number of ones in each column."""
+
+    def column_norms(self, p: float = 1) -> np.ndarray:
+        return _count_norms(self.coverage(), p)
+
+    def _integer_column_norms(self) -> IntegerNorms:
+        counts = np.asarray(self.coverage(), dtype=np.int64)
+        return counts, counts, 1
 
 
 def _tridiagonal(diagonal: np.ndarray, off: float) -> sp.csr_array:
@@ -109,7 +115,7 @@ class ClosedFormGram(Symmetric, Dense):
         return self.eigenvalues.copy()  # symmetric positive definite: σ = λ
 
 
-class Identity(Symmetric, Matrix):
+class Identity(Symmetric, _ZeroOne, Matrix):
     """The n × n identity: one query per cell."""
 
     closed_form_gram_pinv = True
@@ -132,11 +138,8 @@ class Identity(Symmetric, Matrix):
     def pinv(self) -> Identity:
         return self
 
-    def column_norms(self, p: float = 1) -> np.ndarray:
-        return _count_norms(np.ones(self.shape[1]), p)
-
-    def _integer_column_norms(self) -> IntegerNorms:
-        return _count_integer_norms(np.ones(self.shape[1]))
+    def coverage(self) -> np.ndarray:
+        return np.ones(self.shape[1], dtype=np.int64)
 
     def uniform_column_norm(self, p: float = 1) -> float | None:
         _check_norm(p)
@@ -164,7 +167,7 @@ class Identity(Symmetric, Matrix):
         return f"Identity({self.shape[0]})"
 
 
-class Ones(Matrix):
+class Ones(_ZeroOne, Matrix):
     """The m × n matrix of ones; ``Ones(1, n)`` is the total query."""
 
     closed_form_gram_pinv = True
@@ -182,24 +185,17 @@ class Ones(Matrix):
         return np.ones(self.shape)
 
     def gram(self) -> Matrix:
-        from dpmm.linalg.combinators import Weighted
-
         n = self.shape[1]
         return Weighted(float(self.shape[0]), Ones(n, n))
 
     def pinv(self) -> Matrix:
-        from dpmm.linalg.combinators import Weighted
-
         rows, cols = self.shape
         if rows == 0 or cols == 0:
             return Ones(cols, rows)
         return Weighted(1.0 / (rows * cols), Ones(cols, rows))
 
-    def column_norms(self, p: float = 1) -> np.ndarray:
-        return _count_norms(np.full(self.shape[1], self.shape[0]), p)
-
-    def _integer_column_norms(self) -> IntegerNorms:
-        return _count_integer_norms(np.full(self.shape[1], self.shape[0]))
+    def coverage(self) -> np.ndarray:
+        return np.full(self.shape[1], self.shape[0], dtype=np.int64)
 
     def uniform_column_norm(self, p: float = 1) -> float | None:
         return float(_count_norms(np.array([self.shape[0]]), p)[0])
@@ -226,7 +222,7 @@ class Ones(Matrix):
         return f"Total({self.shape[1]})" if self.shape[0] == 1 else super().__repr__()
 
 
-class Prefix(Matrix):
+class Prefix(_ZeroOne, Matrix):
     """The n prefix queries ``x[0] + … + x[i]`` (lower-triangular ones)."""
 
     closed_form_gram_pinv = True
@@ -264,19 +260,15 @@ class Prefix(Matrix):
         k = np.arange(1, n + 1)
         return 1.0 / (2.0 * np.sin((2 * k - 1) * np.pi / (2 * (2 * n + 1))))
 
-    def column_norms(self, p: float = 1) -> np.ndarray:
+    def coverage(self) -> np.ndarray:
         n = self.shape[1]
-        return _count_norms(n - np.arange(n), p)
-
-    def _integer_column_norms(self) -> IntegerNorms:
-        n = self.shape[1]
-        return _count_integer_norms(n - np.arange(n))
+        return n - np.arange(n, dtype=np.int64)
 
     def __repr__(self) -> str:
         return f"Prefix({self.shape[0]})"
 
 
-class RangeQueries(Matrix):
+class RangeQueries(_ZeroOne, Matrix):
     """An explicit list of inclusive intervals ``[low, high]`` over n cells."""
 
     def __init__(self, n: int, intervals: Sequence[tuple[int, int]] | np.ndarray) -> None:
@@ -311,18 +303,8 @@ class RangeQueries(Matrix):
         return np.cumsum(delta[:n], axis=0)
 
     def coverage(self) -> np.ndarray:
-        """How many intervals contain each cell."""
-        n = self.shape[1]
-        delta = np.zeros(n + 1, dtype=np.int64)
-        np.add.at(delta, self.low, 1)
-        np.add.at(delta, self.high + 1, -1)
-        return np.cumsum(delta[:n])
-
-    def column_norms(self, p: float = 1) -> np.ndarray:
-        return _count_norms(self.coverage(), p)
-
-    def _integer_column_norms(self) -> IntegerNorms:
-        return _count_integer_norms(self.coverage())
+        """How many intervals contain each cell: ``Rᵀ 1`` (exact in float64)."""
+        return self._rmatmat(np.ones((self.shape[0], 1)))[:, 0].astype(np.int64)
 
     def __repr__(self) -> str:
         return f"RangeQueries({self.shape[1]}, {self.shape[0]} intervals)"
