@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from numbers import Number
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import numpy as np
 import scipy.linalg
@@ -69,11 +69,15 @@ def singular_values_of_gram(gram: np.ndarray) -> np.ndarray:
 _COMPUTED_ONCE = ("gram", "pinv", "gram_pinv")
 
 
-def _computed_once(method: Callable[[Matrix], Matrix | None]) -> Callable[[Matrix], Matrix | None]:
+_Value = TypeVar("_Value")
+
+
+def _computed_once(method: Callable[[Matrix], _Value]) -> Callable[[Matrix], _Value]:
+    """``method`` computed once per (immutable) matrix and kept until it is pickled."""
     name = method.__name__
 
     @functools.wraps(method)
-    def cached(self: Matrix) -> Matrix | None:
+    def cached(self: Matrix) -> _Value:
         store = self.__dict__.setdefault("_computed", {})
         if name not in store:
             store[name] = method(self)

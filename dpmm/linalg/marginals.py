@@ -33,6 +33,7 @@ from dpmm.linalg.base import (
     Matrix,
     Symmetric,
     _check_norm,
+    _computed_once,
     _guard_integer,
     _integer_weight,
 )
@@ -362,18 +363,13 @@ class MarginalsGram(Symmetric, Matrix):
             return self.dot_algebra(x)
         return super().dot(x)
 
+    @_computed_once
     def eigenvalues(self) -> dict[int, float]:
         """``{b: λ_b}`` on the down-closure of the support; every other E_b has eigenvalue 0.
 
         Computed once per instance (the coefficients never change); callers must not
         modify the returned mapping.
         """
-        cached = self.__dict__.get("_eigenvalues")
-        if cached is None:
-            cached = self.__dict__["_eigenvalues"] = self._eigenvalues()
-        return cached
-
-    def _eigenvalues(self) -> dict[int, float]:
         _check_subset_work(self.coefficients, "the eigenvalues of a marginals Gram")
         values: dict[int, float] = {}
         for a, u in self.coefficients.items():

@@ -35,7 +35,7 @@ import numpy as np
 
 from dpmm.domain import Domain
 from dpmm.errors import ArgumentError, DomainError, UnsupportedQueryError
-from dpmm.linalg.base import Matrix, Symmetric, _check_norm, check_dense_size
+from dpmm.linalg.base import Matrix, Symmetric, _check_norm, _computed_once, check_dense_size
 from dpmm.linalg.elementary import Identity, Ones
 from dpmm.linalg.kron import Kron, kron_rows, kron_terms
 from dpmm.linalg.marginals import (
@@ -509,6 +509,7 @@ class ResidualBlockStrategy(_Blocks, Matrix):
         # is constant, otherwise an upper bound on it.
         return math.fsum(float(d.max()) for d in self.block_diagonals().values())
 
+    @_computed_once
     def squared_sensitivity(self) -> float:
         """The squared L2 sensitivity: exact up to ``EXACT_CELLS`` cells, else an upper bound.
 
@@ -516,17 +517,12 @@ class ResidualBlockStrategy(_Blocks, Matrix):
         any domain; a solved block's diagonal may vary (cells whose constraint is slack at
         the optimum), and then only a visit of every cell finds the true maximum.
         """
-        store = self.__dict__.setdefault("_computed", {})
-        if "squared_sensitivity" not in store and self._all_scalar():
-            store["squared_sensitivity"] = self._scalar_squared_norm()
-        if "squared_sensitivity" not in store:
-            diagonals = self.block_diagonals()
-            if all(np.ptp(d) == 0 for d in diagonals.values()) or (self._sizes.cells > EXACT_CELLS):
-                value = self._squared_sensitivity_bound()
-            else:
-                value = float(self._squared_column_norms(diagonals).max())
-            store["squared_sensitivity"] = value
-        return store["squared_sensitivity"]
+        if self._all_scalar():
+            return self._scalar_squared_norm()
+        diagonals = self.block_diagonals()
+        if all(np.ptp(d) == 0 for d in diagonals.values()) or (self._sizes.cells > EXACT_CELLS):
+            return self._squared_sensitivity_bound()
+        return float(self._squared_column_norms(diagonals).max())
 
     def _scalar_squared_norm(self) -> float:
         # Scaled residuals: every column has Σ_S s_S² Π_{i∈S}(1 − 1/n_i), no array needed.
