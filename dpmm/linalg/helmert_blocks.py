@@ -37,7 +37,6 @@ import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from functools import reduce
-from typing import Literal
 
 import numpy as np
 
@@ -45,6 +44,7 @@ from dpmm.errors import DomainError, TooLargeError
 from dpmm.linalg.base import INT_LIMIT, IntegerNorms, Matrix
 from dpmm.linalg.marginals import _shape_of, mask_members
 from dpmm.linalg.residual_general import EXACT_CELLS, ResidualBlockStrategy
+from dpmm.linalg.residuals import HelmertEntries, helmert_norms, helmert_transpose, integer_helmert
 
 __all__ = [
     "MAX_BLOCK_ENTRIES",
@@ -61,68 +61,6 @@ __all__ = [
 MAX_BLOCK_ENTRIES = 1 << 26
 #: Cells of equal-shaped marginal tables turned into answers per batch (bounds temporaries).
 BATCH_CELLS = 1 << 22
-
-
-def helmert_norms(n: int) -> np.ndarray:
-    """``k(k+1)`` for k = 1 … n − 1: the squared norms of the integer Helmert rows.
-
-    Example:
-        >>> helmert_norms(4).tolist()
-        [2, 6, 12]
-    """
-    k = np.arange(1, n, dtype=np.int64)
-    return k * (k + 1)
-
-
-def integer_helmert(table: np.ndarray, axis: int) -> np.ndarray:
-    """``H`` along ``axis`` (length n → n − 1): row k is ``x_0 + … + x_{k−1} − k x_k``.
-
-    Example:
-        >>> integer_helmert(np.array([3, 1, 2]), 0).tolist()
-        [2, 0]
-    """
-    moved = np.moveaxis(table, axis, -1)
-    k = np.arange(1, moved.shape[-1], dtype=moved.dtype)
-    result = np.cumsum(moved, axis=-1)[..., :-1] - k * moved[..., 1:]
-    return np.moveaxis(result, -1, axis)
-
-
-#: Which matrix :func:`helmert_transpose` transposes: H, |H| or H∘H.
-HelmertEntries = Literal["signed", "absolute", "squared"]
-#: The entry of column j in row j of each of them.
-_DIAGONAL = {
-    "signed": lambda j: -j,
-    "absolute": lambda j: j,
-    "squared": lambda j: j * j,
-}
-
-
-def helmert_transpose(
-    table: np.ndarray, axis: int, entries: HelmertEntries = "signed"
-) -> np.ndarray:
-    """``Hᵀ`` along ``axis`` (length n − 1 → n), or the transpose of ``|H|`` or ``H∘H``.
-
-    Column j of the integer Helmert rows holds 1 in every row k > j and −j in row j (rows
-    k = 1 … n − 1), so entry j is ``Σ_{k>j} u_k − j u_j`` (``+ j u_j`` for ``|H|``,
-    ``+ j² u_j`` for ``H∘H``; ``u_0 = 0``): one cumulative sum, in the table's own dtype
-    (int64 and Python integers stay exact).
-
-    Args:
-        table: an array whose ``axis`` has length n − 1.
-        axis: the attribute's axis.
-        entries: ``"signed"`` (H), ``"absolute"`` (|H|) or ``"squared"`` (H∘H).
-
-    Example:
-        >>> helmert_transpose(np.array([1, 1]), 0).tolist()      # (1, −1, 0) + (1, 1, −2)
-        [2, 0, -2]
-        >>> helmert_transpose(np.array([1, 1]), 0, "squared").tolist()
-        [2, 2, 4]
-    """
-    moved = np.moveaxis(table, axis, -1)
-    padded = np.concatenate([np.zeros_like(moved[..., :1]), moved], axis=-1)
-    after = np.cumsum(padded[..., ::-1], axis=-1)[..., ::-1] - padded  # Σ_{k>j} u_k
-    diagonal = _DIAGONAL[entries](np.arange(padded.shape[-1], dtype=np.int64))
-    return np.moveaxis(after + diagonal * padded, -1, axis)
 
 
 def helmert_row_norms(sizes: Sequence[int]) -> np.ndarray:

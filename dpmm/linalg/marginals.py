@@ -42,6 +42,7 @@ from dpmm.linalg.elementary import Identity, Ones
 from dpmm.linalg.kron import Kron
 
 __all__ = [
+    "DomainSizes",
     "Marginal",
     "Marginals",
     "MarginalsGram",
@@ -128,9 +129,49 @@ def members_mask(members: Iterable[int]) -> int:
     return mask
 
 
-def _outside_size(cells: int, shape: tuple[int, ...], mask: int) -> int:
-    """``Π_{i∉mask} n_i`` from ``cells = Π_i n_i``, in O(|mask|) steps (not O(d))."""
-    return cells // math.prod(shape[i] for i in mask_members(mask))
+class DomainSizes:
+    """Products of attribute sizes over a set's members, exact and memoized.
+
+    Each distinct set costs O(1) once its set minus one member is known, so a sweep
+    over the submasks of a workload never pays O(d) per set.
+    """
+
+    def __init__(self, shape: Sequence[int]) -> None:
+        self.shape = tuple(shape)
+        self.cells = math.prod(self.shape)
+        self.full = (1 << len(self.shape)) - 1
+        self._inside: dict[int, int] = {0: 1}
+        self._multiplicity: dict[int, int] = {0: 1}
+        self._column_norm: dict[int, float] = {}
+
+    def _memo(self, store: dict[int, int], mask: int, offset: int) -> int:
+        value = store.get(mask)
+        if value is None:
+            low = mask & -mask
+            value = self._memo(store, mask ^ low, offset) * (
+                self.shape[low.bit_length() - 1] - offset
+            )
+            store[mask] = value
+        return value
+
+    def inside(self, mask: int) -> int:
+        """``Π_{i∈mask} n_i``."""
+        return self._memo(self._inside, mask, 0)
+
+    def outside(self, mask: int) -> int:
+        """``Π_{i∉mask} n_i``."""
+        return self.cells // self.inside(mask)
+
+    def multiplicity(self, mask: int) -> int:
+        """``Π_{i∈mask} (n_i − 1)``: the rank of ``E_mask`` and the rows of ``R_mask``."""
+        return self._memo(self._multiplicity, mask, 1)
+
+    def column_norm_squared(self, mask: int) -> float:
+        """``Π_{i∈mask} (1 − 1/n_i)``: every column's squared L2 norm in ``R_mask``."""
+        value = self._column_norm.get(mask)
+        if value is None:
+            value = self._column_norm[mask] = self.multiplicity(mask) / self.inside(mask)
+        return value
 
 
 def _check_subset_work(masks: Iterable[int], what: str) -> None:
@@ -283,6 +324,15 @@ class Marginals(VStack):
         return f"Marginals({sets})"
 
 
+def _nonzero_eigenvalues(values: Mapping[int, float], sizes: DomainSizes) -> dict[int, float]:
+    """The eigenvalues ``{b: λ_b}`` relatively above :data:`EIGEN_TOLERANCE`."""
+    # E_b = 0 when b holds an attribute of size one: such a b has no eigenvalue, and
+    # must not set the scale below which the true eigenvalues count as zero.
+    values = {b: v for b, v in values.items() if sizes.multiplicity(b)}
+    scale = max((abs(v) for v in values.values()), default=0.0)
+    return {b: v for b, v in values.items() if abs(v) > EIGEN_TOLERANCE * scale}
+
+
 def collapse_marginal_grams(grams: Sequence[Matrix]) -> list[Matrix]:
     """Merge the marginal-algebra terms of a sum (incl. weighted ones) into one element."""
     merged: dict[tuple[int, ...], dict[int, float]] = {}
@@ -303,16 +353,11 @@ class MarginalsGram(Symmetric, Matrix):
 
     def __init__(self, shape: Sequence[int], coefficients: Mapping[int, float]) -> None:
         self.domain_shape = _shape_of(shape)
-        full = (1 << len(self.domain_shape)) - 1
+        self._sizes = DomainSizes(self.domain_shape)
         self.coefficients = {int(a): float(u) for a, u in coefficients.items() if u != 0}
-        if any(a & ~full for a in self.coefficients):
+        if any(a & ~self._sizes.full for a in self.coefficients):
             raise ValueError("MarginalsGram has an attribute set outside the domain")
-        cells = math.prod(self.domain_shape)
-        super().__init__((cells, cells))
-        self._cells = cells
-
-    def _outside(self, mask: int) -> int:
-        return _outside_size(self._cells, self.domain_shape, mask)
+        super().__init__((self._sizes.cells, self._sizes.cells))
 
     # O(k · N · |support|): sum out the attributes outside a, broadcast back.
     def _matmat(self, X: np.ndarray) -> np.ndarray:
@@ -323,7 +368,7 @@ class MarginalsGram(Symmetric, Matrix):
         for mask, coefficient in self.coefficients.items():
             axes = tuple(i for i in range(dims) if not mask >> i & 1)
             result += coefficient * tensor.sum(axis=axes, keepdims=True)
-        return result.reshape(self._cells, columns)  # also for 0 columns
+        return result.reshape(self._sizes.cells, columns)  # also for 0 columns
 
     def as_kron_sum(self) -> Matrix:
         """The same matrix as a Sum of weighted Kron products of I and J."""
@@ -354,7 +399,7 @@ class MarginalsGram(Symmetric, Matrix):
         for a, u in self.coefficients.items():
             for b, v in other.coefficients.items():
                 key = a & b
-                product[key] = product.get(key, 0.0) + u * v * self._outside(a | b)
+                product[key] = product.get(key, 0.0) + u * v * self._sizes.outside(a | b)
         return MarginalsGram(self.domain_shape, product)
 
     def dot(self, x: object) -> object:
@@ -373,18 +418,14 @@ class MarginalsGram(Symmetric, Matrix):
         _check_subset_work(self.coefficients, "the eigenvalues of a marginals Gram")
         values: dict[int, float] = {}
         for a, u in self.coefficients.items():
-            weight = u * self._outside(a)
+            weight = u * self._sizes.outside(a)
             for b in _submasks(a):
                 values[b] = values.get(b, 0.0) + weight
-        # E_b = 0 when b holds an attribute of size one: such a b has no eigenvalue, and
-        # must not set the scale below which the true eigenvalues count as zero.
-        values = {b: v for b, v in values.items() if self.multiplicity(b)}
-        scale = max((abs(v) for v in values.values()), default=0.0)
-        return {b: v for b, v in values.items() if abs(v) > EIGEN_TOLERANCE * scale}
+        return _nonzero_eigenvalues(values, self._sizes)
 
     def multiplicity(self, mask: int) -> int:
         """The rank of ``E_b``: ``Π_{i∈b} (n_i − 1)``."""
-        return math.prod(self.domain_shape[i] - 1 for i in mask_members(mask))
+        return self._sizes.multiplicity(mask)
 
     def eigen_sum(self, function: Callable[[float], float] | None = None) -> float:
         """``Σ_b multiplicity(b) · f(λ_b)`` over the non-zero eigenvalues (f: identity)."""
@@ -396,17 +437,14 @@ class MarginalsGram(Symmetric, Matrix):
         """``Σ_b λ_b E_b`` written back in the ``C(a)`` basis (the Möbius inversion)."""
         domain_shape = _shape_of(shape)
         _check_subset_work(values, "a marginals Gram from its eigenvalues")
+        sizes = DomainSizes(domain_shape)
         coefficients: dict[int, float] = {}
-        outside: dict[int, int] = {}
-        cells = math.prod(domain_shape)
         for b, value in values.items():
-            if any(domain_shape[i] == 1 for i in mask_members(b)):
+            if not sizes.multiplicity(b):
                 continue  # E_b = 0: its terms would only cancel, with rounding error
             for a in _submasks(b):
                 sign = -1.0 if (b & ~a).bit_count() % 2 else 1.0
-                if a not in outside:
-                    outside[a] = _outside_size(cells, domain_shape, a)
-                coefficients[a] = coefficients.get(a, 0.0) + sign * value / outside[a]
+                coefficients[a] = coefficients.get(a, 0.0) + sign * value / sizes.outside(a)
         return cls(domain_shape, coefficients)
 
     def pinv(self) -> MarginalsGram:

@@ -24,20 +24,21 @@ strategies built on residuals (a weighted stack is one of scalar blocks) are
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Mapping, Sequence
+from typing import Literal
 
 import numpy as np
 
 from dpmm.linalg.marginals import (
-    EIGEN_TOLERANCE,
+    DomainSizes,
     MarginalsGram,
+    _nonzero_eigenvalues,
     _shape_of,
     _submasks,
     mask_members,
 )
 
-__all__ = ["helmert"]
+__all__ = ["HelmertEntries", "helmert", "helmert_norms", "helmert_transpose", "integer_helmert"]
 
 
 def helmert(n: int) -> np.ndarray:
@@ -51,71 +52,79 @@ def helmert(n: int) -> np.ndarray:
     return _helmert_apply(np.eye(n), axis=0)
 
 
-def _helmert_apply(tensor: np.ndarray, axis: int) -> np.ndarray:
-    """``D`` along ``axis`` (length n → n − 1), by a cumulative sum: O(size)."""
-    moved = np.moveaxis(tensor, axis, -1)
-    n = moved.shape[-1]
-    k = np.arange(1, n, dtype=np.float64)
-    partial = np.cumsum(moved, axis=-1)[..., :-1]
-    result = (partial - k * moved[..., 1:]) / np.sqrt(k * (k + 1))
+def helmert_norms(n: int) -> np.ndarray:
+    """``k(k+1)`` for k = 1 … n − 1: the squared norms of the integer Helmert rows.
+
+    Example:
+        >>> helmert_norms(4).tolist()
+        [2, 6, 12]
+    """
+    k = np.arange(1, n, dtype=np.int64)
+    return k * (k + 1)
+
+
+def integer_helmert(table: np.ndarray, axis: int) -> np.ndarray:
+    """``H`` along ``axis`` (length n → n − 1): row k is ``x_0 + … + x_{k−1} − k x_k``.
+
+    Example:
+        >>> integer_helmert(np.array([3, 1, 2]), 0).tolist()
+        [2, 0]
+    """
+    moved = np.moveaxis(table, axis, -1)
+    k = np.arange(1, moved.shape[-1], dtype=moved.dtype)
+    result = np.cumsum(moved, axis=-1)[..., :-1] - k * moved[..., 1:]
     return np.moveaxis(result, -1, axis)
+
+
+#: Which matrix :func:`helmert_transpose` transposes: H, |H| or H∘H.
+HelmertEntries = Literal["signed", "absolute", "squared"]
+#: The entry of column j in row j of each of them.
+_DIAGONAL = {
+    "signed": lambda j: -j,
+    "absolute": lambda j: j,
+    "squared": lambda j: j * j,
+}
+
+
+def helmert_transpose(
+    table: np.ndarray, axis: int, entries: HelmertEntries = "signed"
+) -> np.ndarray:
+    """``Hᵀ`` along ``axis`` (length n − 1 → n), or the transpose of ``|H|`` or ``H∘H``.
+
+    Column j of the integer Helmert rows holds 1 in every row k > j and −j in row j (rows
+    k = 1 … n − 1), so entry j is ``Σ_{k>j} u_k − j u_j`` (``+ j u_j`` for ``|H|``,
+    ``+ j² u_j`` for ``H∘H``; ``u_0 = 0``): one cumulative sum, in the table's own dtype
+    (int64 and Python integers stay exact).
+
+    Args:
+        table: an array whose ``axis`` has length n − 1.
+        axis: the attribute's axis.
+        entries: ``"signed"`` (H), ``"absolute"`` (|H|) or ``"squared"`` (H∘H).
+
+    Example:
+        >>> helmert_transpose(np.array([1, 1]), 0).tolist()      # (1, −1, 0) + (1, 1, −2)
+        [2, 0, -2]
+        >>> helmert_transpose(np.array([1, 1]), 0, "squared").tolist()
+        [2, 2, 4]
+    """
+    moved = np.moveaxis(table, axis, -1)
+    padded = np.concatenate([np.zeros_like(moved, shape=(*moved.shape[:-1], 1)), moved], axis=-1)
+    after = np.cumsum(padded[..., ::-1], axis=-1)[..., ::-1] - padded  # Σ_{k>j} u_k
+    diagonal = _DIAGONAL[entries](np.arange(padded.shape[-1], dtype=np.int64))
+    return np.moveaxis(after + diagonal * padded, -1, axis)
+
+
+def _helmert_apply(tensor: np.ndarray, axis: int) -> np.ndarray:
+    """``D`` along ``axis`` (length n → n − 1): the integer rows, each divided by its norm."""
+    rows = np.moveaxis(integer_helmert(tensor, axis), axis, -1)
+    return np.moveaxis(rows / np.sqrt(helmert_norms(rows.shape[-1] + 1)), -1, axis)
 
 
 def _helmert_adjoint(tensor: np.ndarray, axis: int) -> np.ndarray:
-    """``Dᵀ`` along ``axis`` (length n − 1 → n): entry j is ``Σ_{k>j} z_k − j z_j``."""
+    """``Dᵀ`` along ``axis`` (length n − 1 → n): each row divided by its norm, then ``Hᵀ``."""
     moved = np.moveaxis(tensor, axis, -1)
-    n = moved.shape[-1] + 1
-    k = np.arange(1, n, dtype=np.float64)
-    scaled = np.zeros((*moved.shape[:-1], n))
-    scaled[..., 1:] = moved / np.sqrt(k * (k + 1))
-    after = np.cumsum(scaled[..., ::-1], axis=-1)[..., ::-1] - scaled
-    result = after - np.arange(n, dtype=np.float64) * scaled
-    return np.moveaxis(result, -1, axis)
-
-
-class DomainSizes:
-    """Products of attribute sizes over a set's members, exact and memoized.
-
-    Each distinct set costs O(1) once its set minus one member is known, so a sweep
-    over the submasks of a workload never pays O(d) per set.
-    """
-
-    def __init__(self, shape: Sequence[int]) -> None:
-        self.shape = tuple(shape)
-        self.cells = math.prod(self.shape)
-        self.full = (1 << len(self.shape)) - 1
-        self._inside: dict[int, int] = {0: 1}
-        self._multiplicity: dict[int, int] = {0: 1}
-        self._column_norm: dict[int, float] = {}
-
-    def _memo(self, store: dict[int, int], mask: int, offset: int) -> int:
-        value = store.get(mask)
-        if value is None:
-            low = mask & -mask
-            value = self._memo(store, mask ^ low, offset) * (
-                self.shape[low.bit_length() - 1] - offset
-            )
-            store[mask] = value
-        return value
-
-    def inside(self, mask: int) -> int:
-        """``Π_{i∈mask} n_i``."""
-        return self._memo(self._inside, mask, 0)
-
-    def outside(self, mask: int) -> int:
-        """``Π_{i∉mask} n_i``."""
-        return self.cells // self.inside(mask)
-
-    def multiplicity(self, mask: int) -> int:
-        """``Π_{i∈mask} (n_i − 1)``: the rank of ``E_mask`` and the rows of ``R_mask``."""
-        return self._memo(self._multiplicity, mask, 1)
-
-    def column_norm_squared(self, mask: int) -> float:
-        """``Π_{i∈mask} (1 − 1/n_i)``: every column's squared L2 norm in ``R_mask``."""
-        value = self._column_norm.get(mask)
-        if value is None:
-            value = self._column_norm[mask] = self.multiplicity(mask) / self.inside(mask)
-        return value
+    scaled = moved / np.sqrt(helmert_norms(moved.shape[-1] + 1))
+    return helmert_transpose(np.moveaxis(scaled, -1, axis), axis)
 
 
 class ResidualGram(MarginalsGram):
@@ -131,10 +140,8 @@ class ResidualGram(MarginalsGram):
         domain_shape = _shape_of(shape)
         if sizes is None or sizes.shape != domain_shape:
             sizes = DomainSizes(domain_shape)
-        values = {b: float(v) for b, v in eigenvalues.items() if sizes.multiplicity(b)}
-        scale = max((abs(v) for v in values.values()), default=0.0)
-        self._eigen = {b: v for b, v in values.items() if abs(v) > EIGEN_TOLERANCE * scale}
-        self._sizes = sizes
+        values = {b: float(v) for b, v in eigenvalues.items()}
+        self._eigen = _nonzero_eigenvalues(values, sizes)
         # Möbius inversion E_b = Σ_{a⊆b} (−1)^{|b∖a|} C(a) / Π_{i∉a} n_i, with the sign
         # split as (−1)^{|b|} (−1)^{|a|} so the inner loop only adds.
         signed: dict[int, float] = {}
@@ -147,12 +154,7 @@ class ResidualGram(MarginalsGram):
             for a, total in signed.items()
         }
         super().__init__(domain_shape, coefficients)
-
-    def _outside(self, mask: int) -> int:
-        return self._sizes.outside(mask)
-
-    def multiplicity(self, mask: int) -> int:
-        return self._sizes.multiplicity(mask)
+        self._sizes = sizes  # the caller's memoized products, shared
 
     def eigenvalues(self) -> dict[int, float]:
         return dict(self._eigen)
