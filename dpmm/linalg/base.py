@@ -23,7 +23,7 @@ from scipy.sparse.linalg import LinearOperator
 
 from dpmm.errors import NotIntegerError, TooLargeError
 
-__all__ = ["DENSE_LIMIT", "Matrix", "Symmetric", "check_dense_size", "symmetric_eigenvalues"]
+__all__ = ["DENSE_LIMIT", "Matrix", "Symmetric", "check_dense_size"]
 
 #: Most entries :meth:`Matrix.dense` builds unless told otherwise (400 MB of float64).
 DENSE_LIMIT = 50_000_000
@@ -51,15 +51,11 @@ def check_dense_size(rows: int, cols: int, what: str, limit: int | None = None) 
         )
 
 
-def symmetric_eigenvalues(dense: np.ndarray) -> np.ndarray:
-    """Ascending eigenvalues of a dense symmetric matrix (divide and conquer: several times
-    faster than the default driver on the thousand-row Grams of census workloads)."""
-    return scipy.linalg.eigvalsh(dense, driver="evd")
-
-
 def singular_values_of_gram(gram: np.ndarray) -> np.ndarray:
     """Descending singular values of M from a dense Gram ``MᵀM`` (or ``M Mᵀ``)."""
-    values = symmetric_eigenvalues(gram)[::-1]
+    # Divide and conquer: several times faster than the default driver on the
+    # thousand-row Grams of census workloads.
+    values = scipy.linalg.eigvalsh(gram, driver="evd")[::-1]
     # Rounding leaves Gram eigenvalues near eps·λ_max where the truth is zero; their
     # roots (near √eps·σ_max) would be spurious singular values.
     floor = values.max(initial=0.0) * gram.shape[0] * np.finfo(np.float64).eps
@@ -180,10 +176,8 @@ class Matrix(LinearOperator):
         return NotImplemented
 
     def __sub__(self, other: object) -> object:
-        from dpmm.linalg.combinators import Sum, Weighted
-
         if isinstance(other, Matrix):
-            return Sum([self, Weighted(-1.0, other)])
+            return self + -other
         return NotImplemented
 
     def __neg__(self) -> Matrix:
