@@ -86,9 +86,9 @@ def semiseparable_product(
 class ClosedFormGram(Symmetric, Dense):
     """A Gram matrix with a known sparse inverse and known eigenvalues (prefix, all-range).
 
-    With ``generators = (lower, upper)`` the Gram is semiseparable,
-    ``G_st = lower[min(s, t)] · upper[max(s, t)]``, and applies itself in O(n) per
-    column by :func:`semiseparable_product`; its dense array stays available.
+    The Gram is semiseparable, ``G_st = lower[min(s, t)] · upper[max(s, t)]`` with
+    ``generators = (lower, upper)``, and applies itself in O(n) per column by
+    :func:`semiseparable_product`; its dense array stays available.
     """
 
     def __init__(
@@ -96,7 +96,7 @@ class ClosedFormGram(Symmetric, Dense):
         array: np.ndarray,
         inverse: sp.sparray,
         eigenvalues: np.ndarray,
-        generators: tuple[np.ndarray, np.ndarray] | None = None,
+        generators: tuple[np.ndarray, np.ndarray],
     ) -> None:
         super().__init__(array, full_column_rank=True)
         self.inverse = sp.csr_array(inverse)
@@ -104,8 +104,6 @@ class ClosedFormGram(Symmetric, Dense):
         self.generators = generators
 
     def _matmat(self, X: np.ndarray) -> np.ndarray:
-        if self.generators is None:
-            return super()._matmat(X)
         return semiseparable_product(*self.generators, X)
 
     def pinv(self) -> Sparse:

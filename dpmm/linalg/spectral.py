@@ -252,8 +252,6 @@ def row_space_projector(A: Matrix) -> Matrix:
         return Identity(A.shape[1])
     if isinstance(A, Weighted):
         return row_space_projector(A.base) if A.weight else Dense(np.zeros(A.shape[::-1]))
-    if isinstance(A, Identity):
-        return A
     if isinstance(A, Kron):
         return Kron([row_space_projector(factor) for factor in A.factors])
     hook = getattr(A, "row_space_projector", None)

@@ -76,8 +76,6 @@ def _aligned(W: Kron, P: Kron) -> bool:
 
 def _marginal_variance(W: Marginal, P: MarginalsGram) -> float:
     # M_S C(a) M_Sᵀ = ⊗_{i∈S} (I or J) · Π_{i∉S} (n_i if i∈a else n_i²): its diagonal is constant.
-    if W.domain_shape != P.domain_shape:
-        raise ValueError("A marginal and a marginal-algebra element over different domains")
     total = 0.0
     for a, u in P.coefficients.items():
         outside = math.prod(
