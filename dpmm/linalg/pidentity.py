@@ -102,18 +102,6 @@ def woodbury_solve(theta: np.ndarray) -> np.ndarray:
     return scipy.linalg.cho_solve(woodbury_factor(theta), theta, check_finite=False)
 
 
-class _Woodbury:
-    """The triangular factor of ``M = I_p + Θ_s Θ_sᵀ`` for a (column-scaled) Θ_s."""
-
-    def __init__(self, theta: np.ndarray) -> None:
-        self.theta = theta
-        self.factor = woodbury_factor(theta)
-
-    def solve(self, rhs: np.ndarray) -> np.ndarray:
-        """``M⁻¹ rhs``."""
-        return scipy.linalg.cho_solve(self.factor, rhs, check_finite=False)
-
-
 class PIdentity(Matrix):
     """``[I; Θ] D``: HDMM's p-Identity strategy, columns scaled to unit ``norm``-norm.
 
@@ -206,22 +194,26 @@ class PIdentityGramInverse(Symmetric, Matrix):
         self.scale = scale
         # Θ D⁻¹ folds the outer scaling in: the inverse is diag(d) − Θ_sᵀ M⁻¹ Θ_s.
         self._scaled_theta = theta * scale[None, :]
-        self._woodbury = _Woodbury(theta)
+        self._woodbury_factor = woodbury_factor(theta)  # of M = I_p + ΘΘᵀ, Θ unscaled
         n = theta.shape[1]
         super().__init__((n, n), full_column_rank=True)
+
+    def _solve(self, rhs: np.ndarray) -> np.ndarray:
+        """``M⁻¹ rhs``."""
+        return scipy.linalg.cho_solve(self._woodbury_factor, rhs, check_finite=False)
 
     # O(n p) per column after the O(n p²) setup.
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         ts = self._scaled_theta
-        return (self.scale**2)[:, None] * X - ts.T @ self._woodbury.solve(ts @ X)
+        return (self.scale**2)[:, None] * X - ts.T @ self._solve(ts @ X)
 
     def _dense(self) -> np.ndarray:
         ts = self._scaled_theta
-        return np.diag(self.scale**2) - ts.T @ self._woodbury.solve(ts)
+        return np.diag(self.scale**2) - ts.T @ self._solve(ts)
 
     def diagonal(self) -> np.ndarray:
         ts = self._scaled_theta
-        return self.scale**2 - np.einsum("ij,ij->j", ts, self._woodbury.solve(ts))
+        return self.scale**2 - np.einsum("ij,ij->j", ts, self._solve(ts))
 
     def pinv(self) -> PIdentityGram:
         return PIdentityGram(self.theta, self.scale)
@@ -235,10 +227,10 @@ class PIdentityGramInverse(Symmetric, Matrix):
         # A prefix or all-range Gram applies itself in O(n p): skip its dense array.
         if isinstance(other, Dense) and getattr(other, "generators", None) is None:
             applied = ts @ other.array  # Θ_s G, p × n: the one O(n² p) BLAS call
-            cross = np.einsum("ij,ij->", self._woodbury.solve(applied), ts)
+            cross = np.einsum("ij,ij->", self._solve(applied), ts)
         else:
             applied = other._matmat(np.ascontiguousarray(ts.T))  # G Θ_sᵀ, n × p
-            cross = np.einsum("ji,ij->", applied, self._woodbury.solve(ts))
+            cross = np.einsum("ji,ij->", applied, self._solve(ts))
         return float(diagonal @ self.scale**2 - cross)
 
     def __repr__(self) -> str:
