@@ -42,6 +42,7 @@ import numpy as np
 
 from dpmm.errors import DomainError, TooLargeError
 from dpmm.linalg.base import INT_LIMIT, IntegerNorms, Matrix
+from dpmm.linalg.kron import kron_rows
 from dpmm.linalg.marginals import _shape_of, mask_members
 from dpmm.linalg.residual_general import EXACT_CELLS, ResidualBlockStrategy
 from dpmm.linalg.residuals import HelmertEntries, helmert_norms, helmert_transpose, integer_helmert
@@ -65,19 +66,7 @@ BATCH_CELLS = 1 << 22
 
 def helmert_row_norms(sizes: Sequence[int]) -> np.ndarray:
     """``c_r = Π_{i∈S} k_i(k_i + 1)`` for each integer Helmert row of a set (C order)."""
-    return reduce(
-        lambda acc, n: np.multiply.outer(acc, helmert_norms(n)).reshape(-1),
-        sizes,
-        np.ones(1, dtype=np.int64),
-    )
-
-
-def _row_peaks(sizes: Sequence[int]) -> np.ndarray:
-    """``max_j |H_S[r, j]| = Π k_i`` for each row (float64, only used for bounds)."""
-    peaks = np.ones(1)
-    for n in sizes:
-        peaks = np.multiply.outer(peaks, np.arange(1, n, dtype=np.float64)).reshape(-1)
-    return peaks
+    return reduce(np.kron, [helmert_norms(n) for n in sizes], np.ones(1, dtype=np.int64))
 
 
 def _integer_helmert_rows(sizes: Sequence[int]) -> np.ndarray:
@@ -124,10 +113,6 @@ class HelmertBlocks(Matrix):
         rows = [Q.shape[0] for Q in self.integers.values()]
         self.offsets = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
         super().__init__((int(self.offsets[-1]), math.prod(self.domain_shape)))
-
-    def rows(self, mask: int) -> int:
-        """How many answers block ``mask`` has."""
-        return int(self.integers[mask].shape[0])
 
     def sizes(self, mask: int) -> list[int]:
         """The sizes of the attributes of set ``mask``, in ascending attribute order."""
@@ -239,7 +224,8 @@ class HelmertBlocks(Matrix):
         return totals[0], totals[1], growth
 
     def _growth(self, mask: int) -> int:
-        peaks = _row_peaks(self.sizes(mask))
+        # max_j |H_S[r, j]| = Π k_i for each row (float64, only used for bounds)
+        peaks = kron_rows([np.arange(1, n, dtype=np.float64) for n in self.sizes(mask)])
         absolute = np.abs(self.integers[mask]).astype(np.float64)
         worst = float((absolute * peaks if absolute.ndim == 1 else absolute @ peaks).max())
         return math.ceil(worst)
