@@ -283,13 +283,6 @@ class EigenStrategy(_EigenForm):
             )
         return float(np.asarray(self._full_column_norms(p).max()))
 
-    def scaled(self, factor: float) -> EigenStrategy:
-        """``factor · self`` as an eigen strategy (weights times ``factor²``)."""
-        if self.factor_values is not None:
-            first = self.factor_values[0] * factor**2
-            return EigenStrategy(self.bases, [first, *self.factor_values[1:]])
-        return EigenStrategy(self.bases, self.full_values * factor**2)
-
 
 class EigenGram(Symmetric, _EigenForm):
     """``(⊗Q_i) diag(d) (⊗Q_i)ᵀ``: a symmetric matrix in a known Kron eigenbasis."""

@@ -571,26 +571,3 @@ class ResidualBlockStrategy(_Blocks, Matrix):
             f"ResidualBlockStrategy({len(self.blocks)} residual sets, {dense} dense, "
             f"over {self.domain_shape})"
         )
-
-    def query_variances(self, W: Matrix) -> np.ndarray:
-        """``diag(W (AᵀA)⁺ Wᵀ)``: each query's variance at unit noise, by the residual split.
-
-        Raises:
-            UnsupportedQueryError: W is not a union of Kron products over this domain, or it
-                reads a residual set this strategy does not measure.
-        """
-        check_dense_size(1, W.shape[0], f"the per-query variances of {W!r}")
-        inverse = {m: block_gram_pinv(b) for m, b in self.blocks.items()}
-        out = []
-        for weight, splits in term_splits(W, self.domain_shape):
-            variances = np.zeros(math.prod(len(s.a) for s in splits))
-            for mask in read_sets(splits):
-                block = inverse.get(mask, 0.0)
-                if not isinstance(block, np.ndarray) and not block:
-                    raise UnsupportedQueryError(
-                        f"Strategy {self!r} does not measure residual set {mask}, which "
-                        f"workload {W!r} reads"
-                    )
-                variances += residual_variances(splits, mask, block)
-            out.append(weight * weight * variances)
-        return np.concatenate(out)

@@ -99,7 +99,6 @@ def test_variances_match_the_dense_matrix_mechanism() -> None:
     dense_a, dense_w = A.dense(), W.dense()
     sigma2 = A.sensitivity(2) ** 2 / 2  # ρ = 1
     covariance = sigma2 * dense_w @ np.linalg.pinv(dense_a.T @ dense_a) @ dense_w.T
-    np.testing.assert_allclose(sigma2 * A.query_variances(W), np.diag(covariance), rtol=1e-8)
     np.testing.assert_allclose(per_query_variance(W, A, RHO), np.diag(covariance), rtol=1e-8)
     assert expected_error(W, A, RHO) == pytest.approx(np.trace(covariance), rel=1e-9)
     assert residual_optimum(W).objective * sigma2 == pytest.approx(np.trace(covariance), rel=1e-9)
@@ -139,7 +138,7 @@ def test_monte_carlo_least_squares_matches_predicted_variance() -> None:
     noisy = dense_a @ x[:, None] + sigma * rng.standard_normal((dense_a.shape[0], trials))
     estimates, *_ = np.linalg.lstsq(dense_a, noisy, rcond=None)
     errors = dense_w @ estimates - (dense_w @ x)[:, None]
-    predicted = sigma**2 * A.query_variances(W)
+    predicted = per_query_variance(W, A, RHO)
     empirical = (errors**2).mean(axis=1)
     # 4000 draws: the relative standard error of a variance estimate is √(2/4000) ≈ 2.2 %.
     assert np.abs(empirical / predicted - 1).max() < 0.12
