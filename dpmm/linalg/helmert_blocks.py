@@ -43,7 +43,7 @@ import numpy as np
 from dpmm.errors import DomainError, TooLargeError
 from dpmm.linalg.base import INT_LIMIT, IntegerNorms, Matrix
 from dpmm.linalg.kron import kron_rows
-from dpmm.linalg.marginals import _shape_of, mask_members
+from dpmm.linalg.marginals import _shape_of, cell_sums, mask_members
 from dpmm.linalg.residual_general import EXACT_CELLS, ResidualBlockStrategy
 from dpmm.linalg.residuals import HelmertEntries, helmert_norms, helmert_transpose, integer_helmert
 
@@ -214,14 +214,11 @@ class HelmertBlocks(Matrix):
         growth = max((self._growth(mask) for mask in columns), default=1)
         if math.prod(shape) > EXACT_CELLS:
             return _int64([int(l1_bound)]), _int64([int(l2_bound)]), growth
-        totals = []
-        for which in (0, 1):
-            total = np.zeros(shape, dtype=np.int64)
-            for mask in self.sets:
-                broadcast = [shape[i] if mask >> i & 1 else 1 for i in range(len(shape))]
-                total = total + columns[representatives[mask]][which].reshape(broadcast)
-            totals.append(total.reshape(-1))
-        return totals[0], totals[1], growth
+        l1, l2_squared = (
+            cell_sums(shape, [(m, columns[representatives[m]][which]) for m in self.sets], np.int64)
+            for which in (0, 1)
+        )
+        return l1, l2_squared, growth
 
     def _growth(self, mask: int) -> int:
         # max_j |H_S[r, j]| = Π k_i for each row (float64, only used for bounds)

@@ -118,6 +118,10 @@ class Kron(Matrix):
             _guard_integer(bound, self)
         return l1, l2_squared, bound
 
+    def is_square_over(self, sizes: Sequence[int]) -> bool:
+        """Whether the factors are square, of these sizes in order (a Gram over a domain)."""
+        return [factor.shape for factor in self.factors] == [(n, n) for n in sizes]
+
     def _square_factors(self) -> bool:
         # A square Kron of non-square factors (a×b ⊗ b×a) has no factor-wise diagonal.
         return all(factor.shape[0] == factor.shape[1] for factor in self.factors)

@@ -47,6 +47,7 @@ __all__ = [
     "Marginals",
     "MarginalsGram",
     "attribute_mask",
+    "cell_sums",
     "mask_members",
     "members_mask",
 ]
@@ -172,6 +173,16 @@ class DomainSizes:
         if value is None:
             value = self._column_norm[mask] = self.multiplicity(mask) / self.inside(mask)
         return value
+
+
+def cell_sums(
+    shape: tuple[int, ...], tables: Iterable[tuple[int, np.ndarray]], dtype: type = np.float64
+) -> np.ndarray:
+    """``Σ_S t_S[x_S]`` for every cell x: each set's table broadcast over the other attributes."""
+    total = np.zeros(shape, dtype=dtype)
+    for mask, table in tables:
+        total = total + table.reshape([n if mask >> i & 1 else 1 for i, n in enumerate(shape)])
+    return total.reshape(-1)
 
 
 def _check_subset_work(masks: Iterable[int], what: str) -> None:
@@ -394,7 +405,11 @@ class MarginalsGram(Symmetric, Matrix):
 
     def dot_algebra(self, other: MarginalsGram) -> MarginalsGram:
         """The product ``self @ other``, kept in the algebra."""
-        self._check_same_domain(other)
+        if other.domain_shape != self.domain_shape:
+            raise ValueError(
+                f"Marginal algebra elements over {self.domain_shape} and {other.domain_shape} "
+                "cannot be multiplied: their domain shapes differ"
+            )
         product: dict[int, float] = {}
         for a, u in self.coefficients.items():
             for b, v in other.coefficients.items():
@@ -464,7 +479,7 @@ class MarginalsGram(Symmetric, Matrix):
         if isinstance(other, MarginalsGram) and other.domain_shape == self.domain_shape:
             mine, theirs = self.eigenvalues(), other.eigenvalues()
             return sum(self.multiplicity(b) * v * theirs[b] for b, v in mine.items() if b in theirs)
-        if isinstance(other, Kron) and self._kron_matches(other):
+        if isinstance(other, Kron) and other.is_square_over(self.domain_shape):
             # trace(C(a) ⊗_i Y_i) = Π_{i∈a} trace(Y_i) · Π_{i∉a} 1ᵀ Y_i 1.
             traces = [factor.trace() for factor in other.factors]
             sums = [factor.entry_sum() for factor in other.factors]
@@ -479,18 +494,6 @@ class MarginalsGram(Symmetric, Matrix):
                 for a, u in self.coefficients.items()
             )
         return NotImplemented
-
-    def _kron_matches(self, other: Kron) -> bool:
-        return len(other.factors) == len(self.domain_shape) and all(
-            f.shape == (n, n) for f, n in zip(other.factors, self.domain_shape, strict=True)
-        )
-
-    def _check_same_domain(self, other: MarginalsGram) -> None:
-        if other.domain_shape != self.domain_shape:
-            raise ValueError(
-                f"Marginal algebra elements over {self.domain_shape} and {other.domain_shape} "
-                "cannot be multiplied: their domain shapes differ"
-            )
 
     def __repr__(self) -> str:
         return f"MarginalsGram({len(self.coefficients)} terms over {self.domain_shape})"

@@ -45,6 +45,7 @@ from dpmm.linalg.marginals import (
     MarginalsGram,
     _shape_of,
     _submasks,
+    cell_sums,
     mask_members,
 )
 from dpmm.linalg.residuals import DomainSizes, ResidualGram, _ResidualStack, helmert
@@ -319,9 +320,7 @@ class ResidualBlockGram(_Blocks, Symmetric, Matrix):
         """``trace(other @ self)`` for Kron and marginal-algebra Grams."""
         if isinstance(other, MarginalsGram) and other.domain_shape == self.domain_shape:
             return self._trace_marginal(other)
-        if isinstance(other, Kron) and [f.shape for f in other.factors] == [
-            (n, n) for n in self.domain_shape
-        ]:
+        if isinstance(other, Kron) and other.is_square_over(self.domain_shape):
             return self._trace_kron(other.factors)
         return NotImplemented
 
@@ -522,7 +521,7 @@ class ResidualBlockStrategy(_Blocks, Matrix):
         diagonals = self.block_diagonals()
         if all(np.ptp(d) == 0 for d in diagonals.values()) or (self._sizes.cells > EXACT_CELLS):
             return self._squared_sensitivity_bound()
-        return float(self._squared_column_norms(diagonals).max())
+        return float(cell_sums(self.domain_shape, diagonals.items()).max())
 
     def _scalar_squared_norm(self) -> float:
         # Scaled residuals: every column has Σ_S s_S² Π_{i∈S}(1 − 1/n_i), no array needed.
@@ -550,20 +549,12 @@ class ResidualBlockStrategy(_Blocks, Matrix):
             return math.sqrt(self.squared_sensitivity())
         return float(self.column_norms(p).max())
 
-    def _squared_column_norms(self, diagonals: Mapping[int, np.ndarray]) -> np.ndarray:
-        dims = len(self.domain_shape)
-        total = np.zeros(self.domain_shape)
-        for mask, diagonal in diagonals.items():
-            shaped = [self.domain_shape[i] if mask >> i & 1 else 1 for i in range(dims)]
-            total = total + diagonal.reshape(shaped)
-        return total.reshape(-1)
-
     def column_norms(self, p: float = 1) -> np.ndarray:
         p = _check_norm(p)
         check_dense_size(1, self.shape[1], f"the column norms of {self!r}")
         if p != 2:
             return Matrix.column_norms(self, p)
-        return np.sqrt(self._squared_column_norms(self.block_diagonals()))
+        return np.sqrt(cell_sums(self.domain_shape, self.block_diagonals().items()))
 
     def __repr__(self) -> str:
         dense = sum(_is_matrix(b) for b in self.blocks.values())
