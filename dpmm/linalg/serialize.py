@@ -85,7 +85,7 @@ class SerializationError(DpmmError, ValueError):
 # -- writing -------------------------------------------------------------------------------
 
 
-def _weighted_sets(weights: Mapping[int, float], dims: int) -> list[list[Any]]:
+def _weighted_sets(weights: Mapping[int, float]) -> list[list[Any]]:
     """``{mask: value}`` as ``[[attribute positions], float.hex(value)]`` in order."""
     return [[mask_members(mask), float(value).hex()] for mask, value in weights.items()]
 
@@ -111,6 +111,8 @@ class _Encoder:
                 f"types are {', '.join(sorted(cls.__name__ for cls in SUPPORTED_TYPES))}"
             )
         node: Node = {"type": type(matrix).__name__, "shape": list(matrix.shape)}
+        if hasattr(matrix, "domain_shape"):  # every type over an attribute domain records it
+            node["domain"] = list(matrix.domain_shape)
         node.update(encode(matrix, self))
         self._nodes[id(matrix)] = node
         return node
@@ -183,23 +185,13 @@ _ENCODERS: dict[type, _Encode] = {
     VStack: lambda m, e: {"blocks": e.nodes(m.blocks)},
     HStack: lambda m, e: {"blocks": e.nodes(m.blocks)},
     Kron: lambda m, e: {"factors": e.nodes(m.factors)},
-    Marginal: lambda m, e: {
-        "domain": list(m.domain_shape),
-        "attributes": mask_members(m.mask),
-    },
-    Marginals: lambda m, e: {
-        "domain": list(m.domain_shape),
-        "marginals": _weighted_sets(m.weights, len(m.domain_shape)),
-    },
-    MarginalsGram: lambda m, e: {
-        "domain": list(m.domain_shape),
-        "coefficients": _weighted_sets(m.coefficients, len(m.domain_shape)),
-    },
+    Marginal: lambda m, e: {"attributes": mask_members(m.mask)},
+    Marginals: lambda m, e: {"marginals": _weighted_sets(m.weights)},
+    MarginalsGram: lambda m, e: {"coefficients": _weighted_sets(m.coefficients)},
     PIdentity: lambda m, e: {"theta": e.array(m.theta), "norm": int(m.norm)},
     EigenStrategy: _encode_eigen,
     EigenGram: _encode_eigen,
     ResidualBlockStrategy: lambda m, e: {
-        "domain": list(m.domain_shape),
         "blocks": [
             {"attributes": mask_members(mask), "array": e.array(block)}
             if isinstance(block, np.ndarray)
@@ -208,7 +200,6 @@ _ENCODERS: dict[type, _Encode] = {
         ],
     },
     HelmertBlocks: lambda m, e: {
-        "domain": list(m.domain_shape),
         "blocks": [
             {"attributes": mask_members(mask), "integers": e.array(m.integers[mask])}
             for mask in m.sets
