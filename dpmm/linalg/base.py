@@ -181,9 +181,7 @@ class Matrix(LinearOperator):
         return NotImplemented
 
     def __neg__(self) -> Matrix:
-        from dpmm.linalg.combinators import Weighted
-
-        return Weighted(-1.0, self)
+        return self.dot(-1.0)
 
     def __mul__(self, other: object) -> object:
         if isinstance(other, Number) and not isinstance(other, bool):
