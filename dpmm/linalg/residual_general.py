@@ -300,9 +300,7 @@ class ResidualBlockGram(_Blocks, Symmetric, Matrix):
 
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         residuals = self._stack.matmat(X)
-        for (_, block), start, stop in zip(
-            self.blocks.items(), self._stack.offsets[:-1], self._stack.offsets[1:], strict=True
-        ):
+        for block, (_, start, stop) in zip(self.blocks.values(), self._stack.spans(), strict=True):
             residuals[start:stop] = _times(block, residuals[start:stop])
         return self._stack.rmatmat(residuals)
 
@@ -412,25 +410,19 @@ class ResidualBlockStrategy(_Blocks, Matrix):
 
     def _spans(self) -> Iterator[tuple]:
         """Each block with its rows in the residual stack and in this stack."""
-        return zip(
-            self.blocks.items(),
-            self._stack.offsets[:-1],
-            self._stack.offsets[1:],
-            self.offsets[:-1],
-            self.offsets[1:],
-            strict=True,
-        )
+        rows = zip(self.offsets[:-1], self.offsets[1:], strict=True)
+        return zip(self.blocks.values(), self._stack.spans(), rows, strict=True)
 
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         residuals = self._stack.matmat(X)
         out = np.empty((self.shape[0], X.shape[1]))
-        for (_, block), start, stop, low, high in self._spans():
+        for block, (_, start, stop), (low, high) in self._spans():
             out[low:high] = _times(block, residuals[start:stop])
         return out
 
     def _rmatmat(self, Y: np.ndarray) -> np.ndarray:
         residuals = np.empty((self._stack.offsets[-1], Y.shape[1]))
-        for (_, block), start, stop, low, high in self._spans():
+        for block, (_, start, stop), (low, high) in self._spans():
             piece = Y[low:high]
             residuals[start:stop] = block.T @ piece if _is_matrix(block) else _times(block, piece)
         return self._stack.rmatmat(residuals)
@@ -445,9 +437,6 @@ class ResidualBlockStrategy(_Blocks, Matrix):
         covered = {m for m, b in self.blocks.items() if b and self._sizes.multiplicity(m)}
         return len(covered) == 1 << nontrivial
 
-    def _inner(self, block: Block) -> Block:
-        return block.T @ block if _is_matrix(block) else block * block
-
     def gram(self) -> ResidualBlockGram | ResidualGram:
         """``AᵀA``; in the marginal algebra (eigenvalue ``s_S² c_S`` on ``E_S``) when every
         block is a scalar, so that the algebra's closed forms apply to it."""
@@ -460,7 +449,7 @@ class ResidualBlockStrategy(_Blocks, Matrix):
             return ResidualGram(self.domain_shape, eigen, self._sizes)
         return ResidualBlockGram(
             self.domain_shape,
-            {m: self._inner(b) for m, b in self.blocks.items()},
+            {m: b.T @ b if _is_matrix(b) else b * b for m, b in self.blocks.items()},
             pseudo_inverses={m: block_gram_pinv(b) for m, b in self.blocks.items()},
         )
 

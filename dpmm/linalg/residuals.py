@@ -24,7 +24,7 @@ strategies built on residuals (a weighted stack is one of scalar blocks) are
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Literal
 
 import numpy as np
@@ -179,15 +179,17 @@ class _ResidualStack:
         rows = [sizes.multiplicity(mask) for mask in self.weights]
         self.offsets = list(itertools.accumulate(rows, initial=0))
 
+    def spans(self) -> Iterator[tuple[tuple[int, float], int, int]]:
+        """Each ``(set, weight)`` with its rows ``[start, stop)`` in the stack."""
+        return zip(self.weights.items(), self.offsets[:-1], self.offsets[1:], strict=True)
+
     # O(|weights| · cells · k): sum out the other attributes, then one Helmert per member.
     def matmat(self, X: np.ndarray) -> np.ndarray:
         columns = X.shape[1]
         tensor = X.reshape([*self.domain_shape, columns])
         dims = len(self.domain_shape)
         blocks = [np.zeros((0, columns))]
-        for (mask, weight), start, stop in zip(
-            self.weights.items(), self.offsets[:-1], self.offsets[1:], strict=True
-        ):
+        for (mask, weight), start, stop in self.spans():
             members = mask_members(mask)
             table = tensor.sum(axis=tuple(i for i in range(dims) if i not in members))
             for position in range(len(members)):
@@ -200,9 +202,7 @@ class _ResidualStack:
         columns = Y.shape[1]
         dims = len(self.domain_shape)
         result = np.zeros([*self.domain_shape, columns])
-        for (mask, weight), start, stop in zip(
-            self.weights.items(), self.offsets[:-1], self.offsets[1:], strict=True
-        ):
+        for (mask, weight), start, stop in self.spans():
             members = mask_members(mask)
             table = Y[start:stop].reshape([self.domain_shape[i] - 1 for i in members] + [columns])
             for position in range(len(members)):
