@@ -233,17 +233,15 @@ def _cross(left: Matrix, right: Matrix) -> np.ndarray:
         return left.weight * _cross(left.base, right)
     if isinstance(right, Weighted):
         return right.weight * _cross(left, right.base)
-    if isinstance(left, Kron) and isinstance(right, Kron) and _same_columns(left, right):
+    if (
+        isinstance(left, Kron)
+        and isinstance(right, Kron)
+        and [a.shape[1] for a in left.factors] == [b.shape[1] for b in right.factors]
+    ):
         parts = [_cross(a, b) for a, b in zip(left.factors, right.factors, strict=True)]
         return reduce(np.kron, parts)
     check_dense_size(left.shape[0], right.shape[0], f"{left!r} @ {right!r}ᵀ")
     return np.asarray(left._matmat(right.T.dense()))
-
-
-def _same_columns(left: Kron, right: Kron) -> bool:
-    return len(left.factors) == len(right.factors) and all(
-        a.shape[1] == b.shape[1] for a, b in zip(left.factors, right.factors, strict=True)
-    )
 
 
 def row_space_projector(A: Matrix) -> Matrix:

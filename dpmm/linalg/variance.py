@@ -57,7 +57,11 @@ def _variances(W: Matrix, P: Matrix) -> np.ndarray:
         return _interval_variances(W, P)
     if isinstance(W, Kron) and isinstance(P, MarginalsGram):
         return _variances(W, P.as_kron_sum())
-    if isinstance(W, Kron) and isinstance(P, Kron) and _aligned(W, P):
+    if (
+        isinstance(W, Kron)
+        and isinstance(P, Kron)
+        and P.is_square_over([w.shape[1] for w in W.factors])
+    ):
         parts = [_variances(w, p) for w, p in zip(W.factors, P.factors, strict=True)]
         return kron_rows(parts)
     return _generic(W, P)
@@ -66,12 +70,6 @@ def _variances(W: Matrix, P: Matrix) -> np.ndarray:
 def _single_factor(M: Matrix) -> Matrix:
     """A Kron product of one factor is that factor (its structure is the factor's)."""
     return M.factors[0] if isinstance(M, Kron) and len(M.factors) == 1 else M
-
-
-def _aligned(W: Kron, P: Kron) -> bool:
-    return len(W.factors) == len(P.factors) and all(
-        p.shape == (w.shape[1], w.shape[1]) for w, p in zip(W.factors, P.factors, strict=True)
-    )
 
 
 def _marginal_variance(W: Marginal, P: MarginalsGram) -> float:
