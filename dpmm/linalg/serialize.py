@@ -555,10 +555,7 @@ def load_matrix(path: str | Path) -> Matrix:
             invalid (unknown type, missing array, shape mismatch); the message names it.
     """
     source = f"the matrix file '{path}'"
-
-    def fail(reason: str) -> NoReturn:
-        raise SerializationError(f"Cannot load {source}: {reason}")
-
+    fail = _Decoder({}, source).fail  # one wording for every refusal
     try:
         archive = np.load(path, allow_pickle=False)
     except FileNotFoundError:
