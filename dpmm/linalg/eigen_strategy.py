@@ -179,18 +179,11 @@ class _EigenForm(Matrix, abstract=True):
             return [function(v) for v in self.factor_values]
         return function(self.full_values)
 
-    def _all_positive(self) -> bool:
-        if self.factor_values is not None:
-            return all(bool((v > 0).all()) for v in self.factor_values)
-        return bool(np.asarray((self.full_values > 0).all()))
-
     # -- mat-vecs -----------------------------------------------------------------------------
-    def _columns_as_tensors(self, X: np.ndarray) -> np.ndarray:
-        return np.asarray(X, dtype=np.float64).reshape((*self.dims, X.shape[1]))
-
     def _basis_apply(self, X: np.ndarray, transpose: bool) -> np.ndarray:
         factors = [q.T for q in self.bases] if transpose else self.bases
-        tensor = _apply_axes(factors, self._columns_as_tensors(X), 0)
+        columns = np.asarray(X, dtype=np.float64).reshape((*self.dims, X.shape[1]))
+        tensor = _apply_axes(factors, columns, 0)
         return tensor.reshape(self.shape[0], -1)
 
     def _scale(self, X: np.ndarray, function: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
@@ -199,7 +192,9 @@ class _EigenForm(Matrix, abstract=True):
 
     @property
     def known_full_column_rank(self) -> bool:
-        return self._all_positive()
+        if self.factor_values is not None:
+            return all(bool((v > 0).all()) for v in self.factor_values)
+        return bool(np.asarray((self.full_values > 0).all()))
 
     def _square_weighted_norms(self, values: Any) -> Any:
         """``(⊗(Q_i∘Q_i)) values`` as a tensor: the squared 2-norms of diag(√values)Qᵀ's columns."""

@@ -213,10 +213,6 @@ def _shared_factor(kept: bool, n: int) -> Matrix:
     return Identity(n) if kept else Ones(1, n)
 
 
-def _marginal_factors(shape: tuple[int, ...], mask: int) -> list[Matrix]:
-    return [_shared_factor(bool(mask >> i & 1), n) for i, n in enumerate(shape)]
-
-
 class Marginal(Kron):
     """The marginal table of ``attrs``: ``⊗_i (I if i ∈ attrs else 1ᵀ)``.
 
@@ -250,7 +246,8 @@ class Marginal(Kron):
 
     @functools.cached_property
     def factors(self) -> list[Matrix]:  # type: ignore[override]
-        return _marginal_factors(self.domain_shape, self.mask)
+        shape, mask = self.domain_shape, self.mask
+        return [_shared_factor(bool(mask >> i & 1), n) for i, n in enumerate(shape)]
 
     def gram(self) -> MarginalsGram:
         return MarginalsGram(self.domain_shape, {self.mask: 1.0})
