@@ -406,16 +406,13 @@ def _decode_sparse(node: Node, d: _Decoder, where: str) -> Sparse:
     return Sparse(matrix, full_column_rank=d.flag(node, "full_column_rank", where))
 
 
-def _decode_eigen(node: Node, d: _Decoder, where: str) -> Matrix:
+def _eigen_parts(node: Node, d: _Decoder, where: str) -> tuple[list[np.ndarray], Any]:
+    """The bases and weights of an eigen strategy or Gram node."""
     bases = [d.array(key, where, "f") for key in d.field(node, "bases", where)]
     if "factor_weights" in node:
-        weights: Any = [d.array(key, where, "f") for key in node["factor_weights"]]
-    else:
-        weights = d.array(d.field(node, "weights", where), where, "f")
-    return _EIGEN_TYPES[node["type"]](bases, weights)
+        return bases, [d.array(key, where, "f") for key in node["factor_weights"]]
+    return bases, d.array(d.field(node, "weights", where), where, "f")
 
-
-_EIGEN_TYPES: dict[str, type] = {"EigenStrategy": EigenStrategy, "EigenGram": EigenGram}
 
 _Decode = Callable[[Node, _Decoder, str], Matrix]
 
@@ -461,8 +458,8 @@ _DECODERS: dict[str, _Decode] = {
     "PIdentity": lambda n, d, w: PIdentity(
         d.array(d.field(n, "theta", w), w, "f"), d.integer(n, "norm", w)
     ),
-    "EigenStrategy": _decode_eigen,
-    "EigenGram": _decode_eigen,
+    "EigenStrategy": lambda n, d, w: EigenStrategy(*_eigen_parts(n, d, w)),
+    "EigenGram": lambda n, d, w: EigenGram(*_eigen_parts(n, d, w)),
     # The weighted residuals of files written before they became scalar blocks.
     "ResidualStrategy": lambda n, d, w: ResidualBlockStrategy(
         d.integers(d.field(n, "domain", w), f"{w}.domain"), d.masks(n, "residuals", w)
