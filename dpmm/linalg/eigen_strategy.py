@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from dpmm.errors import DpmmError, TooLargeError
-from dpmm.linalg.base import DENSE_LIMIT, Matrix, Symmetric, _check_norm, check_dense_size
+from dpmm.linalg.base import Matrix, Symmetric, _check_norm, check_dense_size
 from dpmm.linalg.combinators import Dense
 from dpmm.linalg.elementary import Identity
 from dpmm.linalg.kron import Kron
@@ -377,9 +377,7 @@ def _factor_column_norms(q: np.ndarray, weights: np.ndarray, p: float) -> np.nda
 
 def _max_product_apply(factors: Sequence[np.ndarray], tensor: np.ndarray) -> np.ndarray:
     """``out_j = max_i (⊗ factors)_ji · x_i`` for non-negative factors, one axis at a time."""
-    check_dense_size(
-        1, tensor.size * max(f.shape[0] for f in factors), "a max-product", DENSE_LIMIT
-    )
+    check_dense_size(1, tensor.size * max(f.shape[0] for f in factors), "a max-product")
     for axis, factor in enumerate(factors):
         moved = np.moveaxis(tensor, axis, -1)
         tensor = np.moveaxis((moved[..., None, :] * factor).max(axis=-1), -1, axis)
