@@ -245,7 +245,10 @@ class HelmertBlocks(Matrix):
         representatives = self._representatives
         growth: dict[int, int] = {}
         totals: set[int] = set()
-        for sizes, masks in self._classes().items():
+        classes: dict[tuple[int, ...], list[int]] = {}  # equal attribute sizes, equal tables
+        for mask in self.sets:
+            classes.setdefault(tuple(self.sizes(mask)), []).append(mask)
+        for sizes, masks in classes.items():
             step = max(1, BATCH_CELLS // math.prod(sizes))
             for start in range(0, len(masks), step):
                 batch = masks[start : start + step]
@@ -267,13 +270,6 @@ class HelmertBlocks(Matrix):
         if len(totals) > 1:
             raise DomainError("the marginal tables disagree on the number of records")
         return answers
-
-    def _classes(self) -> dict[tuple[int, ...], list[int]]:
-        """The sets grouped by the sizes of their attributes (equal table shapes)."""
-        classes: dict[tuple[int, ...], list[int]] = {}
-        for mask in self.sets:
-            classes.setdefault(tuple(self.sizes(mask)), []).append(mask)
-        return classes
 
     def _multiply(self, batch: Sequence[int], helmert: np.ndarray, answers: np.ndarray) -> None:
         """Write ``Q_S (H_S m_S)`` of each set in ``batch`` into its rows of ``answers``."""
