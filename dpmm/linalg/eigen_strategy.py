@@ -145,8 +145,6 @@ class _EigenForm(Matrix, abstract=True):
                 raise DpmmError(
                     f"Factor weights of sizes {[p.size for p in parts]} for {self.dims}"
                 )
-            if any((p < 0).any() or not np.isfinite(p).all() for p in parts):
-                raise DpmmError("Eigen weights must be finite and non-negative")
             self.factor_values = parts
         else:
             if values.size != cells:
@@ -154,11 +152,11 @@ class _EigenForm(Matrix, abstract=True):
                     f"A full weight vector needs {cells:,} entries, got {values.size:,}"
                 )
             full = values.reshape(self.dims) if values.shape != self.dims else values
-            if not is_dask(full):
-                full = np.asarray(full, dtype=np.float64)
-                if (full < 0).any() or not np.isfinite(full).all():
-                    raise DpmmError("Eigen weights must be finite and non-negative")
-            self.full_values = full
+            self.full_values = full if is_dask(full) else np.asarray(full, dtype=np.float64)
+        # Dask weights stay uncomputed, so they are not checked here.
+        in_memory = self.factor_values or ([] if is_dask(self.full_values) else [self.full_values])
+        if any((v < 0).any() or not np.isfinite(v).all() for v in in_memory):
+            raise DpmmError("Eigen weights must be finite and non-negative")
 
     # -- the value vector -------------------------------------------------------------------
     @property
