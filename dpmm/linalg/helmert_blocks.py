@@ -245,7 +245,7 @@ class HelmertBlocks(Matrix):
         representatives = self._representatives
         growth: dict[int, int] = {}
         totals: set[int] = set()
-        classes: dict[tuple[int, ...], list[int]] = {}  # equal attribute sizes, equal tables
+        classes: dict[tuple[int, ...], list[int]] = {}  # the sets by their table's shape
         for mask in self.sets:
             classes.setdefault(tuple(self.sizes(mask)), []).append(mask)
         for sizes, masks in classes.items():

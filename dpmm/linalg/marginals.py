@@ -246,8 +246,9 @@ class Marginal(Kron):
 
     @functools.cached_property
     def factors(self) -> list[Matrix]:  # type: ignore[override]
-        shape, mask = self.domain_shape, self.mask
-        return [_shared_factor(bool(mask >> i & 1), n) for i, n in enumerate(shape)]
+        return [
+            _shared_factor(bool(self.mask >> i & 1), n) for i, n in enumerate(self.domain_shape)
+        ]
 
     def gram(self) -> MarginalsGram:
         return MarginalsGram(self.domain_shape, {self.mask: 1.0})
