@@ -99,7 +99,10 @@ def _quiet_engines() -> None:
 
 def _run_flow(config_path: Path, from_measurements: str | None) -> Path:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    # A release sends nothing off the machine: no usage data from Prefect's client or the
+    # local server (an operator may still opt in by setting these).
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from flows.prefect_api import prefect_api_url

@@ -96,3 +96,20 @@ def test_a_configured_api_is_used_as_it_is(prefect_home: tuple[Path, int]) -> No
     with temporary_settings({PREFECT_API_URL: "http://prefect.example:4200/api"}):
         assert prefect_api_url() == "http://prefect.example:4200/api"
     assert not (home / "server.pid").exists()
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_a_release_sends_no_usage_data(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The CLI turns off Prefect's anonymous usage data, client and server, unless the
+    operator set it: a release sends nothing off the machine."""
+    import flows.prefect_api
+    import flows.release
+    from dpmm.cli_release import _run_flow
+
+    for name in ("DO_NOT_TRACK", "PREFECT_SERVER_ANALYTICS_ENABLED"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(flows.prefect_api, "prefect_api_url", lambda: "http://127.0.0.1:9/api")
+    monkeypatch.setattr(flows.release, "release_flow", lambda config, measured: str(tmp_path))
+    assert _run_flow(tmp_path / "release.yaml", None) == tmp_path
+    assert os.environ["DO_NOT_TRACK"] == "1"
+    assert os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] == "false"
