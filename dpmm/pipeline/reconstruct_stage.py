@@ -14,10 +14,12 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from dpmm.config import ReleaseConfig
+from dpmm.domain import Domain
 from dpmm.errors import ConfigError, UnsupportedQueryError
 from dpmm.linalg import MarginalsGram, query_variances
 from dpmm.linalg.helmert_blocks import HelmertBlocks
@@ -67,14 +69,29 @@ NNLS_LIMIT = 10**5
 
 @dataclass(frozen=True, eq=False)
 class GroupAnswers:
-    """One workload group's answers: a label, estimate and standard error per query."""
+    """One workload group's answers: an estimate and standard error per query, and labels."""
 
-    name: str
-    kind: str
-    labels: list[str]
+    group: WorkloadGroup
+    domain: Domain
     values: np.ndarray
     standard_errors: np.ndarray
     exact_errors: bool
+
+    @property
+    def name(self) -> str:
+        """The workload group's name."""
+        return self.group.name
+
+    @property
+    def kind(self) -> str:
+        """The workload group's kind."""
+        return self.group.kind
+
+    @cached_property
+    def labels(self) -> list[str]:
+        """One label per query, built when first read (the answers' writer): the plan's
+        dry run and the audit never need them, and 2·10⁷ labels take seconds."""
+        return query_labels(self.group, self.domain)
 
     @property
     def expected_rmse(self) -> float:
@@ -122,9 +139,8 @@ def _answers(
     exact: bool,
 ) -> GroupAnswers:
     """One group's labelled answers."""
-    labels = query_labels(group, config.domain)
     estimates = np.asarray(values, dtype=np.float64)
-    return GroupAnswers(group.name, group.kind, labels, estimates, standard_errors, exact)
+    return GroupAnswers(group, config.domain, estimates, standard_errors, exact)
 
 
 def solver(config: ReleaseConfig, plan: str) -> str:

@@ -26,7 +26,7 @@ consistent with each other (they are marginals of one x̂) but may be negative.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +38,9 @@ from dpmm.reconstruct.answers import WorkloadAnswers
 from dpmm.reconstruct.protocol import ReconstructionError
 
 __all__ = ["MarginalMeasurement", "marginal_tables"]
+
+#: Measured sets × coefficients grouped at once (bounds the arrays of one step).
+GROUPING_SIZE = 1 << 20
 
 
 @dataclass(frozen=True, eq=False)
@@ -57,6 +60,31 @@ class MarginalMeasurement:
     weight: float = 1.0
 
 
+def _sizes_outside(shape: tuple[int, ...]) -> Callable[[np.ndarray], np.ndarray]:
+    """``masks ↦ Π n_i`` over the attributes outside each mask, by one lookup per byte.
+
+    Masks are bit sets (int64, or Python integers in an object array past 62 attributes);
+    each byte of the complement indexes a table of the products of its 8 attributes' sizes.
+    """
+    full = (1 << len(shape)) - 1
+    tables = []
+    for start in range(0, len(shape), 8):
+        members = np.arange(1 << min(8, len(shape) - start))
+        table = np.ones(members.size)
+        for j, n in enumerate(shape[start : start + 8]):
+            table[members >> j & 1 == 1] *= n
+        tables.append(table)
+
+    def outside(masks: np.ndarray) -> np.ndarray:
+        missing = full & ~masks
+        product = np.ones(masks.shape)
+        for k, table in enumerate(tables):
+            product *= table[((missing >> (8 * k)) & 255).astype(np.intp)]
+        return product
+
+    return outside
+
+
 def _parts(
     b: int,
     sets: list[int],
@@ -70,33 +98,34 @@ def _parts(
 
     ``M_b C(c) M_aᵀ y_a`` is ``y_a`` summed to ``d = a ∩ b ∩ c``, times the sizes of the
     attributes outside ``a ∪ c`` and outside ``b ∪ (a ∩ c)``: the coefficients ``u_c``
-    are grouped by ``d`` (vectorized over c), so each measured table is summed once per
-    subset, not once per coefficient.
+    are grouped by ``(a, d)`` (vectorized over measured sets and coefficients), so each
+    measured table is summed once per subset, not once per coefficient.
     """
     # Attribute sets are bit masks: int64 holds 62 attributes, Python integers any number.
     kind = np.int64 if len(shape) <= 62 else object
     masks = np.array(list(P.coefficients), dtype=kind)
     weights = np.fromiter(P.coefficients.values(), dtype=np.float64)
-    sizes = np.asarray(shape, dtype=np.float64)
-    bits = np.array([1 << i for i in range(len(shape))], dtype=kind)
-
-    def outside(mask: np.ndarray) -> np.ndarray:  # Π n_i over the attributes not in mask
-        return np.prod(np.where(mask[:, None] & bits, 1.0, sizes), axis=1)
-
+    measured = np.array(sets, dtype=kind)
+    outside = _sizes_outside(shape)
+    rows = max(1, GROUPING_SIZE // max(masks.size, 1))
     parts: dict[int, np.ndarray] = {}
-    for index, (a, table, m) in enumerate(zip(sets, tables, measurements, strict=True)):
-        factors = weights * outside(a | masks) * outside(b | (a & masks))
-        subsets, which = np.unique(a & b & masks, return_inverse=True)
-        grouped = np.bincount(which, weights=factors, minlength=subsets.size)
-        for d, g in zip((int(d) for d in subsets), grouped.tolist(), strict=True):
-            if g == 0.0:
-                continue
+    for start in range(0, measured.size, rows):
+        a = measured[start : start + rows, None]
+        meets = a & masks
+        factors = weights * outside(a | masks) * outside(b | meets)
+        subsets, which = np.unique(meets & b, return_inverse=True)
+        which = which.reshape(meets.shape) + subsets.size * np.arange(meets.shape[0])[:, None]
+        grouped = np.bincount(which.ravel(), weights=factors.ravel(), minlength=meets.size)
+        grouped = grouped[: meets.shape[0] * subsets.size].reshape(meets.shape[0], subsets.size)
+        for row, column in zip(*np.nonzero(grouped), strict=True):
+            index, d = start + int(row), int(subsets[column])
             key = (index, d)
             if key not in sums:
-                held = [i for i in range(len(shape)) if a >> i & 1]
+                held = [i for i in range(len(shape)) if sets[index] >> i & 1]
                 axes = tuple(pos for pos, i in enumerate(held) if not d >> i & 1)
-                sums[key] = table.sum(axis=axes) if axes else table
-            term = (g * m.weight / m.noise_std**2) * sums[key]
+                sums[key] = tables[index].sum(axis=axes) if axes else tables[index]
+            m = measurements[index]
+            term = (grouped[row, column] * m.weight / m.noise_std**2) * sums[key]
             parts[d] = parts[d] + term if d in parts else term
     return parts
 
