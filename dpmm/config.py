@@ -10,7 +10,7 @@ query groups to answer and how to pick the strategy (the schema is in
     privacy: {epsilon: 1}             # or {rho: 0.5}
     workload:
       - {name: one-way, kind: marginals, k: 1}
-    strategy: {method: auto}          # optional; default auto
+    strategy: {method: auto}          # optional; default auto (time_budget: 600 seconds)
     data: {path: data/}               # the input records (dpmm.data.spec)
     release: {root: releases/}        # where versions are written (dpmm.settings)
     ledger: {path: budget.db}         # the budget ledger charged
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -70,7 +71,14 @@ from dpmm.strategy import STRATEGY_METHODS
 from dpmm.workload import WorkloadGroup, from_config
 from dpmm.workload.prefix_sum import PrivateTruncation, private_truncation
 
-__all__ = ["DEFAULT_METHOD", "NAME_PATTERN", "TOP_LEVEL_KEYS", "ReleaseConfig", "load_config"]
+__all__ = [
+    "DEFAULT_METHOD",
+    "DEFAULT_TIME_BUDGET",
+    "NAME_PATTERN",
+    "TOP_LEVEL_KEYS",
+    "ReleaseConfig",
+    "load_config",
+]
 
 #: Every key a config may have at its top level, required ones first.
 TOP_LEVEL_KEYS = (
@@ -96,6 +104,8 @@ REQUIRED_KEYS = {
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 NAME_MAX_LENGTH = 100
 DEFAULT_METHOD = "auto"
+#: Seconds ``auto``'s candidates after identity may search in all (``strategy.time_budget``).
+DEFAULT_TIME_BUDGET = 600.0
 ATTRIBUTE_KEYS = ("name", "size", "labels", "bins")
 
 
@@ -110,6 +120,8 @@ class ReleaseConfig:
         privacy: The total privacy budget of the release.
         workload: The query groups, in file order.
         strategy_method: The strategy method :func:`dpmm.strategy.optimize` is called with.
+        strategy_time_budget: Seconds ``auto``'s searches may take in all (the candidates
+            still searching then are abandoned, with the reason in the plan).
         raw: The parsed YAML document.
         path: The config file, as given to :func:`load_config`.
         sha256: Hex SHA-256 of the file's bytes.
@@ -133,6 +145,7 @@ class ReleaseConfig:
     release: ReleaseSettings | None = None
     ledger: LedgerSettings | None = None
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
+    strategy_time_budget: float = DEFAULT_TIME_BUDGET
 
     @property
     def private_thresholds(self) -> tuple[tuple[int, PrivateTruncation], ...]:
@@ -352,14 +365,15 @@ class _Reader:
                     "for the measurement; they must add up to less than 1",
                 )
 
-    def strategy(self, value: object) -> str:
+    def strategy(self, value: object) -> tuple[str, float]:
+        """The strategy method and the seconds ``auto``'s searches may take."""
         if value is None:
-            return DEFAULT_METHOD
+            return DEFAULT_METHOD, DEFAULT_TIME_BUDGET
         if not isinstance(value, Mapping):
             self.fail("strategy", f"must be a mapping such as {{method: auto}}, got {value!r}")
         for key in value:
-            if key != "method":
-                self.fail(f"strategy.{key}", "unknown key (allowed: method)")
+            if key not in ("method", "time_budget"):
+                self.fail(f"strategy.{key}", "unknown key (allowed: method, time_budget)")
         method = value.get("method", DEFAULT_METHOD)
         if not isinstance(method, str) or method not in STRATEGY_METHODS:
             self.fail(
@@ -367,7 +381,18 @@ class _Reader:
                 f"unknown strategy method {describe_value(method)} "
                 f"(expected one of: {', '.join(STRATEGY_METHODS)})",
             )
-        return method
+        budget = value.get("time_budget", DEFAULT_TIME_BUDGET)
+        if (
+            isinstance(budget, bool)
+            or not isinstance(budget, int | float)
+            or not math.isfinite(budget)
+            or budget <= 0
+        ):
+            self.fail(
+                "strategy.time_budget",
+                f"must be a positive number of seconds, got {describe_value(budget)}",
+            )
+        return method, float(budget)
 
     def person(self, data: DataSpec | None, domain: Domain) -> None:
         """The person column identifies people: it cannot also be an attribute's column."""
@@ -434,7 +459,7 @@ def load_config(path: str | Path) -> ReleaseConfig:
     privacy = reader.privacy(document["privacy"])
     workload = reader.workload(document["workload"], domain)
     reader.thresholds(workload, privacy)
-    strategy_method = reader.strategy(document.get("strategy"))
+    strategy_method, time_budget = reader.strategy(document.get("strategy"))
     sections = reader.sections(document, name)
     reader.person(sections["data"], domain)
     return ReleaseConfig(
@@ -444,6 +469,7 @@ def load_config(path: str | Path) -> ReleaseConfig:
         privacy=privacy,
         workload=workload,
         strategy_method=strategy_method,
+        strategy_time_budget=time_budget,
         raw=copy.deepcopy(document),
         path=path,
         sha256=hashlib.sha256(data).hexdigest(),

@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dpmm.config import REQUIRED_KEYS, TOP_LEVEL_KEYS, ReleaseConfig, load_config
+from dpmm.config import (
+    DEFAULT_TIME_BUDGET,
+    REQUIRED_KEYS,
+    TOP_LEVEL_KEYS,
+    ReleaseConfig,
+    load_config,
+)
 from dpmm.domain import Domain
 from dpmm.errors import ConfigError
 from dpmm.privacy import ZCDP, PureDP
@@ -30,7 +36,7 @@ VALID = {
     "domain": {"sex": 2, "age": 10},
     "privacy": {"epsilon": 1},
     "workload": [{"name": "cdf", "kind": "prefix", "attribute": "age", "by": ["sex"]}],
-    "strategy": {"method": "hierarchical"},
+    "strategy": {"method": "hierarchical", "time_budget": 90},
 }
 
 
@@ -168,6 +174,7 @@ def test_loaded_config_holds_every_section(tmp_path: Path) -> None:
     assert config.domain == Domain.from_dict({"sex": 2, "age": 10})
     assert config.privacy == PureDP(1)
     assert config.strategy_method == "hierarchical"
+    assert config.strategy_time_budget == 90.0
     assert config.raw == document
     assert config.path == path
     assert config.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
@@ -183,6 +190,7 @@ def test_defaults(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, with_changes(description=None, strategy=None)))
     assert config.description == ""
     assert config.strategy_method == "auto"
+    assert config.strategy_time_budget == DEFAULT_TIME_BUDGET
     assert config.data is None and config.ledger.path is None
     assert config.cluster.address is None and config.cluster.cluster_class is None
     assert config.ledger.dataset == config.name
@@ -269,6 +277,11 @@ BAD = {
     "empty workload": (with_changes(workload=[]), "workload"),
     "unknown strategy method": (with_changes(strategy={"method": "magic"}), "strategy.method"),
     "unknown strategy key": (with_changes(strategy={"method": "auto", "seed": 1}), "strategy.seed"),
+    "zero time budget": (with_changes(strategy={"time_budget": 0}), "strategy.time_budget"),
+    "time budget as text": (
+        with_changes(strategy={"time_budget": "1 hour"}),
+        "strategy.time_budget",
+    ),
     "bad name": (with_changes(name="my release"), "name"),
     "hidden name": (with_changes(name=".."), "name"),
     "numeric name": (with_changes(name=2030), "name"),

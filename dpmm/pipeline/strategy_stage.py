@@ -17,6 +17,7 @@ instead of deriving a grid again.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -149,6 +150,7 @@ def select_releasable(
     cells: int,
     *,
     progress: Progress | None = None,
+    budget: float = math.inf,
 ) -> tuple[ChosenStrategy, Selection]:
     """The least-error candidate a release can count and measure exactly, quantized.
 
@@ -158,17 +160,18 @@ def select_releasable(
     integer strategy are passed over and marked with the reason in the returned
     selection's candidates. When ``auto`` stopped at a proven optimum that cannot be
     released, every other candidate is tried (on a domain counted as marginal tables, the
-    union-of-marginals methods).
+    union-of-marginals methods). ``auto``'s searches stop after ``budget`` seconds in all.
 
     Raises:
         MeasurementError: no candidate can be measured exactly.
     """
     started = time.perf_counter()
-    selection = select_strategy(workload, method, privacy, progress=progress)
+    selection = select_strategy(workload, method, privacy, progress=progress, budget=budget)
     found = _first_releasable(selection, cells)
     if method == "auto" and found[0] is not selection.chosen:
         order = TABLE_METHODS if cells > VECTOR_LIMIT else AUTO_CANDIDATES
-        wider = select(workload, privacy, METHODS, order, progress=progress)
+        left = budget - (time.perf_counter() - started)
+        wider = select(workload, privacy, METHODS, order, progress=progress, budget=left)
         tried = {c.method for c in wider.candidates}
         earlier = tuple(c for c in selection.candidates if c.method not in tried)
         selection = Selection(wider.chosen, (*earlier, *wider.candidates))
@@ -205,6 +208,7 @@ def select_for_config(
             config.measurement_privacy,
             config.domain.size,
             progress=progress,
+            budget=config.strategy_time_budget,
         )
     except ConfigError:
         raise

@@ -40,6 +40,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 
@@ -143,16 +144,21 @@ STRATEGY_METHODS = (*METHODS, "auto")
 #: hierarchical or wavelet beat it wherever they ran, except WRelated at n ≥ 4096 (1.4-2.7x
 #: better than identity, where OPT_0 and the eigen-design were not run); it needs the
 #: workload densely and takes seconds to minutes. ``optimize(W, "lrm")`` runs it.
+#: Cheap first: closed forms and convex programs in seconds, then the long searches
+#: (p-Identity fits per attribute and sweep, the eigen-design's L1 reduction, one OPT_⊗
+#: per part of a union), which a time budget may cut short.
 AUTO_CANDIDATES = (
     "identity",
     "hierarchical",
     "wavelet",
     "workload",
     "marginals",
-    *TEMPLATES,
-    "eigen",
+    "hdmm_marginals",
     "marginal_optimal",
     "residual",
+    "hdmm_kron",
+    "eigen",
+    "hdmm_union",
 )
 
 
@@ -183,7 +189,12 @@ def _proven_optimum(W: Matrix, privacy: PrivacyParameter) -> ProvenOptimum | Non
 
 
 def select_strategy(
-    W: Matrix, method: str, privacy: PrivacyParameter, *, progress: Progress | None = None
+    W: Matrix,
+    method: str,
+    privacy: PrivacyParameter,
+    *,
+    progress: Progress | None = None,
+    budget: float = math.inf,
 ) -> Selection:
     """The strategy ``method`` selects for ``W``, with the record of every candidate tried.
 
@@ -191,14 +202,18 @@ def select_strategy(
     (never worse than identity); for a union of marginals under Gaussian noise it runs
     only the proven optimum ``marginal_optimal`` and identity, and records the others as
     not tried (:data:`PROVEN_MARGINAL_OPTIMUM`). Any other method is one candidate.
-    ``progress`` is called with ``(candidates done, total, candidate name)``.
+    ``progress`` is called with ``(candidates done, total, candidate name)``; ``auto``'s
+    candidates after identity search for at most ``budget`` seconds in all
+    (:func:`dpmm.strategy.selection.select`).
 
     Raises:
         ArgumentError: ``method`` is not one of :data:`METHODS` or ``auto``.
     """
     if method == "auto":
         proven = _proven_optimum(W, privacy)
-        return select(W, privacy, METHODS, AUTO_CANDIDATES, progress=progress, proven=proven)
+        return select(
+            W, privacy, METHODS, AUTO_CANDIDATES, progress=progress, proven=proven, budget=budget
+        )
     if method not in METHODS:
         known = ", ".join(STRATEGY_METHODS)
         raise ArgumentError(f"Unknown strategy method '{method}' (expected one of: {known})")

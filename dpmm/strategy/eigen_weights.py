@@ -39,6 +39,7 @@ import numpy as np
 from dpmm.errors import DpmmError
 from dpmm.linalg.eigen_strategy import is_dask, kron_apply
 from dpmm.reconstruct.projected_gradient import scalars
+from dpmm.strategy.time_budget import check_time
 
 __all__ = [
     "KronEigenvalues",
@@ -174,6 +175,7 @@ def solve_weights(
     best_x, best_primal, best_dual, best_p = None, math.inf, 0.0, p
     iterations = 0
     while True:
+        check_time()
         x, mx = _candidate(root, matrices, p, power)
         p, x, mx = _persist(p, x, mx)
         s, peak, mass = scalars((p * mx).sum(), mx.max(), p.sum())

@@ -29,6 +29,7 @@ import numpy as np
 
 from dpmm.errors import TooLargeError
 from dpmm.linalg import Dense
+from dpmm.strategy.time_budget import check_time
 
 __all__ = ["MAX_SIZE", "GaussianOptimum", "optimal_gaussian_factor"]
 
@@ -111,6 +112,7 @@ def optimal_gaussian_factor(gram: np.ndarray) -> GaussianOptimum:
     best: tuple[float, np.ndarray, np.ndarray] | None = None
     lower = 0.0
     for _ in range(MAX_STEPS):
+        check_time()
         scale = np.sqrt(e)
         root, fourth = _root_and_fourth_root(scale[:, None] * G * scale[None, :])
         diagonal = np.diag(root)

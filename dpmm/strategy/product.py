@@ -23,14 +23,12 @@ import numpy as np
 from dpmm.linalg import Identity, Kron, Matrix, Ones, trace_of_product
 from dpmm.linalg.kron import KronTerm, kron_terms
 from dpmm.linalg.spectral import row_space_projector
+from dpmm.strategy.time_budget import check_time
 
 __all__ = ["FactorOptimizer", "KronTerm", "best_kron_strategy", "kron_terms"]
 
 #: Most sweeps over the attributes before the coordinate descent stops.
 MAX_SWEEPS = 20
-
-#: Relative improvement below which a new factor is not taken.
-IMPROVEMENT = 1e-9
 
 #: Relative improvement of a whole sweep below which the sweeps stop (a fitted factor
 #: comes from random restarts, so its last digits are noise).
@@ -70,6 +68,18 @@ class _Attribute:
         self.options: list[Matrix] = []
         self.traces: list[np.ndarray] = []  # per option: trace for every term
         self.sensitivity_squared: list[float] = []
+        self.fitted: set[tuple] = set()  # the Grams (see ``gram_key``) already fitted to
+
+    def gram_key(self, coefficients: np.ndarray) -> tuple:
+        """The weighted Gram up to scale: its distinct factors and their relative weights.
+
+        A fit does not depend on the Gram's scale, so one key is fitted once: for a single
+        product the attribute's Gram is the same in every sweep, and attributes with the
+        same factors (AllRange(256) ⊗ AllRange(256)) share it.
+        """
+        per_factor = np.bincount(self.term_slots, weights=coefficients, minlength=len(self.grams))
+        mix = per_factor / per_factor.sum()
+        return (tuple(self.distinct), tuple(float(f"{w:.12g}") for w in mix))
 
     def add(self, option: Matrix) -> int | None:
         """Add an option that supports every factor; its index, or None if it cannot answer."""
@@ -152,19 +162,23 @@ def best_kron_strategy(
             if choice[i] < 0:  # no candidate answers it, so it is not symmetric
                 factor, _ = optimizer(attributes[i].weighted_gram(weights), norm)
                 choice[i] = attributes[i].add(factor)
+    fits: dict[tuple, Matrix] = {}  # by the fitted Gram's key, shared by the attributes
     best = math.inf
     for _ in range(1 if dims == 1 else MAX_SWEEPS):  # one attribute: nothing to sweep
         previous = best
         for i in range(dims):
+            check_time()
             others, scale = parts(choice, i)
             coefficients = weights * others
             c, cost = best_option(i, coefficients)
-            if optimizer is not None and not attributes[i].symmetric:
-                factor, loss = optimizer(attributes[i].weighted_gram(coefficients), norm)
-                if loss < cost * (1 - IMPROVEMENT):
-                    added = attributes[i].add(factor)
-                    if added is not None:
-                        c, cost = best_option(i, coefficients)
+            attribute = attributes[i]
+            key = attribute.gram_key(coefficients)
+            if optimizer is not None and not attribute.symmetric and key not in attribute.fitted:
+                attribute.fitted.add(key)
+                if key not in fits:
+                    fits[key] = optimizer(attribute.weighted_gram(coefficients), norm)[0]
+                if attribute.add(fits[key]) is not None:
+                    c, cost = best_option(i, coefficients)
             choice[i] = c
             best = scale * cost
         if best >= previous * (1 - SWEEP_IMPROVEMENT):

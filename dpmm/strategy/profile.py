@@ -44,6 +44,7 @@ import numpy as np
 
 from dpmm.errors import ArgumentError, TooLargeError
 from dpmm.linalg import Dense, Haar, Identity, Kron, Matrix, Weighted
+from dpmm.strategy.time_budget import check_time
 
 __all__ = ["MAX_SIDE", "haar_tree_equivalent", "reduce_l1"]
 
@@ -310,6 +311,7 @@ def _descend(
     step = 1.0 / max(float(np.abs(gradient).max()), 1e-300) * smoothing
     previous: tuple[np.ndarray, np.ndarray] | None = None
     for _ in range(iterations):
+        check_time()
         slope = float((gradient * gradient).sum())
         if slope <= 1e-24 * max(value * value, 1e-300):
             break

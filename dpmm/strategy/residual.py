@@ -52,6 +52,7 @@ from dpmm.linalg.residuals import DomainSizes
 from dpmm.privacy import PrivacyParameter
 from dpmm.strategy.marginal_optimal import check_gaussian
 from dpmm.strategy.residual_subspace import SubspaceWorkload, solve_subspace, subspace_workloads
+from dpmm.strategy.time_budget import check_time
 
 __all__ = [
     "LOSSES",
@@ -192,6 +193,7 @@ def max_variance_split(
     mu = np.full(K.shape[0], 1.0 / K.shape[0])
     best_x, best_primal, best_dual = np.full(K.shape[1], np.nan), math.inf, 0.0
     for _ in range(max_iterations):
+        check_time()
         g = K.T @ mu  # O(K.size) per step
         root = np.sqrt(g)
         h = float(root.sum())

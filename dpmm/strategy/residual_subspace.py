@@ -44,6 +44,7 @@ from dpmm.errors import DpmmError, TooLargeError
 from dpmm.linalg.kron import kron_rows
 from dpmm.linalg.marginals import mask_members
 from dpmm.linalg.residual_general import FactorSplit, read_sets
+from dpmm.strategy.time_budget import check_time
 
 __all__ = ["SubspaceOptimum", "SubspaceWorkload", "solve_subspace", "subspace_workloads"]
 
@@ -193,6 +194,7 @@ def solve_subspace(gram: np.ndarray, basis: np.ndarray) -> SubspaceOptimum:
     weights = np.full(cells, 1.0 / cells)
     best_dual, best = 0.0, None
     for _ in range(MAX_STEPS):
+        check_time()
         vectors, root_h, inverse_h = _eigh_psd((reduced * weights) @ reduced.T)
         half = (vectors * root_h) @ vectors.T
         inverse_half = (vectors * inverse_h) @ vectors.T

@@ -6,6 +6,10 @@ that do not apply to the workload (wrong structure, too large for the dense
 fallback they need, the wrong noise) are recorded with the reason, so
 ``dpmm plan`` can show what was tried, what each reached and what it cost.
 
+With a time budget, the candidates after the baseline search only until it is spent
+(:mod:`dpmm.strategy.time_budget`): one still searching then is abandoned, and those
+not started are recorded as not tried, each with the reason.
+
 Where one candidate is a proven optimum for the workload and the noise (a
 :class:`ProvenOptimum`), no other can have a smaller expected error: it is run
 first, the baseline after it for reference, and every other candidate is
@@ -25,6 +29,7 @@ from dpmm.error import expected_error
 from dpmm.errors import DpmmError
 from dpmm.linalg import Matrix
 from dpmm.privacy import PrivacyParameter
+from dpmm.strategy.time_budget import time_budget
 
 __all__ = ["Candidate", "ProvenOptimum", "Selection", "select"]
 
@@ -86,10 +91,18 @@ class Selection:
 Progress = Callable[[int, int, str], None]
 
 
-def _attempt(name: str, method: Method, W: Matrix, privacy: PrivacyParameter) -> Candidate:
+def _attempt(
+    name: str,
+    method: Method,
+    W: Matrix,
+    privacy: PrivacyParameter,
+    budget: float = math.inf,
+    since: float | None = None,
+) -> Candidate:
     start = time.perf_counter()
     try:
-        strategy = method(W, privacy)
+        with time_budget(budget, since):
+            strategy = method(W, privacy)
         error = expected_error(W, strategy, privacy)
     except DpmmError as reason:  # the method does not apply to this workload
         return Candidate(name, time.perf_counter() - start, skipped=str(reason))
@@ -137,6 +150,7 @@ def select(
     *,
     progress: Progress | None = None,
     proven: ProvenOptimum | None = None,
+    budget: float = math.inf,
 ) -> Selection:
     """Run ``methods[name]`` for every name in ``order`` and keep the least expected error.
 
@@ -149,12 +163,17 @@ def select(
     runs after it (so the record still shows the baseline's error); every other name is
     recorded as skipped with ``proven.reason``. If it does not apply, every name runs.
 
+    Every candidate but the first searches only until ``budget`` seconds from the start
+    of the selection have passed; one still searching then is recorded as stopped, and
+    those after it as not tried (the first always runs to its end).
+
     Raises:
         DpmmError: the first method does not apply to ``W`` (and no proven optimum
             applies), or ``proven.method`` is not in ``order``.
     """
     if not order:
         raise DpmmError("No strategy method was given to choose from")
+    started = time.monotonic()
     tried: dict[str, Candidate] = {}
     run, done, total, reason = list(order), 0, len(order), None
     if proven is not None:
@@ -174,7 +193,14 @@ def select(
     for count, name in enumerate(run, start=done):
         if progress is not None:
             progress(count, total, _trying(name, tried.values(), W))
-        candidate = tried.get(name) or _attempt(name, methods[name], W, privacy)
+        bounded = math.inf if name == order[0] else budget  # the baseline always runs
+        if name in tried:
+            candidate = tried[name]
+        elif time.monotonic() < started + bounded:
+            candidate = _attempt(name, methods[name], W, privacy, bounded, started)
+        else:
+            spent = f"not tried: the selection's time budget of {budget:g} s was spent"
+            candidate = Candidate(name, 0.0, skipped=spent)
         tried[name] = candidate
         _log(candidate)
         if count == 0 and candidate.error is None:

@@ -9,7 +9,7 @@ to the privacy constant, so "best" is directly "least error".
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -19,6 +19,7 @@ from threadpoolctl import threadpool_limits
 
 from dpmm.errors import ArgumentError, DpmmError
 from dpmm.strategy.restarts import restart_generator
+from dpmm.strategy.time_budget import check_time
 
 __all__ = [
     "Template",
@@ -75,13 +76,25 @@ def check_norm(norm: object) -> int:
     return int(norm)
 
 
+def _checking_time(
+    loss_and_grad: Callable[[np.ndarray], tuple[float, np.ndarray]],
+) -> Callable[[np.ndarray], tuple[float, np.ndarray]]:
+    """``loss_and_grad`` that first checks the selection's time budget (every evaluation)."""
+
+    def checked(params: np.ndarray) -> tuple[float, np.ndarray]:
+        check_time()
+        return loss_and_grad(params)
+
+    return checked
+
+
 def descend(template: Template, start: np.ndarray, iterations: int) -> tuple[np.ndarray, float]:
     """L-BFGS-B with bounds from ``start`` for at most ``iterations``: the end point, its loss."""
     bounds = template.bounds()
     # One BLAS thread: thousands of small products, which threads only slow down.
     with threadpool_limits(limits=1):
         result = scipy.optimize.minimize(
-            template.loss_and_grad,
+            _checking_time(template.loss_and_grad),
             start,
             jac=True,
             method="L-BFGS-B",
