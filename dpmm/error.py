@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from dpmm.errors import UnsupportedQueryError
-from dpmm.linalg import MarginalsGram, Matrix, query_variances, trace_of_product
+from dpmm.linalg import DENSE_LIMIT, MarginalsGram, Matrix, query_variances, trace_of_product
 from dpmm.linalg.spectral import nuclear_norm, row_space_projector
 from dpmm.privacy import PrivacyParameter
 
@@ -141,8 +141,11 @@ def identity_error(W: Matrix, privacy: PrivacyParameter, *, variance: float | No
     return unit * W.gram().trace()
 
 
-def svd_bound(W: Matrix, privacy: PrivacyParameter) -> float:
+def svd_bound(W: Matrix, privacy: PrivacyParameter, *, dense_limit: int = DENSE_LIMIT) -> float:
     """The SVD lower bound ``v₁ · (Σ σᵢ(W))² / n`` on the total squared error.
+
+    ``dense_limit``: the most entries of a dense Gram decomposed where W has no structure
+    that gives its singular values (see :func:`dpmm.linalg.spectral.nuclear_norm`).
 
     Example:
         >>> from dpmm.linalg import Identity
@@ -150,4 +153,4 @@ def svd_bound(W: Matrix, privacy: PrivacyParameter) -> float:
         >>> svd_bound(Identity(8), ZCDP("1/2"))   # identity is optimal: v₁ · n
         8.0
     """
-    return privacy.noise_variance(1.0) * nuclear_norm(W) ** 2 / W.shape[1]
+    return privacy.noise_variance(1.0) * nuclear_norm(W, dense_limit) ** 2 / W.shape[1]

@@ -147,7 +147,7 @@ def test_missing_config_file(tmp_path: Path, capsys) -> None:
 
 
 def test_missing_figures_show_as_na(tmp_path: Path, capsys, monkeypatch) -> None:
-    def refuse(W, privacy):
+    def refuse(W, privacy, **options):
         raise TooLargeError("Refusing a dense Gram for the SVD bound")
 
     monkeypatch.setattr(dpmm.plan, "svd_bound", refuse)

@@ -191,7 +191,7 @@ def test_domain_size_beyond_int64_stays_exact(tmp_path: Path) -> None:
 def test_a_figure_too_large_to_compute_is_none(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def refuse(W, privacy):
+    def refuse(W, privacy, **options):
         raise TooLargeError(f"Refusing the singular values of {W!r}")
 
     monkeypatch.setattr(dpmm.plan, "svd_bound", refuse)
@@ -203,6 +203,17 @@ def test_a_figure_too_large_to_compute_is_none(
     assert data["svd_bound"] is None
     assert data["groups"][0]["svd_bound"] is None
     assert any("SVD bound" in note for note in data["notes"])
+
+
+def test_a_costly_whole_workload_bound_is_the_sum_of_the_groups(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dpmm.plan, "DENSE_BOUND_CELLS", 4)  # every dense Gram is too wide
+    report = plan(load_config(write_config(tmp_path, "hierarchical")))
+    groups = [g.svd_bound for g in report.groups]
+    assert all(bound is not None for bound in groups)
+    assert report.total.svd_bound == pytest.approx(math.fsum(groups))
+    assert any(note.startswith("SVD bound of the total: the sum") for note in report.total.notes)
 
 
 def test_a_missing_group_figure_leaves_the_total_unknown(

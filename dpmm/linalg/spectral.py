@@ -61,8 +61,11 @@ def thin_svd(array: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return scipy.linalg.svd(array, full_matrices=False, lapack_driver="gesvd")
 
 
-def nuclear_norm(W: Matrix) -> float:
+def nuclear_norm(W: Matrix, dense_limit: int = DENSE_LIMIT) -> float:
     """``Σ σᵢ(W)``, through whichever of W's structures makes it cheap.
+
+    Where no structure applies, a dense Gram of at most ``dense_limit`` entries is
+    decomposed; above it :class:`TooLargeError` is raised.
 
     Example:
         >>> from dpmm.linalg import Identity, Prefix, VStack
@@ -70,15 +73,15 @@ def nuclear_norm(W: Matrix) -> float:
         4.242641
     """
     if isinstance(W, Weighted):
-        return abs(W.weight) * nuclear_norm(W.base)
+        return abs(W.weight) * nuclear_norm(W.base, dense_limit)
     if isinstance(W, VStack) and not isinstance(W, Marginals):
         gram = W.gram()
         if isinstance(gram, MarginalsGram):  # a union of marginals: closed form
             return gram.eigen_sum(np.sqrt)
         terms = _union_terms(W)
         if terms is not None:
-            return _union_nuclear_norm(terms, {})
-        return _dense_nuclear_norm(W)
+            return _union_nuclear_norm(terms, {}, dense_limit)
+        return _dense_nuclear_norm(W, dense_limit)
     return W.nuclear_norm()
 
 
@@ -159,7 +162,7 @@ def joint_eigenbasis(grams: Sequence[np.ndarray]) -> np.ndarray:
     return basis
 
 
-def _union_nuclear_norm(terms: list[_Term], memo: dict[tuple, float]) -> float:
+def _union_nuclear_norm(terms: list[_Term], memo: dict[tuple, float], dense_limit: int) -> float:
     terms = _merge(terms)
     key = tuple(sorted((round(s, 9), tuple(id(f) for f in fs)) for s, fs in terms))
     if key in memo:
@@ -167,12 +170,12 @@ def _union_nuclear_norm(terms: list[_Term], memo: dict[tuple, float]) -> float:
     if not terms[0][1]:  # no attribute left: W is a column of weights
         result = float(np.sqrt(sum(squared for squared, _ in terms)))
     else:
-        result = _split_or_solve(terms, memo)
+        result = _split_or_solve(terms, memo, dense_limit)
     memo[key] = result
     return result
 
 
-def _split_or_solve(terms: list[_Term], memo: dict[tuple, float]) -> float:
+def _split_or_solve(terms: list[_Term], memo: dict[tuple, float], dense_limit: int) -> float:
     sizes = [f.shape[1] for f in terms[0][1]]
     rows = sum(math.prod(f.shape[0] for f in factors) for _, factors in terms)
     if min(rows, math.prod(sizes)) <= _DENSE_ENOUGH:
@@ -196,21 +199,21 @@ def _split_or_solve(terms: list[_Term], memo: dict[tuple, float]) -> float:
                 if diagonals[id(fs[i])][j] > 1e-12 * scale
             ]
             if block:
-                total += _union_nuclear_norm(block, memo)
+                total += _union_nuclear_norm(block, memo, dense_limit)
         return total
     stacked = VStack([Weighted(float(np.sqrt(s)), Kron(list(fs))) for s, fs in terms])
-    return _dense_nuclear_norm(stacked)
+    return _dense_nuclear_norm(stacked, dense_limit)
 
 
-def _dense_nuclear_norm(W: VStack) -> float:
+def _dense_nuclear_norm(W: VStack, dense_limit: int) -> float:
     rows, cols = W.shape
-    if rows <= cols and rows * rows <= DENSE_LIMIT:
+    if rows <= cols and rows * rows <= dense_limit:
         return float(singular_values_of_gram(row_gram(W)).sum())
-    if cols * cols <= DENSE_LIMIT:
+    if cols * cols <= dense_limit:
         return float(singular_values_of_gram(W.gram().dense()).sum())
     raise TooLargeError(
         f"The singular values of {W!r} ({rows:,} queries over {cols:,} cells) need a dense "
-        f"Gram of {min(rows, cols):,}² entries, over the limit of {DENSE_LIMIT:,}"
+        f"Gram of {min(rows, cols):,}² entries, over the limit of {dense_limit:,}"
     )
 
 
