@@ -15,6 +15,7 @@ error and stops when no attribute changes.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Sequence
 
@@ -69,17 +70,24 @@ class _Attribute:
         self.traces: list[np.ndarray] = []  # per option: trace for every term
         self.sensitivity_squared: list[float] = []
         self.fitted: set[tuple] = set()  # the Grams (see ``gram_key``) already fitted to
+        self._contents: tuple | None = None
 
     def gram_key(self, coefficients: np.ndarray) -> tuple:
-        """The weighted Gram up to scale: its distinct factors and their relative weights.
+        """The weighted Gram up to scale: its distinct factor Grams and their relative weights.
 
         A fit does not depend on the Gram's scale, so one key is fitted once: for a single
-        product the attribute's Gram is the same in every sweep, and attributes with the
-        same factors (AllRange(256) ⊗ AllRange(256)) share it.
+        product the attribute's Gram is the same in every sweep, and attributes with equal
+        factors (AllRange(256) ⊗ AllRange(256)) share it. Factors are told apart by the
+        bytes of their dense Grams (formed only here, where a fit densifies them anyway).
         """
+        if self._contents is None:
+            self._contents = tuple(
+                key if key[0] != "object" else hashlib.sha256(gram.dense().tobytes()).hexdigest()
+                for key, gram in self.grams.items()
+            )
         per_factor = np.bincount(self.term_slots, weights=coefficients, minlength=len(self.grams))
         mix = per_factor / per_factor.sum()
-        return (tuple(self.distinct), tuple(float(f"{w:.12g}") for w in mix))
+        return (self._contents, tuple(float(f"{w:.12g}") for w in mix))
 
     def add(self, option: Matrix) -> int | None:
         """Add an option that supports every factor; its index, or None if it cannot answer."""
@@ -172,8 +180,12 @@ def best_kron_strategy(
             coefficients = weights * others
             c, cost = best_option(i, coefficients)
             attribute = attributes[i]
-            key = attribute.gram_key(coefficients)
-            if optimizer is not None and not attribute.symmetric and key not in attribute.fitted:
+            key = (
+                None
+                if optimizer is None or attribute.symmetric
+                else attribute.gram_key(coefficients)
+            )
+            if key is not None and key not in attribute.fitted:
                 attribute.fitted.add(key)
                 if key not in fits:
                     fits[key] = optimizer(attribute.weighted_gram(coefficients), norm)[0]

@@ -78,3 +78,20 @@ def test_laplace_sweeps_keep_the_best_of_several_runs(monkeypatch, W, norm, runs
     _, error = kron_template(W, norm)
     assert len(calls) == runs
     assert error == min([5.0, 3.0, 4.0][:runs])
+
+
+def test_each_attribute_gram_is_fitted_once_per_run():
+    # A single product: every sweep sees each attribute's Gram up to scale, and the two
+    # equal attributes share theirs, so one fit serves the whole run.
+    fitted = []
+
+    def counting(gram, norm):
+        fitted.append(gram.shape[0])
+        return kron_template_module._fit_factor(gram, norm)
+
+    W = Kron([AllRange(16), AllRange(16), Prefix(8)])
+    A, error = best_kron_strategy(W, hdmm_factors, 1, optimizer=counting)
+    assert sorted(fitted) == [8, 16]
+    assert expected_error(W, A, PureDP(1)) == pytest.approx(
+        PureDP(1).noise_variance(1.0) * error, rel=1e-9
+    )
