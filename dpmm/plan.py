@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from dpmm import __version__
+from dpmm.blas_threads import blas_limit
 from dpmm.config import ReleaseConfig
 from dpmm.domain import Domain
 from dpmm.error import identity_error, svd_bound
@@ -310,6 +311,13 @@ def plan(config: ReleaseConfig, *, progress: Progress | None = None) -> PlanRepo
             workload, or its release would be refused or could not finish (the message
             names the file and the reason).
     """
+    # One decision of the BLAS threads for the whole plan (selection, the data-free
+    # reconstruction, the SVD bounds): the stages inside reuse it.
+    with blas_limit():
+        return _plan(config, progress)
+
+
+def _plan(config: ReleaseConfig, progress: Progress | None) -> PlanReport:
     started = time.perf_counter()
     name, privacy, W = config.name, config.measurement_privacy, stack(list(config.workload))
     logger.info(

@@ -20,6 +20,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from dpmm.blas_threads import blas_limit
 from dpmm.config import ReleaseConfig
 from dpmm.errors import ConfigError, TooLargeError
 from dpmm.measure.exact import MeasurementError
@@ -152,9 +153,10 @@ def preflight(config: ReleaseConfig, chosen: ChosenStrategy) -> Preflight:
     needs = footprint(config, chosen, counting)
     check_footprint(config, chosen, needs)
     try:
-        check_reconstructable(config, chosen, counting)
-        record = planned_record(chosen.quantized, config.measurement_privacy)
-        reconstruction = reconstruct(config, chosen, record, counting)
+        with blas_limit():  # the covariance factor and the data-free reconstruction
+            check_reconstructable(config, chosen, counting)
+            record = planned_record(chosen.quantized, config.measurement_privacy)
+            reconstruction = reconstruct(config, chosen, record, counting)
     except (TooLargeError, MeasurementError) as error:
         raise ConfigError(
             f"{config.path}: the strategy {chosen.selected!r} cannot be released: {error}"

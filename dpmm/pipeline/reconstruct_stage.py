@@ -18,6 +18,7 @@ from functools import cached_property
 
 import numpy as np
 
+from dpmm.blas_threads import blas_limit
 from dpmm.config import ReleaseConfig
 from dpmm.domain import Domain
 from dpmm.errors import ConfigError, UnsupportedQueryError
@@ -269,10 +270,11 @@ def reconstruct(
     measured = Measurement(strategy.quantized, record)  # in the strategy's own units
     y, std = measured.answers, measured.noise_std
     method = solver(config, plan)
-    if isinstance(strategy.quantized.integer, HelmertBlocks):
-        groups, histogram = _from_blocks(config, strategy.quantized.integer, record, progress)
-    elif plan == "tables":
-        groups, histogram = _from_tables(config, strategy, y, std, progress), None
-    else:
-        groups, histogram, method = _from_vector(config, strategy, y, std, method, progress)
+    with blas_limit():  # BLAS threads that fit the cores this process owns
+        if isinstance(strategy.quantized.integer, HelmertBlocks):
+            groups, histogram = _from_blocks(config, strategy.quantized.integer, record, progress)
+        elif plan == "tables":
+            groups, histogram = _from_tables(config, strategy, y, std, progress), None
+        else:
+            groups, histogram, method = _from_vector(config, strategy, y, std, method, progress)
     return Reconstruction(method, groups, histogram, time.perf_counter() - started)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dpmm import __version__
+from dpmm.blas_threads import blas_limit
 from dpmm.config import ReleaseConfig
 from dpmm.durable import atomic_write
 from dpmm.errors import ConfigError, DpmmError
@@ -162,9 +163,22 @@ def select_releasable(
     released, every other candidate is tried (on a domain counted as marginal tables, the
     union-of-marginals methods). ``auto``'s searches stop after ``budget`` seconds in all.
 
+    The selection runs with the BLAS threads :func:`~dpmm.blas_threads.blas_limit` decides.
+
     Raises:
         MeasurementError: no candidate can be measured exactly.
     """
+    with blas_limit():
+        return _select_releasable(workload, method, privacy, cells, progress)
+
+
+def _select_releasable(
+    workload: Matrix,
+    method: str,
+    privacy: PrivacyParameter,
+    cells: int,
+    progress: Progress | None,
+) -> tuple[ChosenStrategy, Selection]:
     started = time.perf_counter()
     selection = select_strategy(workload, method, privacy, progress=progress, budget=budget)
     found = _first_releasable(selection, cells)
