@@ -19,7 +19,24 @@ is at most about 2 with the limit on. Run from the repository root::
     python benchmarks/contention.py --cases select,adult-3way --repeat 3
 
 The machine's other load is not controlled: run it on an otherwise idle machine, and note
-the load average printed at the start and the end.
+the load average printed at the start and the end. A run that times out shows as ``inf``.
+
+On the 2-core development host, shared with other jobs (load average 7.4 at the start,
+7.1 at the end, so "quiet" had the other jobs' load), ``--repeat 2 --timeout 90`` printed
+(seconds, medians)::
+
+    case             quiet, off  quiet, on  contended, off  contended, on  off ratio  on ratio
+    select                22.00       2.58           49.12           8.17        2.2       3.2
+    adult-3way            11.04      11.46           38.13          36.47        3.5       3.2
+    adult-marginals        9.17       2.86           16.16           9.12        1.8       3.2
+    census-sf1            22.76       3.93           43.66          14.63        1.9       3.7
+    income-sums-svt        0.73       0.66            2.22           2.06        3.0       3.1
+    income-sums            0.73       0.62            2.19           2.02        3.0       3.3
+    ranges-1d             30.01      17.42          > 90            49.34          -       2.8
+
+The limit cuts every BLAS-bound case by 2–8× whether or not the competitor runs; what
+remains of the competitor's cost (about 3×) is the CPU time it takes from a single thread
+on a machine already busy, which no thread count gives back.
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ RESTARTS = 3
 #: Independent runs of the attribute sweeps under Laplace noise (the best is kept).
 SWEEP_STARTS = 3
 
-#: Attributes from this size up solve their Gaussian optimum with every BLAS thread.
+#: Attributes from this size up solve their Gaussian optimum with every BLAS thread the
+#: caller allows (``limits=None`` keeps the stage's :func:`dpmm.blas_threads.blas_limit`).
 THREADED_GAUSSIAN_SIZE = 512
 
 #: Largest attribute a p-Identity is fitted to (its Gram is a dense n × n array).
