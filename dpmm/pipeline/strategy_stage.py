@@ -169,7 +169,7 @@ def select_releasable(
         MeasurementError: no candidate can be measured exactly.
     """
     with blas_limit():
-        return _select_releasable(workload, method, privacy, cells, progress)
+        return _select_releasable(workload, method, privacy, cells, progress, budget)
 
 
 def _select_releasable(
@@ -178,6 +178,7 @@ def _select_releasable(
     privacy: PrivacyParameter,
     cells: int,
     progress: Progress | None,
+    budget: float,
 ) -> tuple[ChosenStrategy, Selection]:
     started = time.perf_counter()
     selection = select_strategy(workload, method, privacy, progress=progress, budget=budget)
