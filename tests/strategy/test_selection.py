@@ -17,7 +17,14 @@ from dpmm.linalg import (
     Weighted,
 )
 from dpmm.privacy import ZCDP, PureDP
-from dpmm.strategy import AUTO_CANDIDATES, METHODS, PROVEN_MARGINAL_OPTIMUM, select_strategy
+from dpmm.strategy import (
+    AUTO_CANDIDATES,
+    METHODS,
+    PROVEN_MARGINAL_OPTIMUM,
+    PROVEN_ONE_ATTRIBUTE_OPTIMUM,
+    optimize,
+    select_strategy,
+)
 from dpmm.strategy.product import best_kron_strategy
 from dpmm.strategy.selection import ProvenOptimum, select
 
@@ -204,3 +211,23 @@ def test_identity_on_marginals_is_the_per_attribute_identity(W):
     assert expected_error(W, fast, ZCDP(1)) == pytest.approx(
         expected_error(W, general, ZCDP(1)), rel=1e-12
     )
+
+
+def test_auto_under_zcdp_on_one_attribute_takes_the_certified_optimum():
+    W, privacy = VStack([Prefix(64), AllRange(64)]), ZCDP(1)
+    selection = select_strategy(W, "auto", privacy)
+    assert selection.chosen.method == "hdmm_kron"
+    reasons = {c.method: c.skipped for c in selection.candidates}
+    assert reasons["identity"] is None
+    assert reasons["residual"] == PROVEN_ONE_ATTRIBUTE_OPTIMUM
+    # No other candidate is more than the certified gap (0.1 %) better (the eigen-design
+    # needs commuting Grams, which a prefix and the ranges do not have).
+    for method in ("hierarchical", "wavelet", "hdmm_marginals", "residual"):
+        other = expected_error(W, optimize(W, method, privacy), privacy)
+        assert selection.chosen.error <= other * 1.001
+
+
+def test_a_singular_one_attribute_gram_is_not_a_certified_optimum():
+    W = Kron([Ones(1, 8)])  # one query: the Gram has rank 1
+    selection = select_strategy(VStack([W, Weighted(2.0, W)]), "auto", ZCDP(1))
+    assert all(c.skipped != PROVEN_ONE_ATTRIBUTE_OPTIMUM for c in selection.candidates)
