@@ -34,6 +34,18 @@ On the 2-core development host, shared with other jobs (load average 7.4 at the 
     income-sums            0.73       0.62            2.19           2.02        3.0       3.3
     ranges-1d             30.01      17.42          > 90            49.34          -       2.8
 
+On the same host with the other jobs mostly idle (load average 0.42 at the start; they
+resumed during the run, 5.6 at the end), ``--repeat 2 --timeout 120`` printed::
+
+    case             quiet, off  quiet, on  contended, off  contended, on  off ratio  on ratio
+    select                 1.27       1.57           27.29           2.12       21.5       1.4
+    adult-3way             7.68       8.03           24.64          20.89        3.2       2.6
+    adult-marginals       10.41       1.92            9.57           5.68        0.9       3.0
+    census-sf1            19.16       2.65           28.77           8.38        1.5       3.2
+    income-sums-svt        0.47       0.43            1.32           1.10        2.8       2.6
+    income-sums            0.44       0.41            1.23           1.36        2.8       3.3
+    ranges-1d              6.81       6.65           19.31          18.44        2.8       2.8
+
 The limit cuts every BLAS-bound case by 2–8× whether or not the competitor runs; what
 remains of the competitor's cost (about 3×) is the CPU time it takes from a single thread
 on a machine already busy, which no thread count gives back.
