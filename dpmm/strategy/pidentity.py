@@ -58,12 +58,6 @@ def iteration_budget(n: int) -> int:
 #: their end points, so the others' remaining iterations would be wasted.
 SCREEN_ITERATIONS = 100
 
-#: Expected sum of a random start's Θ column. HDMM draws Θ uniform on [0, 1], whose columns
-#: sum to p/2: the identity block then carries ~2/p of every column's weight, and on
-#: Prefix+AllRange(4096) (p = 256) L-BFGS-B spent its first hundreds of iterations moving
-#: weight back (loss 2.8 after 50 iterations against 0.094 from this start; 0.078 after 300).
-START_COLUMN_SUM = 2.5
-
 #: Upper bound of every Θ entry. The Woodbury loss subtracts ``θ²/(1 + θ²)`` from 1 per
 #: column, so an unbounded θ loses every digit: on Prefix(6), whose optimum is the identity,
 #: L-BFGS-B drove one entry to 2·10⁹, where the computed loss of that column is 0 instead of
@@ -173,8 +167,7 @@ class PIdentityTemplate:
         return scipy.optimize.Bounds(np.zeros(size), np.full(size, THETA_MAX))
 
     def initial(self, rng: np.random.Generator) -> np.ndarray:
-        """Θ uniform on ``[0, 2 · START_COLUMN_SUM / p]``: columns sum to ~START_COLUMN_SUM."""
-        return rng.uniform(high=2.0 * START_COLUMN_SUM / self.p, size=self.p * self.n)
+        return rng.uniform(size=self.p * self.n)
 
     def loss_and_grad(self, params: np.ndarray) -> tuple[float, np.ndarray]:
         theta = params.reshape(self.p, self.n)
@@ -213,7 +206,7 @@ def optimize_pidentity(
             or any other :class:`~dpmm.linalg.Matrix` (made dense).
         norm: The sensitivity norm: 1 (Laplace) or 2 (Gaussian).
         p: Extra queries; default ``max(1, n // 16)`` as in HDMM.
-        restarts: Random starts (:meth:`PIdentityTemplate.initial`). Each runs
+        restarts: Random starts (Θ uniform on [0, 1]). Each runs
             :data:`SCREEN_ITERATIONS` iterations, then the best continues to
             :func:`iteration_budget`; the best point seen is kept.
         rng: Random generator for the starts (a fresh OS-seeded one when None).
