@@ -17,8 +17,10 @@ from dpmm.config import load_config
 from dpmm.error import expected_error, identity_error, svd_bound
 from dpmm.errors import ConfigError, TooLargeError
 from dpmm.linalg import Identity
+from dpmm.linalg.serialize import matrix_digest
 from dpmm.measure.mechanism import planned_noise_variance
 from dpmm.measure.quantize import QuantizedStrategy
+from dpmm.pipeline.strategy_stage import choose_strategy
 from dpmm.plan import PlanReport, plan
 from dpmm.privacy import PureDP
 from dpmm.strategy import AUTO_CANDIDATES
@@ -304,3 +306,20 @@ def test_a_private_threshold_is_planned_on_the_measurement_budget_with_a_note(
     expected = ratio * dense_error(W, np.eye(4), measured)
     assert report.total.total_squared_error == pytest.approx(expected, rel=1e-9)
     assert any("chosen from the data by svt with 1/4 of ε" in note for note in report.total.notes)
+
+
+def test_a_spent_time_budget_is_in_the_plan_and_the_release_measures_what_it_chose(
+    tmp_path: Path,
+) -> None:
+    path = write_config(tmp_path, strategy={"method": "auto", "time_budget": 0.001})
+    config = load_config(path)
+    report = plan(config)
+    reasons = [c.skipped or "" for c in report.candidates]
+    assert any("time budget of 0.001 s" in reason for reason in reasons)
+    assert report.candidates[0].skipped is None  # the baseline always runs
+    released = choose_strategy(config)  # what a release of this config measures
+    assert released.source == "plan"
+    assert released.selected == report.decision.selected
+    assert matrix_digest(released.quantized.integer) == matrix_digest(
+        report.decision.quantized.integer
+    )
