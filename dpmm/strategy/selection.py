@@ -165,7 +165,7 @@ def select(
 
     Every candidate but the first searches only until ``budget`` seconds from the start
     of the selection have passed; one still searching then is recorded as stopped, and
-    those after it as not tried (the first always runs to its end).
+    those after it as not tried (the first, and a proven optimum, always run to their end).
 
     Raises:
         DpmmError: the first method does not apply to ``W`` (and no proven optimum
