@@ -21,21 +21,10 @@ is at most about 2 with the limit on. Run from the repository root::
 The machine's other load is not controlled: run it on an otherwise idle machine, and note
 the load average printed at the start and the end. A run that times out shows as ``inf``.
 
-On the 2-core development host, shared with other jobs (load average 7.4 at the start,
-7.1 at the end, so "quiet" had the other jobs' load), ``--repeat 2 --timeout 90`` printed
-(seconds, medians)::
-
-    case             quiet, off  quiet, on  contended, off  contended, on  off ratio  on ratio
-    select                22.00       2.58           49.12           8.17        2.2       3.2
-    adult-3way            11.04      11.46           38.13          36.47        3.5       3.2
-    adult-marginals        9.17       2.86           16.16           9.12        1.8       3.2
-    census-sf1            22.76       3.93           43.66          14.63        1.9       3.7
-    income-sums-svt        0.73       0.66            2.22           2.06        3.0       3.1
-    income-sums            0.73       0.62            2.19           2.02        3.0       3.3
-    ranges-1d             30.01      17.42          > 90            49.34          -       2.8
-
-On the same host with the other jobs mostly idle (load average 0.42 at the start; they
-resumed during the run, 5.6 at the end), ``--repeat 2 --timeout 120`` printed::
+On the 2-core development host with its other jobs mostly idle (load average 0.42 at the
+start; they resumed during the run, 5.6 at the end), ``--repeat 2 --timeout 120`` printed
+(seconds, medians; an earlier run at load average 7 gave the same picture, the selection
+49 s without the limit and 8 s with it)::
 
     case             quiet, off  quiet, on  contended, off  contended, on  off ratio  on ratio
     select                 1.27       1.57           27.29           2.12       21.5       1.4
@@ -46,9 +35,10 @@ resumed during the run, 5.6 at the end), ``--repeat 2 --timeout 120`` printed::
     income-sums            0.44       0.41            1.23           1.36        2.8       3.3
     ranges-1d              6.81       6.65           19.31          18.44        2.8       2.8
 
-The limit cuts every BLAS-bound case by 2–8× whether or not the competitor runs; what
-remains of the competitor's cost (about 3×) is the CPU time it takes from a single thread
-on a machine already busy, which no thread count gives back.
+Beside the competitor the limit cuts the selection 13× and census-sf1's plan 3.4×
+(adult-marginals 1.7×; adult-3way, ranges-1d and the sums are not BLAS-bound and barely
+change). What remains of the competitor's cost for the plans (2.6–3.3×) is the CPU time
+its two threads take from the plan's one, which no thread count gives back.
 """
 
 from __future__ import annotations

@@ -44,14 +44,12 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
-import numpy as np
-
 from dpmm.errors import ArgumentError, DpmmError
 from dpmm.linalg import Haar, Hierarchical, Identity, Kron, Marginal, Marginals, Matrix, Ones
 from dpmm.privacy import PrivacyParameter
 from dpmm.strategy.eigen import select_eigen
 from dpmm.strategy.gaussian_optimal import MAX_SIZE as MAX_GAUSSIAN_SIZE
-from dpmm.strategy.gaussian_optimal import SINGULAR
+from dpmm.strategy.gaussian_optimal import nonsingular
 from dpmm.strategy.hdmm import TEMPLATES, select_hdmm
 from dpmm.strategy.lrm import select_lrm
 from dpmm.strategy.marginal_optimal import marginal_optimal, workload_marginals
@@ -188,8 +186,7 @@ def _certified_one_attribute(W: Matrix) -> bool:
     n = W.shape[1]
     if len(kron_terms(W)[0].factors) != 1 or not 2 <= n <= MAX_GAUSSIAN_SIZE:
         return False
-    spectrum = np.linalg.eigvalsh(W.gram().dense())
-    return bool(spectrum[0] > SINGULAR * spectrum[-1])
+    return nonsingular(W.gram().dense())
 
 
 def _proven_optimum(W: Matrix, privacy: PrivacyParameter) -> ProvenOptimum | None:

@@ -31,7 +31,7 @@ from dpmm.errors import TooLargeError
 from dpmm.linalg import Dense
 from dpmm.strategy.time_budget import check_time
 
-__all__ = ["MAX_SIZE", "GaussianOptimum", "optimal_gaussian_factor"]
+__all__ = ["MAX_SIZE", "GaussianOptimum", "nonsingular", "optimal_gaussian_factor"]
 
 #: Largest attribute solved (one dense eigendecomposition per step; on AllRange the gap is
 #: below 10⁻³ after 5 steps, 1.1 s at 1024 cells and 7.6 s at 2048 on two threads, ~8x per
@@ -73,6 +73,13 @@ def _root_and_fourth_root(M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return root, fourth
 
 
+def nonsingular(gram: np.ndarray) -> bool:
+    """Whether the symmetric ``gram`` has full rank by this solver's test (its least
+    eigenvalue above :data:`SINGULAR` times its largest)."""
+    spectrum = np.linalg.eigvalsh(gram)
+    return bool(spectrum[0] > SINGULAR * spectrum[-1])
+
+
 def optimal_gaussian_factor(gram: np.ndarray) -> GaussianOptimum:
     """The L2-optimal strategy for a workload of full column rank with Gram ``gram``.
 
@@ -105,8 +112,7 @@ def optimal_gaussian_factor(gram: np.ndarray) -> GaussianOptimum:
         raise ValueError(
             "Every cell must be read by some query (the Gram has a zero diagonal entry)"
         )
-    spectrum = np.linalg.eigvalsh(G)
-    if spectrum[0] <= SINGULAR * spectrum[-1]:
+    if not nonsingular(G):
         raise ValueError("The workload Gram is singular; this solver needs full column rank")
     e = np.full(n, 1.0 / n)
     best: tuple[float, np.ndarray, np.ndarray] | None = None
