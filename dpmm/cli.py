@@ -153,8 +153,11 @@ def format_plan(report: PlanReport) -> str:
 
 SOLVERS = {
     "least_squares": "least squares",
-    "nnls": "NNLS (non-negative least squares)",
-    "auto": "least squares, or NNLS if the estimate calls for it (decided on the data)",
+    "nnls": "NNLS (non-negative least squares; standard errors by a parametric bootstrap)",
+    "auto": (
+        "least squares, or NNLS where a parametric bootstrap finds it clearly better on "
+        "these answers (decided on the noisy measurement)"
+    ),
 }
 
 

@@ -11,8 +11,8 @@ import yaml
 from threadpoolctl import threadpool_info
 
 import dpmm.blas_threads as bt
-import dpmm.pipeline.reconstruct_stage
 import dpmm.pipeline.strategy_stage
+import dpmm.reconstruct.choice
 from dpmm.config import load_config
 from dpmm.errors import ConfigError
 from dpmm.plan import plan
@@ -209,7 +209,7 @@ def test_the_plan_selects_and_reconstructs_with_the_decided_threads(
         monkeypatch.setattr(module, name, watched)
 
     spy(dpmm.pipeline.strategy_stage, "select_strategy")
-    spy(dpmm.pipeline.reconstruct_stage, "least_squares")
+    spy(dpmm.reconstruct.choice, "least_squares")
     report = plan(load_config(_small_config(tmp_path, "auto")))
     assert np.isfinite(report.total.total_squared_error)
     assert seen == {"select_strategy": {wanted}, "least_squares": {wanted}}
@@ -227,13 +227,13 @@ def test_a_release_stage_applies_the_limit_on_its_own(
     config = load_config(_small_config(tmp_path, "hierarchical"))
     wanted = max(_pool_threads()) + 1
     seen: list[set[int]] = []
-    real_least_squares = dpmm.pipeline.reconstruct_stage.least_squares
+    real_least_squares = dpmm.reconstruct.choice.least_squares
 
     def watched(*args, **kwargs):
         seen.append(_pool_threads())
         return real_least_squares(*args, **kwargs)
 
-    monkeypatch.setattr(dpmm.pipeline.reconstruct_stage, "least_squares", watched)
+    monkeypatch.setattr(dpmm.reconstruct.choice, "least_squares", watched)
     monkeypatch.setenv(bt.ENVIRONMENT_VARIABLE, str(wanted))
     chosen, _ = select_for_config(config)
     record = planned_record(chosen.quantized, config.measurement_privacy)

@@ -29,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -37,9 +38,9 @@ import numpy as np
 
 from dpmm.linalg import Matrix
 from dpmm.measure.exact import MeasurementError, MeasurementMismatch
-from dpmm.measure.mechanism import measure
+from dpmm.measure.mechanism import draw_noise, measure
 from dpmm.measure.quantize import QuantizedStrategy, measurable
-from dpmm.measure.record import MeasurementRecord
+from dpmm.measure.record import MeasurementRecord, int64_view
 from dpmm.measure.tables import MarginalCounts
 from dpmm.privacy.params import ZCDP, PureDP
 from dpmm.privacy.randomness import RandomSource
@@ -96,6 +97,23 @@ class Measurement:
     def noise_std(self) -> float:
         """The exact standard deviation of the noise on each of :attr:`answers`."""
         return math.sqrt(self.record.noise_variance()) / self.quantized.scale
+
+    def simulate(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Answers of a simulated measurement of ``x`` in the units of :attr:`answers`:
+        ``A_q x`` plus a fresh draw of this measurement's noise (same exact sampler, same
+        parameter) from ``rng``. Post-processing: for a parametric bootstrap, never a release.
+        """
+        record = self.record
+        noise = draw_noise(record.noise, record.scale, record.sigma2, record.values.size, rng)
+        return np.asarray(self.strategy @ x, dtype=np.float64) + noise / self.quantized.scale
+
+    def bootstrap_rng(self) -> np.random.Generator:
+        """The generator a parametric bootstrap of this measurement draws from: seeded by
+        the SHA-256 of its published values, so that anyone re-deriving the release's
+        post-processing (the audit) draws the same. Its draws need no secrecy: they
+        simulate public noise around a released estimate."""
+        digest = hashlib.sha256(int64_view(self.record.values)).digest()
+        return np.random.Generator(np.random.PCG64(int.from_bytes(digest[:16], "big")))
 
 
 def measure_strategy(

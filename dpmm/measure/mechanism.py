@@ -51,7 +51,13 @@ from dpmm.privacy.params import ZCDP, PureDP
 from dpmm.privacy.randomness import RandomSource
 from dpmm.privacy.samplers import discrete_gaussian, discrete_laplace
 
-__all__ = ["check_reservation", "measure", "planned_noise_variance", "planned_record"]
+__all__ = [
+    "check_reservation",
+    "draw_noise",
+    "measure",
+    "planned_noise_variance",
+    "planned_record",
+]
 
 _LAPLACE_THEOREM = (
     "Ghosh, Roughgarden, Sundararajan 2009 (the geometric mechanism): independent discrete "
@@ -330,13 +336,24 @@ def _add_noise(
     return answers
 
 
+def draw_noise(
+    noise: object,
+    scale: object,
+    sigma2: object,
+    size: int,
+    rng: RandomSource | np.random.Generator | None,
+) -> np.ndarray:
+    """``size`` exact draws of a record's noise: discrete Laplace of ``scale`` or discrete
+    Gaussian of ``sigma2`` (by ``noise``), from ``rng`` (the OS CSPRNG for None)."""
+    if noise == "discrete_laplace":
+        return discrete_laplace(scale, size, rng=rng)
+    return discrete_gaussian(sigma2, size, rng=rng)
+
+
 def _draw(
     expected: dict[str, object], size: int, rng: RandomSource | np.random.Generator | None
 ) -> np.ndarray:
-    if expected["noise"] == "discrete_laplace":
-        noise = discrete_laplace(expected["scale"], size, rng=rng)
-    else:
-        noise = discrete_gaussian(expected["sigma2"], size, rng=rng)
+    noise = draw_noise(expected["noise"], expected["scale"], expected["sigma2"], size, rng)
     if noise.size and int(np.abs(noise).max()) >= _NOISE_LIMIT:  # pragma: no cover
         raise MeasurementError("a noise value is too large to add exactly in int64")
     return noise

@@ -156,7 +156,7 @@ def preflight(config: ReleaseConfig, chosen: ChosenStrategy) -> Preflight:
         with blas_limit():  # the covariance factor and the data-free reconstruction
             check_reconstructable(config, chosen, counting)
             record = planned_record(chosen.quantized, config.measurement_privacy)
-            reconstruction = reconstruct(config, chosen, record, counting)
+            reconstruction = reconstruct(config, chosen, record, counting, replicates=0)
     except (TooLargeError, MeasurementError) as error:
         raise ConfigError(
             f"{config.path}: the strategy {chosen.selected!r} cannot be released: {error}"

@@ -31,12 +31,10 @@ from dpmm.pipeline.strategy_stage import VECTOR_LIMIT, ChosenStrategy
 from dpmm.reconstruct import (
     MarginalMeasurement,
     covariance_factor,
-    least_squares,
     marginal_tables,
-    nnls,
-    workload_answers,
 )
-from dpmm.reconstruct.choice import prefers_nnls
+from dpmm.reconstruct.bootstrap import REPLICATES
+from dpmm.reconstruct.choice import EXACT, solve_answers
 from dpmm.reconstruct.residual_blocks import (
     BlockEstimate,
     block_histogram,
@@ -77,6 +75,9 @@ class GroupAnswers:
     values: np.ndarray
     standard_errors: np.ndarray
     exact_errors: bool
+    #: The strategy's expected RMSE over the group's queries under least squares (the
+    #: plan's promise); None: the root mean square of ``standard_errors``.
+    least_squares_rmse: float | None = None
 
     @property
     def name(self) -> str:
@@ -96,8 +97,11 @@ class GroupAnswers:
 
     @property
     def expected_rmse(self) -> float:
-        """Root of the mean squared standard error: the group's expected RMSE."""
-        return float(np.sqrt(np.mean(self.standard_errors**2))) if self.values.size else 0.0
+        """The group's expected RMSE under least squares, data-free: what the plan shows
+        for the strategy, whatever solver the answers came from."""
+        if self.least_squares_rmse is not None:
+            return self.least_squares_rmse
+        return _rms(self.standard_errors)
 
 
 @dataclass(frozen=True, eq=False)
@@ -108,6 +112,8 @@ class Reconstruction:
     groups: list[GroupAnswers]
     histogram: np.ndarray | None
     seconds: float
+    #: How the standard errors were had: exact (linear estimators) or a bootstrap's.
+    standard_errors: str = EXACT
 
 
 def check_reconstructable(config: ReleaseConfig, strategy: ChosenStrategy, plan: str) -> None:
@@ -116,9 +122,17 @@ def check_reconstructable(config: ReleaseConfig, strategy: ChosenStrategy, plan:
 
     Raises:
         TooLargeError: The strategy has no structured Gram inverse and too many cells.
-        ConfigError: A workload group cannot be answered from the residual sets measured.
+        ConfigError: A workload group cannot be answered from the residual sets measured,
+            or ``reconstruction: nnls`` is asked of a release that never holds the vector.
     """
     integer = strategy.quantized.integer
+    if config.release.reconstruction == "nnls" and _without_vector(strategy, plan):
+        raise ConfigError(
+            f"{config.path}: release.reconstruction: nnls needs the full data vector, and "
+            f"this release of {strategy.selected!r} estimates its answers from "
+            f"{'residual blocks' if isinstance(integer, HelmertBlocks) else 'marginal tables'}"
+            f" without it ({config.domain.size:,} cells); use least_squares or auto"
+        )
     if isinstance(integer, HelmertBlocks):
         for group in config.workload:
             try:
@@ -144,6 +158,11 @@ def _answers(
     return GroupAnswers(group, config.domain, estimates, standard_errors, exact)
 
 
+def _without_vector(strategy: ChosenStrategy, plan: str) -> bool:
+    """Whether the release estimates its answers without the data vector."""
+    return plan == "tables" or isinstance(strategy.quantized.integer, HelmertBlocks)
+
+
 def solver(config: ReleaseConfig, plan: str) -> str:
     """The reconstruction a release of this config runs: ``least_squares``, ``nnls``, or
     ``auto`` (least squares, then NNLS when the estimate calls for it)."""
@@ -155,41 +174,42 @@ def solver(config: ReleaseConfig, plan: str) -> str:
     return chosen
 
 
+def _rms(values: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(values**2))) if values.size else 0.0
+
+
 def _from_vector(
     config: ReleaseConfig,
-    strategy: ChosenStrategy,
-    y: np.ndarray,
-    std: float,
+    measured: Measurement,
     method: str,
+    replicates: int,
     progress: Progress,
-) -> tuple[list[GroupAnswers], np.ndarray, str]:
-    """The workload answers from the data-vector estimate, the estimate, and the solver used.
-
-    ``auto`` takes least squares, then NNLS when :func:`~dpmm.reconstruct.choice.prefers_nnls`
-    says the estimate looks sparse and the strategy aggregates cells.
-    """
-    A = strategy.quantized.matrix
-    steps = len(config.workload) + 1
-    progress(0, steps, method)
-    # NNLS keeps the least-squares total (post-processing): without it, clipping the
-    # empty cells of sparse data biases every long range upwards.
-    if method == "nnls":
-        estimate = nnls(A, y, noise_std=std, total="estimated")
-    else:
-        estimate = least_squares(A, y, noise_std=std)
-        if method == "auto":
-            method = "nnls" if prefers_nnls(A, estimate.x) else "least_squares"
-            if method == "nnls":
-                estimate = nnls(A, y, noise_std=std, total="estimated")
-    groups = []
-    for done, group in enumerate(config.workload, start=1):
-        progress(done, steps, group.name)
-        answers = workload_answers(group.matrix, A, estimate)
-        groups.append(
-            _answers(config, group, answers.values, answers.standard_errors, answers.exact_errors)
+) -> tuple[list[GroupAnswers], np.ndarray, str, str]:
+    """The workload answers from the data-vector estimate, the estimate, the solver used
+    and how the standard errors were had (:func:`~dpmm.reconstruct.choice.solve_answers`,
+    its bootstrap drawn from :meth:`Measurement.bootstrap_rng`)."""
+    rng = measured.bootstrap_rng()
+    solved = solve_answers(
+        measured.strategy,
+        measured.answers,
+        measured.noise_std,
+        [group.matrix for group in config.workload],
+        method,
+        lambda x: measured.simulate(x, rng),
+        replicates=replicates,
+        progress=progress,
+    )
+    groups = [
+        GroupAnswers(group, config.domain, values, errors, solved.errors == EXACT, _rms(linear))
+        for group, values, errors, linear in zip(
+            config.workload,
+            solved.values,
+            solved.standard_errors,
+            solved.least_squares_errors,
+            strict=True,
         )
-    progress(steps, steps, "")
-    return groups, np.asarray(estimate.x, dtype=np.float64), method
+    ]
+    return groups, solved.estimate, solved.method, solved.errors
 
 
 def _from_tables(
@@ -254,6 +274,7 @@ def reconstruct(
     plan: str,
     *,
     progress: Progress | None = None,
+    replicates: int = REPLICATES,
 ) -> Reconstruction:
     """Estimate the workload answers of a release from its measurement.
 
@@ -262,19 +283,23 @@ def reconstruct(
         strategy: The strategy the record measured.
         record: The persisted measurement.
         plan: ``vector`` or ``tables`` (see :func:`~dpmm.pipeline.counting_plan`).
-        progress: Called with ``(steps done, steps, what runs next)``: the solve, then
-            each workload group's answers.
+        progress: Called with ``(steps done, steps, what runs next)``.
+        replicates: Simulated measurements for NNLS's bootstrap standard errors; 0 (the
+            plan's dry run, whose answers mean nothing) reports least squares' instead.
     """
     progress = progress or _silent
     started = time.perf_counter()
     measured = Measurement(strategy.quantized, record)  # in the strategy's own units
-    y, std = measured.answers, measured.noise_std
     method = solver(config, plan)
+    errors = EXACT
     with blas_limit():  # BLAS threads that fit the cores this process owns
         if isinstance(strategy.quantized.integer, HelmertBlocks):
             groups, histogram = _from_blocks(config, strategy.quantized.integer, record, progress)
         elif plan == "tables":
-            groups, histogram = _from_tables(config, strategy, y, std, progress), None
+            groups = _from_tables(config, strategy, measured.answers, measured.noise_std, progress)
+            histogram = None
         else:
-            groups, histogram, method = _from_vector(config, strategy, y, std, method, progress)
-    return Reconstruction(method, groups, histogram, time.perf_counter() - started)
+            groups, histogram, method, errors = _from_vector(
+                config, measured, method, replicates, progress
+            )
+    return Reconstruction(method, groups, histogram, time.perf_counter() - started, errors)

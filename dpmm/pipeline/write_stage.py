@@ -104,6 +104,7 @@ def build_manifest(
         },
         "reconstruction": {
             "method": reconstruction.method,
+            "standard_errors": reconstruction.standard_errors,
             "seconds": round(reconstruction.seconds, 3),
         },
         "error": {
