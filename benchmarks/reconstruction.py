@@ -1,24 +1,16 @@
-"""Least squares vs NNLS on DPBench 1-D histograms, and NNLS solver speed vs SciPy.
+"""NNLS solver speed on a DPBench histogram: dpmm's against SciPy's.
 
-Part 1 (seed 000's NNLS experiment): AllRange workloads over the DPBench
-histograms HEPTH (dense) and NETTRACE (sparse), at the seed's n = 1024 (bins
-aggregated by 4) and at DPBench's n = 4096, ε ∈ {0.1, 1.0}, strategies
-identity / hierarchical / wavelet chosen by ``dpmm.strategy.optimize``, Laplace
-noise of scale sensitivity/ε (numpy's floating-point Laplace: a benchmark, not
-a release). Printed: the mean squared workload error per query of least
-squares, of NNLS, and of NNLS constrained to the least-squares total, over the
-trials.
-
-Part 2: one NNLS problem (NETTRACE, hierarchical, ε = 0.1) solved by dpmm's
-``nnls`` (accelerated projected gradient on the implicit strategy), by
-``scipy.optimize.nnls`` on the dense strategy, and by L-BFGS-B with bounds on
-the implicit strategy (same warm start as dpmm). Medians of ``--repeat`` runs;
-peak memory allocated during the solve (tracemalloc, which numpy reports
-into). Dense NNLS runs on n = 1024 (bins aggregated by 4) unless
-``--dense-full``; dpmm and L-BFGS-B run at both sizes.
+One NNLS problem (NETTRACE, hierarchical strategy over all ranges, ε = 0.1) solved by
+dpmm's ``nnls`` (accelerated projected gradient on the implicit strategy), by
+``scipy.optimize.nnls`` on the dense strategy, and by L-BFGS-B with bounds on the
+implicit strategy (same warm start as dpmm). Medians of ``--repeat`` runs; peak memory
+allocated during the solve (tracemalloc, which numpy reports into). Dense NNLS runs on
+n = 1024 (bins aggregated by 4) unless ``--dense-full``; dpmm and L-BFGS-B run at both
+sizes. Which solver a release uses, and how its answers' errors and error bars compare, is
+``benchmarks/answers.py``.
 
 Usage:
-    python benchmarks/reconstruction.py [--trials 20] [--repeat 3] [--quick] [--dense-full]
+    python benchmarks/reconstruction.py [--repeat 3] [--quick] [--dense-full]
 """
 
 from __future__ import annotations
@@ -36,76 +28,15 @@ import scipy.optimize
 from dpmm.linalg import AllRange, Matrix
 from dpmm.privacy import PureDP
 from dpmm.reconstruct import least_squares, nnls
-from dpmm.reconstruct.choice import prefers_nnls
 from dpmm.strategy import optimize
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "dpbench_1d"
-DATASETS = ("HEPTH", "NETTRACE")
-STRATEGIES = ("identity", "hierarchical", "wavelet")
-EPSILONS = (0.1, 1.0)
 TOLERANCE = 1e-6
 
 
 def load(name: str, n: int) -> np.ndarray:
     counts = np.load(DATA / f"{name}.n4096.npy").astype(np.float64)
     return counts.reshape(n, -1).sum(axis=1)  # aggregate adjacent bins when n < 4096
-
-
-def workload_mse(gram: np.ndarray, error: np.ndarray, queries: int) -> float:
-    # ‖W e‖² = eᵀ(WᵀW)e: one dense n² product instead of 8 M range sums.
-    return float(error @ (gram @ error)) / queries
-
-
-def error_table(trials: int, n: int, seed: int) -> list[str]:
-    W = AllRange(n)
-    gram = W.gram().dense()
-    rows = [
-        f"### Mean squared error per AllRange({n}) query, {trials} trials",
-        "",
-        "NNLS+T: NNLS constrained to the least-squares estimate of the total "
-        '(`nnls(..., total="estimated")`, what `dpmm release` uses).',
-        "",
-        "auto: the solver `dpmm release` picks (`dpmm.reconstruct.choice.prefers_nnls`, from the "
-        "strategy and the least-squares estimate), with the share of trials it picked NNLS+T.",
-        "",
-        "| dataset | ε | strategy | LS MSE | NNLS MSE | NNLS+T MSE | LS / NNLS | LS / NNLS+T "
-        "| NNLS+T iters (median) | auto picks NNLS+T | LS / auto |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    rng = np.random.default_rng(seed)
-    for name in DATASETS:
-        x = load(name, n)
-        for eps in EPSILONS:
-            for method in STRATEGIES:
-                A = optimize(W, method, PureDP(eps))
-                scale = A.sensitivity(1) / eps
-                std = scale * np.sqrt(2)
-                clean = A @ x
-                errors: dict[str, list[float]] = {"ls": [], "nnls": [], "nnls_t": [], "auto": []}
-                iters, picked = [], []
-                for _ in range(trials):
-                    y = clean + rng.laplace(0.0, scale, A.shape[0])
-                    constrained = nnls(A, y, noise_std=std, total="estimated", tolerance=TOLERANCE)
-                    estimates = {
-                        "ls": least_squares(A, y, noise_std=std).x,
-                        "nnls": nnls(A, y, noise_std=std, tolerance=TOLERANCE).x,
-                        "nnls_t": constrained.x,
-                    }
-                    picks = prefers_nnls(A, estimates["ls"])
-                    estimates["auto"] = estimates["nnls_t"] if picks else estimates["ls"]
-                    picked.append(picks)
-                    for key, estimate in estimates.items():
-                        errors[key].append(workload_mse(gram, estimate - x, W.shape[0]))
-                    iters.append(constrained.iterations)
-                ls, nn, nt, auto = (
-                    float(np.mean(errors[key])) for key in ("ls", "nnls", "nnls_t", "auto")
-                )
-                rows.append(
-                    f"| {name} | {eps} | {method} ({A!r}) | {ls:.4g} | {nn:.4g} | {nt:.4g} | "
-                    f"{ls / nn:.2f} | {ls / nt:.2f} | {statistics.median(iters):.0f} | "
-                    f"{np.mean(picked):.0%} | {ls / auto:.2f} |"
-                )
-    return rows
 
 
 def kkt_residual(A: Matrix, y: np.ndarray, x: np.ndarray) -> float:
@@ -188,19 +119,14 @@ def speed_table(sizes: list[int], dense_sizes: set[int], repeat: int, seed: int)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--seed", type=int, default=2026)
-    parser.add_argument("--quick", action="store_true", help="n = 1024, 2 trials, 1 repeat")
+    parser.add_argument("--quick", action="store_true", help="n = 1024, 1 repeat")
     parser.add_argument("--dense-full", action="store_true", help="dense NNLS at n = 4096 too")
     args = parser.parse_args()
-    trials = 2 if args.quick else args.trials
     repeat = 1 if args.quick else args.repeat
     sizes = [1024] if args.quick else [1024, 4096]
     dense_sizes = {1024, 4096} if args.dense_full else {1024}
-    for n in sizes:  # 1024: the seed's setting (bins aggregated by 4); 4096: DPBench's
-        print("\n".join(error_table(trials, n, args.seed)))
-        print()
     print("\n".join(speed_table(sizes, dense_sizes, repeat, args.seed)))
 
 

@@ -39,7 +39,14 @@ from dpmm.reconstruct.bootstrap import REPLICATES, bootstrap_errors
 from dpmm.reconstruct.least_squares import least_squares
 from dpmm.reconstruct.nnls import nnls
 
-__all__ = ["EXACT", "NNLS_MARGIN", "SolvedAnswers", "prefers_nnls", "solve_answers"]
+__all__ = [
+    "EXACT",
+    "NNLS_MARGIN",
+    "SolvedAnswers",
+    "auto_choice",
+    "prefers_nnls",
+    "solve_answers",
+]
 
 #: How least squares' standard errors are had.
 EXACT = "exact"
@@ -151,7 +158,12 @@ def solve_answers(
         replicates=replicates,
         progress=lambda done, total: report(1 + done, steps, f"bootstrap {done}/{total}"),
     )
-    if method == "auto" and not prefers_nnls(_squared(errors), _squared(linear_errors)):
-        return plain
     described = f"parametric bootstrap, {replicates} replicates"
-    return SolvedAnswers("nnls", estimate, values, errors, linear_errors, described)
+    clipped = SolvedAnswers("nnls", estimate, values, errors, linear_errors, described)
+    return auto_choice(plain, clipped) if method == "auto" else clipped
+
+
+def auto_choice(least: SolvedAnswers, clipped: SolvedAnswers) -> SolvedAnswers:
+    """What ``auto`` keeps of least squares' answers and NNLS's (with bootstrap errors)."""
+    bootstrap, exact = _squared(clipped.standard_errors), _squared(least.standard_errors)
+    return clipped if prefers_nnls(bootstrap, exact) else least
