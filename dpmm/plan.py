@@ -61,6 +61,7 @@ from dpmm.linalg.serialize import matrix_digest
 from dpmm.measure.exact import MeasurementError
 from dpmm.measure.mechanism import planned_noise_variance
 from dpmm.measure.quantize import QuantizedStrategy
+from dpmm.mixed_units import mixing_note
 from dpmm.pipeline.preflight import Footprint, preflight
 from dpmm.pipeline.reconstruct_stage import solver
 from dpmm.pipeline.strategy_stage import (
@@ -359,6 +360,10 @@ def _plan(config: ReleaseConfig, progress: Progress | None) -> PlanReport:
         "by the top bucket weight and uses the remaining ε"
         for index, choice in config.private_thresholds
     ]
+    mixed = mixing_note(
+        config.workload, privacy, config.strategy_method, errors, config.strategy_time_budget
+    )
+    notes += [mixed] if mixed else []
     total = GroupReport(
         name="total",
         kind="",
