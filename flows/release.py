@@ -163,7 +163,7 @@ def _artifacts(config: ReleaseConfig, result: ReleaseResult, dashboard: str | No
             "group": g.name,
             "queries": int(g.values.size),
             "expected RMSE": round(g.expected_rmse, 4),
-            "standard errors": "exact" if g.exact_errors else "least-squares (biased estimate)",
+            "standard errors": result.reconstruction.standard_errors,
         }
         for g in result.reconstruction.groups
     ]
