@@ -22,11 +22,9 @@ from dpmm.privacy import PrivacyParameter
 from dpmm.privacy.params import PureDP
 from dpmm.strategy import select_strategy
 from dpmm.workload import WorkloadGroup, stack
+from dpmm.workload.prefix_sum import SUM_KINDS
 
-__all__ = ["SUM_KINDS", "mixing_note"]
-
-#: Workload kinds whose answers are sums of a numeric attribute, not counts of records.
-SUM_KINDS = ("prefix_sum",)
+__all__ = ["mixing_note"]
 
 
 def _half(privacy: PrivacyParameter) -> str:

@@ -50,6 +50,7 @@ from dpmm.data.histogram import IngestReport, count_codes
 from dpmm.data.reader import Partition, read_partition, with_keys
 from dpmm.data.validate import Policed, apply_policy
 from dpmm.domain import Domain
+from dpmm.workload.prefix_sum import SUM_KINDS
 
 __all__ = [
     "PersonCounts",
@@ -82,7 +83,7 @@ class PersonRecords:
 
 def summed_attributes(workload: Sequence[Any]) -> tuple[str, ...]:
     """The attributes of the ``prefix_sum`` groups: summed over a person's rows."""
-    names = [group.spec["attribute"] for group in workload if group.kind == "prefix_sum"]
+    names = [group.spec["attribute"] for group in workload if group.kind in SUM_KINDS]
     return tuple(dict.fromkeys(names))
 
 

@@ -5,7 +5,7 @@ The section is a non-empty list of query groups; each becomes a
 
     workload:
       - name: str          # optional; default "<kind>-<index>"; names are unique
-        kind: identity | total | prefix | all_range | ranges | prefix_sum
+        kind: identity | total | prefix | all_range | ranges | prefix_sum | sum
               | marginal | marginals | kron | census_sf1
         weight: 2.0        # optional positive number, default 1 (scales every query)
 
@@ -23,7 +23,8 @@ Keys by kind (any other key is an error):
 * ``prefix_sum``: ``attribute`` (numeric bins from 0 up), optional ``by`` and
   ``truncation: {threshold: θ}``: running sums of the attribute's values, each
   record counted at its bucket's upper bound (capped at θ); see
-  :mod:`~dpmm.workload.prefix_sum`.
+  :mod:`~dpmm.workload.prefix_sum`. ``sum`` takes the same keys: the totals of the
+  attribute's values (one per cell of ``by``).
 * ``marginal``: ``attributes: [a, b]``: one contingency table.
 * ``marginals``: ``k: int`` (all exactly k-way tables) or
   ``sets: [[a, b], [c]]``, and optionally ``attributes: [...]`` to restrict
@@ -63,12 +64,12 @@ from dpmm.linalg import Matrix
 from dpmm.workload import builders
 from dpmm.workload.builders import _is_int, _is_list
 from dpmm.workload.census import census_domain, census_sf1
-from dpmm.workload.prefix_sum import prefix_sum_group
+from dpmm.workload.prefix_sum import prefix_sum_group, sum_group
 
 __all__ = ["WorkloadGroup", "from_config", "stack"]
 
 ONE_D_KINDS = ("identity", "total", "prefix", "all_range", "ranges")
-KINDS = (*ONE_D_KINDS, "prefix_sum", "marginal", "marginals", "kron", "census_sf1")
+KINDS = (*ONE_D_KINDS, "prefix_sum", "sum", "marginal", "marginals", "kron", "census_sf1")
 COMMON_KEYS = ("name", "kind", "weight")
 KIND_KEYS: dict[str, tuple[str, ...]] = {
     "identity": ("attribute", "by"),
@@ -77,6 +78,7 @@ KIND_KEYS: dict[str, tuple[str, ...]] = {
     "all_range": ("attribute", "by"),
     "ranges": ("attribute", "intervals", "by"),
     "prefix_sum": ("attribute", "by", "truncation"),
+    "sum": ("attribute", "by", "truncation"),
     "marginal": ("attributes",),
     "marginals": ("k", "sets", "attributes"),
     "kron": ("factors",),
@@ -320,6 +322,7 @@ def _group(entry: object, index: int, domain: Domain) -> tuple[str | None, str, 
     else:
         build = {
             "prefix_sum": prefix_sum_group,
+            "sum": sum_group,
             "marginal": _marginal,
             "marginals": _marginals,
             "kron": _kron,

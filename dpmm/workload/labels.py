@@ -105,6 +105,8 @@ def _factor_parts(attribute: Attribute, factor: object) -> Parts:
         return _prefix_parts(attribute)
     if factor == "prefix_sum":
         return [f"sum({part})" for part in _prefix_parts(attribute)]
+    if factor == "sum":
+        return [f"sum({attribute.name})"]
     if factor == "all_range":
         lows, highs = np.triu_indices(n)  # AllRange's row order: by low end, then high end
         return _range_parts(attribute, lows, highs)
@@ -233,7 +235,7 @@ def query_labels(group: WorkloadGroup, domain: Domain) -> list[str]:
         [['age=[0, 65)', 'age=[65, 120]'], ['total']]
     """
     kind, spec = group.kind, group.spec
-    if kind in ("identity", "total", "prefix", "all_range", "ranges", "prefix_sum"):
+    if kind in ("identity", "total", "prefix", "all_range", "ranges", "prefix_sum", "sum"):
         labels = _one_d(kind, spec, domain)
     elif kind == "marginal":
         labels = _marginals([spec["attributes"]], domain)

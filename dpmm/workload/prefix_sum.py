@@ -1,11 +1,15 @@
-"""The ``prefix_sum`` workload kind: running sums of a numeric attribute (seed 003's W·T·D).
+"""The sum kinds: ``prefix_sum``, running sums of a numeric attribute (seed 003's W·T·D), and
+``sum``, its totals (by groups).
 
 A numeric attribute's bins are the buckets; a record in bucket b stands for the bucket's
 upper bound ``D_b`` (the seed's vectorization), truncated at a public threshold θ when
 the group has one (``T``: weights above θ become θ). Query j sums ``min(D_b, θ)`` over
 the records in buckets ``0 … j``, so the group's factor on the attribute is
 ``Prefix(n) · diag(min(D, θ))`` and the matrix mechanism measures it like any other
-linear workload: one record moves each answer by at most ``max_b min(D_b, θ)``.
+linear workload: one record moves each answer by at most ``max_b min(D_b, θ)``. A ``sum``
+group is the last row of that: one total per cell of its ``by`` attributes (one in all
+without ``by``), factor ``min(D, θ)ᵀ``. Both value a record at its bucket's upper bound, so
+each answer is high by at most one bucket width per record it counts.
 
 Config::
 
@@ -50,6 +54,7 @@ from dpmm.privacy.params import exact_fraction
 __all__ = [
     "MAX_BUCKETS",
     "PRIVATE_METHODS",
+    "SUM_KINDS",
     "TRUNCATION_KEYS",
     "PrivateTruncation",
     "bucket_weights",
@@ -59,6 +64,9 @@ __all__ = [
 
 #: Most buckets of a prefix_sum attribute (its factor is a dense n × n matrix).
 MAX_BUCKETS = 4096
+
+#: Workload kinds whose answers are sums of a numeric attribute's values, not counts.
+SUM_KINDS = ("prefix_sum", "sum")
 
 TRUNCATION_KEYS = ("threshold",)
 
@@ -186,7 +194,7 @@ def private_truncation(spec: Mapping[str, Any]) -> PrivateTruncation | None:
         >>> private_truncation({"kind": "prefix_sum", "truncation": {"threshold": 5.0}}) is None
         True
     """
-    section = spec.get("truncation") if spec.get("kind") == "prefix_sum" else None
+    section = spec.get("truncation") if spec.get("kind") in SUM_KINDS else None
     if not isinstance(section, Mapping) or section.get("method") not in PRIVATE_METHODS:
         return None
     return PrivateTruncation(
@@ -227,33 +235,49 @@ def bucket_weights(attribute: Attribute, path: str) -> np.ndarray:
     """The buckets' upper bounds ``D`` (the attribute's upper bin edges)."""
     if attribute.bins is None:
         raise ConfigError(
-            f"{path}: attribute '{attribute.name}' has no numeric bins; prefix_sum needs "
+            f"{path}: attribute '{attribute.name}' has no numeric bins; a sum needs "
             "'bins' in the domain to know each bucket's value"
         )
     if attribute.bins[0] < 0:
         raise ConfigError(
             f"{path}: attribute '{attribute.name}' has bins from {attribute.bins[0]:g}; "
-            "prefix_sum sums non-negative values, so its bins must start at 0 or above"
+            "a sum adds non-negative values, so its bins must start at 0 or above"
         )
     if attribute.size > MAX_BUCKETS:
         raise ConfigError(
-            f"{path}: attribute '{attribute.name}' has {attribute.size:,} buckets; prefix_sum "
+            f"{path}: attribute '{attribute.name}' has {attribute.size:,} buckets; a sum "
             f"takes at most {MAX_BUCKETS:,} (merge bins)"
         )
     return np.asarray(attribute.bins[1:], dtype=np.float64)
 
 
 def prefix_sum_group(entry: Mapping, domain: Domain, path: str) -> tuple[Matrix, dict[str, Any]]:
-    """The group's matrix (a Kron over the domain) and its spec details.
+    """A ``prefix_sum`` group's matrix (a Kron over the domain) and its spec details.
+
+    Raises:
+        ConfigError: as :func:`sum_group`.
+    """
+    return _sum_group(entry, domain, path, running=True)
+
+
+def sum_group(entry: Mapping, domain: Domain, path: str) -> tuple[Matrix, dict[str, Any]]:
+    """A ``sum`` group's matrix (a Kron over the domain) and its spec details.
 
     Raises:
         ConfigError: a missing or unknown attribute, an attribute without numeric bins or
             with negative values, too many buckets, or a bad truncation section.
     """
+    return _sum_group(entry, domain, path, running=False)
+
+
+def _sum_group(
+    entry: Mapping, domain: Domain, path: str, *, running: bool
+) -> tuple[Matrix, dict[str, Any]]:
     from dpmm.workload.config import _attribute, _attribute_list, _spread
 
     if "attribute" not in entry:
-        raise ConfigError(f"{path}.attribute: is required for kind 'prefix_sum'")
+        kind = "prefix_sum" if running else "sum"
+        raise ConfigError(f"{path}.attribute: is required for kind '{kind}'")
     name = _attribute(domain, entry["attribute"], f"{path}.attribute")
     weights = bucket_weights(domain[name], f"{path}.attribute")
     spec: dict[str, Any] = {"attribute": name}
@@ -274,5 +298,5 @@ def prefix_sum_group(entry: Mapping, domain: Domain, path: str) -> tuple[Matrix,
         spec["by"] = by
     spec["weights"] = weights.tolist()
     n = weights.size
-    factor = Dense(np.tril(np.ones((n, n))) * weights[None, :])
+    factor = Dense(np.tril(np.ones((n, n))) * weights[None, :] if running else weights[None, :])
     return _spread(domain, {name: factor}, by), spec

@@ -219,7 +219,7 @@ def test_stack():
 
 
 KINDS = (
-    "identity, total, prefix, all_range, ranges, prefix_sum, marginal, marginals, kron, census_sf1"
+    "identity, total, prefix, all_range, ranges, prefix_sum, sum, marginal, marginals, kron, census_sf1"
 )
 
 
@@ -463,7 +463,7 @@ def test_prefix_sum_weights_buckets_by_their_truncated_upper_bounds():
     [
         ({"kind": "prefix_sum"}, "workload[0].attribute: is required for kind 'prefix_sum'"),
         ({"kind": "prefix_sum", "attribute": "sex"}, "attribute 'sex' has no numeric bins"),
-        ({"kind": "prefix_sum", "attribute": "age"}, "prefix_sum sums non-negative values"),
+        ({"kind": "prefix_sum", "attribute": "age"}, "a sum adds non-negative values"),
         (
             {"kind": "prefix_sum", "attribute": "income", "truncation": {"threshold": 0}},
             "workload[0].truncation.threshold: must be a positive number, got 0",
