@@ -8,7 +8,8 @@ failed check is a one-sentence finding, never an exception:
 3. ``strategy`` — ``strategy.npz`` loads, and its fingerprint and shape are the manifest's;
 4. ``sensitivity`` — recomputed exactly from the loaded strategy, it is the manifest's; a
    private truncation threshold θ (manifest ``thresholds``) is the one its workload group
-   was built with, each bucket weighing ``min(upper bin edge, θ)``;
+   was built with, each bucket weighing ``min(its value, θ)`` (midpoint or upper edge, by
+   the group's ``valuation``);
 5. ``noise`` — the Laplace scale or Gaussian σ² recomputed from the sensitivity and budget
    is the manifest's, and a Gaussian's guarantee is within the budget;
 6. ``measurements`` — ``measurements.parquet`` reads (its values match their count and
@@ -51,6 +52,7 @@ from dpmm.privacy.params import ZCDP, PureDP, privacy_from_config
 from dpmm.release.catalog import load_manifest
 from dpmm.release.tables import read_answers, read_measurements
 from dpmm.release.writer import MANIFEST_NAME, file_digests, leftovers
+from dpmm.workload.prefix_sum import bucket_values
 
 __all__ = ["AuditReport", "Check", "audit_release", "format_audit"]
 
@@ -260,10 +262,12 @@ def _check_threshold_weights(manifest: dict[str, object]) -> str:
                 f"workload group {name!r} was not built with its recorded threshold {theta:g}"
             )
         bins = attributes[spec["attribute"]]["bins"]
-        expected = [min(float(edge), theta) for edge in bins[1:]]
+        valuation = spec.get("valuation", "upper")  # versions before the key: upper edges
+        expected = np.minimum(bucket_values(bins, valuation), theta).tolist()
         if [float(w) for w in spec["weights"]] != expected:
             raise _FailedCheckError(
-                f"workload group {name!r} does not weigh its buckets min(bin edge, θ = {theta:g})"
+                f"workload group {name!r} does not weigh its buckets min(bucket {valuation}, "
+                f"θ = {theta:g})"
             )
     return f"; {len(chosen)} private threshold(s) match their groups' weights"
 

@@ -40,7 +40,7 @@ def _body(truncation: str, privacy: str = "{epsilon: 1}") -> str:
         f"    - {{name: income, size: 10, bins: {BINS}}}\n"
         f"privacy: {privacy}\n"
         "workload:\n"
-        "  - {name: sums, kind: prefix_sum, attribute: income, by: [site], "
+        "  - {name: sums, kind: prefix_sum, attribute: income, by: [site], valuation: upper, "
         f"truncation: {truncation}}}\n"
         "strategy: {method: hierarchical}\n"
     )

@@ -219,7 +219,8 @@ def test_stack():
 
 
 KINDS = (
-    "identity, total, prefix, all_range, ranges, prefix_sum, sum, marginal, marginals, kron, census_sf1"
+    "identity, total, prefix, all_range, ranges, prefix_sum, sum, marginal, marginals, kron, "
+    "census_sf1"
 )
 
 
@@ -446,6 +447,7 @@ def test_prefix_sum_weights_buckets_by_their_truncated_upper_bounds():
             "attribute": "income",
             "by": ["sex"],
             "truncation": {"threshold": 30},
+            "valuation": "upper",
         },
         INCOME,
     )
@@ -456,6 +458,16 @@ def test_prefix_sum_weights_buckets_by_their_truncated_upper_bounds():
     assert group.spec["truncation"] == {"threshold": 30.0}
     x = np.arange(16.0)
     np.testing.assert_allclose(group.matrix @ x, group.matrix.dense() @ x)
+
+
+def test_a_record_is_counted_at_its_buckets_midpoint_unless_told_upper():
+    entry = {"kind": "prefix_sum", "attribute": "income", "truncation": {"threshold": 50}}
+    assert build(entry, INCOME).spec["weights"] == [5.0, 15.0, 30.0, 50.0]
+    assert build(entry, INCOME).spec["valuation"] == "midpoint"
+    upper = build({**entry, "valuation": "upper"}, INCOME)
+    assert upper.spec["weights"] == [10.0, 20.0, 40.0, 50.0]
+    with pytest.raises(ConfigError, match=r"workload\[0\]\.valuation: must be one of midpoint"):
+        build({**entry, "valuation": "lower"}, INCOME)
 
 
 @pytest.mark.parametrize(
@@ -470,8 +482,8 @@ def test_prefix_sum_weights_buckets_by_their_truncated_upper_bounds():
         ),
         (
             {"kind": "prefix_sum", "attribute": "income", "truncation": {"method": "svt"}},
-            "workload[0].truncation.start: must be an integer from 10 to below the top bucket "
-            "weight 80, got 50000",
+            "workload[0].truncation.start: must be an integer from 5 to below the top bucket "
+            "weight 60, got 50000",
         ),
         (
             {"kind": "prefix_sum", "attribute": "income", "truncation": {"method": "median"}},
@@ -496,7 +508,8 @@ def test_prefix_sum_with_a_private_threshold_is_untruncated_until_theta_is_drawn
     from dpmm.workload.prefix_sum import private_truncation
 
     truncation = {"method": "recursive", "share": "1/4", "floor": 15, "shift": 1}
-    group = build({"kind": "prefix_sum", "attribute": "income", "truncation": truncation}, INCOME)
+    entry = {"kind": "prefix_sum", "attribute": "income", "truncation": truncation}
+    group = build({**entry, "valuation": "upper"}, INCOME)
     weights = np.array([10.0, 20.0, 40.0, 80.0])
     factor = np.tril(np.ones((4, 4))) * weights
     np.testing.assert_allclose(
