@@ -27,6 +27,7 @@ from dpmm.privacy.ledger import Entry, Ledger
 from dpmm.release import AnswerColumns, write_answers, write_histogram, write_measurements
 from dpmm.release import write_release as write_version
 from dpmm.release.manifest import measurement_sections
+from dpmm.workload.labels import query_parts
 
 __all__ = ["HISTOGRAM_LIMIT", "ReleaseInput", "build_manifest", "write_release"]
 
@@ -146,11 +147,15 @@ class ReleaseInput:
         """Write answers, measurements, strategy and (where allowed) the histogram."""
         parts = [
             AnswerColumns.for_group(
-                g.name, g.values, g.standard_errors, exact=g.exact_errors, labels=g.labels
+                g.name,
+                g.values,
+                g.standard_errors,
+                exact=g.exact_errors,
+                labels=query_parts(g.group, g.domain),
             )
             for g in self.reconstruction.groups
         ]
-        write_answers(folder / "answers.parquet", AnswerColumns.concat(parts))
+        write_answers(folder / "answers.parquet", parts, self.config.domain.attributes)
         write_measurements(folder / "measurements.parquet", self.record)
         save_matrix(self.strategy.quantized.integer, folder / "strategy.npz")
         histogram = self.reconstruction.histogram

@@ -375,7 +375,7 @@ def _check_answers(state: _State) -> str:
 
     manifest = _need_manifest(state)
     path = _member(state.folder, "answers.parquet")
-    published = read_answers(path).to_pydict()
+    published = read_answers(path, ("group", "query", "estimate", "standard_error")).to_pydict()
     groups = recompute_answers(_manifest_config(manifest, state.folder), state.folder).groups
     names = np.asarray(published["group"])
     count = 0

@@ -367,7 +367,7 @@ def _folder_version(folder: Path) -> int:
 
 def _groups(path: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per group, in order of first appearance: estimates and standard errors by query."""
-    table = read_answers(path)
+    table = read_answers(path, ("group", "query", "estimate", "standard_error"))
     names = np.asarray(table.column("group").to_pylist(), dtype=object)
     queries = table.column("query").to_numpy()
     estimates = table.column("estimate").to_numpy()

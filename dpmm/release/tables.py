@@ -1,7 +1,17 @@
 """The Parquet tables of a release: answers, measurements and the reconstructed histogram.
 
-* ``answers.parquet`` — one row per workload query: ``group``, ``query`` (its index within
-  the group), ``label``, ``estimate``, ``standard_error``, ``exact_standard_error``.
+* ``answers.parquet`` — one row per workload query, groups in workload order:
+
+  - ``group`` (string), ``query`` (int64, its index within the group), ``label`` (string:
+    what the query asks, e.g. ``sex=m,age<=30``; format in :mod:`dpmm.workload.labels`),
+    ``estimate`` (float64), ``standard_error`` (float64), ``exact_standard_error`` (bool);
+  - then, for every attribute of the domain in domain order, ``attr.<name>`` (string) and
+    ``code.<name>`` (int64): the part of the query on that attribute as text (``m``,
+    ``<=30``, ``20..29``, ``[0, 50000)``), and the attribute's value code when the query
+    restricts it to one value. Both are null where the query does not restrict the
+    attribute; the code is also null for ranges, prefixes and sets of values. The dot in
+    these names keeps them apart from the fixed columns above, whatever an attribute is
+    called.
 * ``measurements.parquet`` — the noisy integer strategy answers (``row``, ``value``) with the
   measurement record's header as JSON in the schema metadata under ``dpmm.measurement``, so
   that post-processing can be re-run from the release alone without spending budget.
@@ -12,12 +22,22 @@ the values against the header; any problem is a :class:`ReleaseError` naming the
 
 Example:
     >>> import pathlib, tempfile
-    >>> import numpy as np
+    >>> from dpmm.domain import Domain
+    >>> from dpmm.workload import from_config
+    >>> from dpmm.workload.labels import query_parts
+    >>> domain = Domain.from_dict({"sex": {"size": 2, "labels": ["m", "f"]}, "age": 3})
+    >>> (group,) = from_config([{"kind": "prefix", "attribute": "age", "by": ["sex"]}], domain)
+    >>> rows = AnswerColumns.for_group(
+    ...     group.name, [10.5] * 6, [2.0] * 6, exact=True, labels=query_parts(group, domain))
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "answers.parquet"
-    >>> rows = AnswerColumns.for_group("total", [10.5], [2.0], exact=True, labels=["all"])
-    >>> write_answers(path, rows)
-    >>> read_answers(path).column("estimate").to_pylist()
-    [10.5]
+    >>> write_answers(path, [rows], domain.attributes)
+    >>> table = read_answers(path)
+    >>> table.column_names[6:]
+    ['attr.sex', 'code.sex', 'attr.age', 'code.age']
+    >>> table.slice(4, 1).to_pylist()[0]["label"], table.slice(4, 1).to_pylist()[0]["attr.age"]
+    ('sex=f,age<=1', '<=1')
+    >>> table.column("code.sex").to_pylist(), table.column("code.age").null_count
+    ([0, 0, 0, 1, 1, 1], 6)
 """
 
 from __future__ import annotations
@@ -25,7 +45,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,12 +56,16 @@ import pyarrow.parquet as pq
 from dpmm.measure.record import FORMAT as MEASUREMENT_FORMAT
 from dpmm.measure.record import MeasurementRecord, record_from_header
 from dpmm.release.errors import ReleaseError
+from dpmm.workload.labels import QueryParts
 
 __all__ = [
     "ANSWERS_SCHEMA",
+    "ATTRIBUTE_COLUMN",
+    "CODE_COLUMN",
     "HISTOGRAM_SCHEMA",
     "MEASUREMENT_METADATA_KEY",
     "AnswerColumns",
+    "answers_schema",
     "read_answers",
     "read_histogram",
     "read_measurements",
@@ -65,27 +89,50 @@ ANSWERS_SCHEMA = pa.schema(
 )
 MEASUREMENTS_SCHEMA = pa.schema([("row", pa.int64()), ("value", pa.int64())])
 HISTOGRAM_SCHEMA = pa.schema([("cell", pa.int64()), ("estimate", pa.float64())])
+#: Prefixes of the per-attribute columns of ``answers.parquet``: the query's part on the
+#: attribute as text, and its value code.
+ATTRIBUTE_COLUMN, CODE_COLUMN = "attr.", "code."
+#: Rows of ``answers.parquet`` built and written at once (a Parquet row group).
+ROWS_AT_ONCE = 2**20
 
 
-@dataclass(frozen=True)
+def answers_schema(attributes: Sequence[str] = ()) -> pa.Schema:
+    """The schema of ``answers.parquet`` over a domain with these attributes, in order.
+
+    Example:
+        >>> answers_schema(["sex"]).names[-3:]
+        ['exact_standard_error', 'attr.sex', 'code.sex']
+    """
+    fields = list(ANSWERS_SCHEMA)
+    for name in attributes:
+        fields += [(ATTRIBUTE_COLUMN + name, pa.string()), (CODE_COLUMN + name, pa.int64())]
+    return pa.schema(fields)
+
+
+@dataclass(frozen=True, eq=False)
 class AnswerColumns:
-    """The columns of ``answers.parquet``, all of one length (see the module docstring)."""
+    """One query group's rows of ``answers.parquet`` (see the module docstring): the
+    estimates, standard errors and the description of each query."""
 
-    group: Sequence[str]
-    query: np.ndarray
-    label: Sequence[str]
+    group: str
     estimate: np.ndarray
     standard_error: np.ndarray
     exact_standard_error: np.ndarray
+    queries: QueryParts
 
     def __post_init__(self) -> None:
-        lengths = {name: len(getattr(self, name)) for name in ANSWERS_SCHEMA.names}
+        lengths = {
+            "estimate": len(self.estimate),
+            "standard_error": len(self.standard_error),
+            "exact_standard_error": len(self.exact_standard_error),
+            "queries": len(self.queries),
+        }
         if len(set(lengths.values())) > 1:
             described = ", ".join(f"{name}={length}" for name, length in lengths.items())
             raise ReleaseError(f"the answer columns have different lengths ({described})")
 
     def __len__(self) -> int:
-        return len(self.query)
+        return len(self.estimate)
 
     @classmethod
     def for_group(
@@ -95,74 +142,104 @@ class AnswerColumns:
         standard_error: Sequence[float] | np.ndarray,
         *,
         exact: bool | Sequence[bool] | np.ndarray,
-        labels: Sequence[str] | None = None,
+        labels: QueryParts | Sequence[str] | None = None,
     ) -> AnswerColumns:
-        """The rows of one query group; ``query`` numbers them 0, 1, ... within the group.
+        """The rows of one query group.
 
         Args:
             group: the group's name.
             estimate: the estimated answers.
             standard_error: their standard errors.
             exact: whether each standard error is exact (one bool for all, or one per query).
-            labels: human-readable query labels; empty strings when omitted.
+            labels: what each query asks (:func:`~dpmm.workload.labels.query_parts`), or
+                labels alone; empty labels when omitted.
         """
         estimates = np.asarray(estimate, dtype=np.float64).reshape(-1)
         size = estimates.size
-        flags = np.broadcast_to(np.asarray(exact, dtype=bool), (size,)).copy()
+        if not isinstance(labels, QueryParts):
+            labels = QueryParts.listed([""] * size if labels is None else labels)
         return cls(
-            group=[group] * size,
-            query=np.arange(size, dtype=np.int64),
-            label=[""] * size if labels is None else [str(label) for label in labels],
+            group=group,
             estimate=estimates,
             standard_error=np.asarray(standard_error, dtype=np.float64).reshape(-1),
-            exact_standard_error=flags,
+            exact_standard_error=np.broadcast_to(np.asarray(exact, dtype=bool), (size,)).copy(),
+            queries=labels,
         )
 
-    @classmethod
-    def concat(cls, parts: Sequence[AnswerColumns]) -> AnswerColumns:
-        """The rows of every part, in order.
+    def batches(
+        self, attributes: Sequence[str] = (), limit: int = ROWS_AT_ONCE
+    ) -> Iterator[pa.RecordBatch]:
+        """The group's rows with the columns of :func:`answers_schema` over ``attributes``,
+        at most ``limit`` rows at a time.
 
-        Example:
-            >>> a = AnswerColumns.for_group("a", [1.0], [0.5], exact=True)
-            >>> b = AnswerColumns.for_group("b", [2.0, 3.0], [0.5, 0.5], exact=False)
-            >>> both = AnswerColumns.concat([a, b])
-            >>> list(both.group), both.query.tolist()
-            (['a', 'b', 'b'], [0, 0, 1])
+        Raises:
+            ReleaseError: a query restricts an attribute not in ``attributes``.
         """
-        return cls(
-            group=[name for part in parts for name in part.group],
-            query=_join([part.query for part in parts], np.int64),
-            label=[label for part in parts for label in part.label],
-            estimate=_join([part.estimate for part in parts], np.float64),
-            standard_error=_join([part.standard_error for part in parts], np.float64),
-            exact_standard_error=_join([part.exact_standard_error for part in parts], bool),
-        )
-
-    def to_table(self) -> pa.Table:
-        """The columns as a pyarrow table with :data:`ANSWERS_SCHEMA`."""
-        arrays = [
-            pa.array([str(name) for name in self.group], pa.string()),
-            pa.array(np.asarray(self.query, dtype=np.int64)),
-            pa.array([str(label) for label in self.label], pa.string()),
-            pa.array(np.asarray(self.estimate, dtype=np.float64)),
-            pa.array(np.asarray(self.standard_error, dtype=np.float64)),
-            pa.array(np.asarray(self.exact_standard_error, dtype=bool)),
-        ]
-        return pa.Table.from_arrays(arrays, schema=ANSWERS_SCHEMA)
-
-
-def write_answers(path: str | os.PathLike[str], rows: AnswerColumns) -> None:
-    """Write ``answers.parquet``."""
-    pq.write_table(rows.to_table(), Path(path))
+        schema, start = answers_schema(attributes), 0
+        for rows in self.queries.rows(limit):
+            unknown = sorted(set(rows.texts) - set(attributes))
+            if unknown:
+                raise ReleaseError(
+                    f"the queries of group {self.group!r} restrict {unknown[0]!r}, which is "
+                    "not among the answers' attributes"
+                )
+            stop = start + len(rows)
+            count = stop - start
+            no_text, no_code = pa.nulls(count, pa.string()), pa.nulls(count, pa.int64())
+            columns = [
+                pa.repeat(pa.scalar(self.group, pa.string()), count),
+                pa.array(np.arange(start, stop, dtype=np.int64)),
+                rows.labels,
+                pa.array(self.estimate[start:stop]),
+                pa.array(self.standard_error[start:stop]),
+                pa.array(self.exact_standard_error[start:stop]),
+            ]
+            for name in attributes:
+                columns += [rows.texts.get(name, no_text), rows.codes.get(name, no_code)]
+            yield pa.RecordBatch.from_arrays(columns, schema=schema)
+            start = stop
 
 
-def read_answers(path: str | os.PathLike[str]) -> pa.Table:
-    """Read ``answers.parquet``, checking its columns and their types.
+def write_answers(
+    path: str | os.PathLike[str], groups: Sequence[AnswerColumns], attributes: Sequence[str] = ()
+) -> None:
+    """Write ``answers.parquet``: the rows of every group, in order, with a text and a code
+    column per attribute of ``attributes`` (the domain's, in order).
+
+    The rows are built and written a row group at a time, so a release of 10⁷ queries never
+    holds all their labels at once.
+
+    Raises:
+        ReleaseError: a group's queries restrict an attribute not in ``attributes``.
+    """
+    with pq.ParquetWriter(Path(path), answers_schema(attributes)) as writer:
+        pending: list[pa.RecordBatch] = []
+        for group in groups:
+            for batch in group.batches(attributes, ROWS_AT_ONCE):
+                pending.append(batch)
+                if sum(len(b) for b in pending) >= ROWS_AT_ONCE:
+                    writer.write_table(pa.Table.from_batches(pending))
+                    pending = []
+        if pending:
+            writer.write_table(pa.Table.from_batches(pending))
+
+
+def read_answers(path: str | os.PathLike[str], columns: Sequence[str] | None = None) -> pa.Table:
+    """Read ``answers.parquet`` (only ``columns``, when given), checking the fixed columns
+    read and their types, and the types of any per-attribute columns read.
 
     Raises:
         ReleaseError: The file is missing, is not Parquet, or lacks a column.
     """
-    return _read(Path(path), ANSWERS_SCHEMA, "answers")
+    path = Path(path)
+    table = _read(path, ANSWERS_SCHEMA, "answers", columns)
+    for field in table.schema:
+        for prefix, kind in ((ATTRIBUTE_COLUMN, pa.string()), (CODE_COLUMN, pa.int64())):
+            if field.name.startswith(prefix) and field.type != kind:
+                raise ReleaseError(
+                    f"column {field.name!r} of {path} has type {field.type}, expected {kind}"
+                )
+    return table
 
 
 def write_histogram(path: str | os.PathLike[str], estimate: np.ndarray) -> None:
@@ -230,20 +307,20 @@ def read_measurements(path: str | os.PathLike[str]) -> MeasurementRecord:
         ) from None
 
 
-def _join(arrays: list[np.ndarray], dtype: type) -> np.ndarray:
-    if not arrays:
-        return np.zeros(0, dtype=dtype)
-    return np.concatenate([np.asarray(array, dtype=dtype).reshape(-1) for array in arrays])
-
-
-def _read(path: Path, schema: pa.Schema, what: str) -> pa.Table:
+def _read(
+    path: Path, schema: pa.Schema, what: str, columns: Sequence[str] | None = None
+) -> pa.Table:
     if not path.is_file():
         raise ReleaseError(f"the {what} table {path} does not exist")
     try:
-        table = pq.read_table(path)
+        present = pq.read_schema(path).names
+        wanted = None if columns is None else [name for name in columns if name in present]
+        table = pq.read_table(path, columns=wanted)
     except (pa.ArrowException, OSError) as error:
         raise ReleaseError(f"{path} is not a readable Parquet file ({error})") from None
     for field in schema:
+        if columns is not None and field.name not in columns:
+            continue
         if field.name not in table.column_names:
             raise ReleaseError(f"the {what} table {path} has no column {field.name!r}")
         actual = table.schema.field(field.name).type

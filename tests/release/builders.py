@@ -29,7 +29,7 @@ class Built:
     folder: Path
     manifest: dict[str, object]
     record: MeasurementRecord
-    answers: AnswerColumns
+    answers: list[AnswerColumns]
     reservation_id: str
 
 
@@ -106,7 +106,7 @@ def build_release(
                 "exact": True,
             }
         )
-    answers = AnswerColumns.concat(parts)
+    answers = parts
     exact = analyze_strategy(A)
     manifest = {
         "format": "dpmm-release/1",

@@ -67,13 +67,13 @@ def test_diff_reports_fields_and_group_deltas(releases):
     assert [group.name for group in diff.groups] == ["cells"]
     assert diff.only_a == ("by_second",) and diff.only_b == ()
     cells = diff.groups[0]
-    a = first.answers.estimate[:16]
-    b = second.answers.estimate[:16]
+    a = first.answers[0].estimate[:16]
+    b = second.answers[0].estimate[:16]
     assert cells.queries_a == cells.queries_b == 16
     assert cells.mean_abs_delta == pytest.approx(np.mean(np.abs(a - b)), rel=1e-12)
     assert cells.max_abs_delta == pytest.approx(np.max(np.abs(a - b)), rel=1e-12)
     assert cells.mean_abs_delta > 0
-    assert cells.mean_standard_error_a == pytest.approx(first.answers.standard_error[:16].mean())
+    assert cells.mean_standard_error_a == pytest.approx(first.answers[0].standard_error[:16].mean())
     # Half the ε doubles the Laplace scale, hence (up to the discrete noise's 0.1 %, at
     # scales 8 and 16) every standard error.
     assert cells.mean_standard_error_b == pytest.approx(2 * cells.mean_standard_error_a, rel=1e-3)

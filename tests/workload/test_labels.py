@@ -13,7 +13,7 @@ from dpmm.domain import Domain
 from dpmm.errors import DpmmError
 from dpmm.workload import census_domain, from_config
 from dpmm.workload.config import WorkloadGroup
-from dpmm.workload.labels import query_labels
+from dpmm.workload.labels import query_labels, query_parts
 
 DOMAIN = Domain.from_dict(
     [
@@ -191,3 +191,68 @@ def test_a_million_labels_in_seconds() -> None:
     assert len(labels) == 10**6
     assert labels[123456] == "a=12,b=34,c=[56, 57)"
     assert elapsed < 10.0
+
+
+def _parts_of(domain: Domain, label: str) -> dict[str, tuple[str, str]]:
+    """Each attribute a label restricts: its operator and text, as the label shows them."""
+    label = label.split(": ", 1)[-1]
+    if label == "total":
+        return {}
+    names = "|".join(map(re.escape, domain.attributes))
+    found = {}
+    for part in re.split(rf",(?=(?:sum\()?(?:{names})(?:=|<| in | not in ))", label):
+        part = part.removeprefix("sum(").removesuffix(")") if part.startswith("sum(") else part
+        match = re.fullmatch(rf"({names})(=|<=|<| in | not in )(.+)", part)
+        assert match, f"unreadable part {part!r} of {label!r}"
+        found[match[1]] = (match[2], match[3])
+    return found
+
+
+def _expected_column(domain: Domain, name: str, op: str, text: str) -> tuple[str, int | None]:
+    """The text and code an attribute's columns hold for a part ``name{op}{text}``."""
+    if op != "=":
+        return (f"{op.strip()} {text}" if op.startswith(" ") else f"{op}{text}"), None
+    codes = _codes_of(domain, name, "=", re.sub(r" \(\w+\[\d+\]\)$", "", text))
+    return text, (min(codes) if len(codes) == 1 else None)
+
+
+def _check_parts(group: WorkloadGroup, domain: Domain) -> int:
+    """Every row's per-attribute texts and codes are what its label says; returns the rows."""
+    names = domain.attributes
+    labels, columns = [], {name: [] for name in names}
+    for rows in query_parts(group, domain).rows(limit=7):  # runs cut blocks anywhere
+        labels += rows.labels.to_pylist()
+        for name in names:
+            if name in rows.texts:
+                texts, codes = rows.texts[name].to_pylist(), rows.codes[name].to_pylist()
+                pairs = zip(texts, codes, strict=True)
+                columns[name] += list(pairs)
+            else:
+                columns[name] += [(None, None)] * len(rows)
+    assert labels == query_labels(group, domain)
+    for row, label in enumerate(labels):
+        restricted = _parts_of(domain, label)
+        for name in names:
+            expected = (None, None)
+            if name in restricted:
+                expected = _expected_column(domain, name, *restricted[name])
+            assert columns[name][row] == expected, (label, name)
+    return len(labels)
+
+
+@pytest.mark.parametrize("index", range(len(ENTRIES)), ids=lambda i: ENTRIES[i]["kind"])
+def test_each_attribute_column_is_the_labels_part_and_code(index: int) -> None:
+    assert _check_parts(_groups()[index], DOMAIN) == _groups()[index].matrix.shape[0]
+
+
+def test_census_attribute_columns_are_the_labels_parts_and_codes() -> None:
+    domain = census_domain()
+    (group,) = from_config([{"kind": "census_sf1"}], domain)
+    assert _check_parts(group, domain) == 4151
+
+
+def test_a_group_of_another_kind_is_numbered_and_restricts_nothing() -> None:
+    group = WorkloadGroup("custom", "custom", _groups()[0].matrix, {})
+    (rows,) = query_parts(group, DOMAIN).rows()
+    assert rows.labels.to_pylist()[:2] == ["query 0", "query 1"]
+    assert rows.texts == {} and rows.codes == {}
