@@ -33,10 +33,9 @@ from dpmm.release import (
     format_listing,
     format_release,
     list_releases,
-    load_manifest,
     show_release,
 )
-from dpmm.release.catalog import budget_text, shorten, text_table
+from dpmm.release.catalog import budget_text, text_table
 
 __all__ = ["add_release_commands", "error_summary"]
 
@@ -49,24 +48,9 @@ DEMO_RELEASES = 10
 
 
 def error_summary(release_dir: Path) -> str:
-    """The release's strategy and solver, then its expected error per query group (a table)."""
-    manifest = load_manifest(release_dir)
-    strategy = manifest["strategy"]
-    header = (
-        f"strategy: {strategy['selected']} ({shorten(strategy['description'], 80)}), chosen by "
-        f"'{strategy['method']}'\nreconstruction: {manifest['reconstruction']['method']}\n\n"
-    )
-    rows = [("group", "queries", "expected RMSE", "mean std. error")]
-    for group in manifest["error"]["groups"]:
-        rows.append(
-            (
-                group["name"],
-                f"{group['queries']:,}",
-                f"{group['expected_rmse']:,.2f}",
-                f"{group['mean_standard_error']:,.2f}",
-            )
-        )
-    return header + "\n".join(text_table(rows, underline=True)) + "\n"
+    """What ``dpmm releases show`` prints of the version: its spend, strategy, solver, any
+    private threshold θ, and its expected error per query group (a table)."""
+    return format_release(show_release(release_dir)) + "\n"
 
 
 def _not_a_failure_report(record: logging.LogRecord) -> bool:
@@ -156,12 +140,12 @@ def _demo(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _list(args: argparse.Namespace, out: TextIO) -> int:
-    out.write(format_listing(list_releases(args.root)))
+    out.write(format_listing(list_releases(args.root)) + "\n")
     return 0
 
 
 def _show(args: argparse.Namespace, out: TextIO) -> int:
-    out.write(format_release(show_release(args.release)))
+    out.write(format_release(show_release(args.release)) + "\n")
     return 0
 
 

@@ -43,6 +43,7 @@ from dpmm.pipeline import (
 from dpmm.pipeline.threshold_stage import COUNT_STAGE
 from dpmm.privacy.ledger_schema import decimal_text
 from dpmm.privacy.params import PureDP
+from dpmm.release.spend import spend_of
 from dpmm.terminal_progress import terminal_bar
 from flows.cluster import DaskCluster
 from flows.crashed_runs import mark_crashed_runs
@@ -182,16 +183,15 @@ def _artifacts(config: ReleaseConfig, result: ReleaseResult, dashboard: str | No
     )
     with open_ledger(config) as ledger:
         balance = ledger.balance(config.ledger.dataset)
-    privacy = config.privacy
-    this_release = privacy.epsilon if isinstance(privacy, PureDP) else privacy.rho
+    spend = spend_of(result.manifest)  # nothing for post-processing, θ shares included
     budget = [
         _budget_row("granted", balance.granted),
-        _budget_row("this release", this_release),
+        _budget_row("this release", spend.amount if spend else Fraction(0)),
         _budget_row("reserved", balance.reserved),
         _budget_row("spent", balance.spent),
         _budget_row("remaining", balance.remaining),
     ]
-    symbol = "ε" if isinstance(privacy, PureDP) else "ρ"
+    symbol = "ε" if isinstance(config.privacy, PureDP) else "ρ"
     create_table_artifact(
         budget,
         key=f"dpmm-budget-{config.ledger.dataset}".lower(),

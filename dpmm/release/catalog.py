@@ -19,12 +19,14 @@ import json
 import os
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
-from dpmm.privacy.params import budget_text
+from dpmm.privacy.params import amount_text, budget_text
 from dpmm.release.errors import ReleaseError
+from dpmm.release.spend import Spend, spend_of
 from dpmm.release.tables import read_answers
 from dpmm.release.writer import MANIFEST_FORMAT, MANIFEST_NAME, release_versions
 
@@ -71,16 +73,37 @@ class GroupError:
 
 @dataclass(frozen=True)
 class ReleaseSummary:
-    """What ``dpmm releases list`` shows of one version; ``errors`` only from show_release."""
+    """What ``dpmm releases list`` shows of one version; ``errors`` only from show_release.
+
+    ``method`` is the strategy method chosen (the config's, unless it asked for ``auto``,
+    which is ``requested``), ``reconstruction`` the solver that ran, ``spend`` what the
+    version spent (zero for post-processing) and ``thresholds`` one line per private
+    truncation threshold θ.
+    """
 
     name: str
     version: int
     path: Path
     created: str
-    budget: str
     method: str
     queries: int
     errors: tuple[GroupError, ...] = ()
+    spend: Spend | None = None
+    requested: str = ""
+    description: str = ""
+    reconstruction: str = "?"
+    thresholds: tuple[str, ...] = ()
+
+    @property
+    def budget(self) -> str:
+        """What the version spent, as text (``"ε = 1"``; ``"ε = 0"`` for post-processing)."""
+        return "?" if self.spend is None else self.spend.text()
+
+    @property
+    def strategy(self) -> str:
+        """The method chosen, and the one asked for when they differ: ``hdmm_kron (auto)``."""
+        asked = self.requested not in ("", self.method)
+        return f"{self.method} ({self.requested})" if asked else self.method
 
 
 @dataclass(frozen=True)
@@ -281,23 +304,47 @@ def shorten(text: str, limit: int) -> str:
 
 
 def format_listing(summaries: list[ReleaseSummary]) -> str:
-    """A plain-text table of releases, one line per version."""
+    """A plain-text table of releases, one line per version, and what they spent in all
+    (post-processing versions spent nothing)."""
     if not summaries:
         return "no releases"
-    rows = [("release", "version", "created", "budget", "strategy", "queries")]
+    rows = [("release", "version", "created", "spent", "strategy", "reconstruction", "queries")]
     rows += [
-        (s.name, f"v{s.version:04d}", s.created, s.budget, s.method, str(s.queries))
+        (
+            s.name,
+            f"v{s.version:04d}",
+            s.created,
+            s.budget + (" (re-run)" if s.spend and s.spend.reused_from else ""),
+            s.strategy,
+            s.reconstruction,
+            str(s.queries),
+        )
         for s in summaries
     ]
-    return "\n".join(text_table(rows))
+    totals: dict[tuple[str, str], Fraction] = {}
+    for spend in (s.spend for s in summaries if s.spend is not None):
+        key = (spend.dataset, spend.kind)
+        totals[key] = totals.get(key, Fraction(0)) + spend.amount
+    spent = "; ".join(
+        f"{amount_text(kind, amount)} of dataset {dataset!r}"
+        for (dataset, kind), amount in sorted(totals.items())
+    )
+    return "\n".join([*text_table(rows), "", f"spent in all: {spent or '?'}"])
 
 
 def format_release(summary: ReleaseSummary) -> str:
-    """A version's summary and its error table, for ``dpmm releases show``."""
+    """A version's summary and its error table, for ``dpmm releases show``: what it spent
+    (in all, and on what), its strategy and solver, any private threshold θ."""
+    spend = summary.spend
+    spent = "?" if spend is None else f"{spend.text()} of dataset {spend.dataset!r}"
+    chosen = f", chosen by {summary.requested!r}" if summary.strategy != summary.method else ""
     lines = [
         f"{summary.name} v{summary.version:04d}  ({summary.path})",
-        f"created {summary.created}; budget {summary.budget}; strategy {summary.method}; "
-        f"{summary.queries} queries",
+        f"created {summary.created}; {summary.queries} queries",
+        f"spent: {spent}" + (f" ({spend.detail()})" if spend and spend.detail() else ""),
+        f"strategy: {summary.method}{chosen}: {shorten(summary.description or '?', 200)}",
+        f"reconstruction: {summary.reconstruction}",
+        *(f"threshold: {line}" for line in summary.thresholds),
     ]
     if summary.errors:
         rows = [("group", "queries", "expected RMSE", "mean std. error", "exact")]
@@ -349,15 +396,35 @@ def _summary(folder: Path, manifest: dict[str, object]) -> ReleaseSummary:
     groups = _get(manifest, "workload", "groups") or []
     queries = sum(int(group.get("queries", 0)) for group in groups if isinstance(group, dict))
     version = manifest.get("version")
+    requested = str(_get(manifest, "strategy", "method") or "")
     return ReleaseSummary(
         name=str(manifest.get("name", folder.parent.name)),
         version=version if isinstance(version, int) else _folder_version(folder),
         path=folder,
         created=str(manifest.get("created", "?")),
-        budget=budget_text(_get(manifest, "privacy", "budget")),
-        method=str(_get(manifest, "strategy", "method") or "?"),
+        method=str(_get(manifest, "strategy", "selected") or requested or "?"),
         queries=queries,
+        spend=spend_of(manifest),
+        requested=requested,
+        description=str(_get(manifest, "strategy", "description") or ""),
+        reconstruction=str(_get(manifest, "reconstruction", "method") or "?"),
+        thresholds=tuple(_threshold(g) for g in _get(manifest, "thresholds", "groups") or []),
     )
+
+
+def _threshold(entry: object) -> str:
+    """One private threshold θ: ``θ = 60 for group sums, chosen from the data by svt``."""
+    if not isinstance(entry, dict):
+        return "?"
+    theta, method = entry.get("threshold"), entry.get("method")
+    if isinstance(theta, int | float) and float(theta).is_integer():
+        theta = int(theta)
+    how = (
+        f"chosen from the data by {method}"
+        if entry.get("found")
+        else f"{method} chose none below it, the top bucket weight (no truncation)"
+    )
+    return f"θ = {theta} for group {entry.get('group')}, {how}"
 
 
 def _folder_version(folder: Path) -> int:

@@ -74,9 +74,15 @@ def test_rerun_post_processing_and_a_tampered_file(demo: tuple[Path, str], capsy
     assert main(["releases", "list", str(folder / "releases")]) == 0
     listing = capsys.readouterr().out
     assert "demo-census" in listing and "v0003" in listing
+    # Two measurements spent ρ = 1/2 each; the post-processing version spent nothing.
+    assert [line.split()[1] for line in listing.splitlines() if "ρ = 0 (re-run)" in line] == [
+        "v0003"
+    ]
+    assert "spent in all: ρ = 1 of dataset 'demo-census'" in listing
     assert main(["releases", "diff", str(first), str(second)]) == 0
     assert main(["releases", "show", str(third)]) == 0
-    capsys.readouterr()
+    shown = capsys.readouterr().out
+    assert "spent: ρ = 0 of dataset 'demo-census' (post-processing of the measurement of" in shown
 
     # One flipped byte: the audit fails and says which file.
     answers = second / "answers.parquet"

@@ -21,7 +21,7 @@ from dpmm.measure.exact import analyze_strategy
 from dpmm.pipeline import run_release
 from dpmm.pipeline.threshold_stage import COUNT_STAGE, THRESHOLD_STAGE
 from dpmm.privacy.params import PureDP
-from dpmm.release import audit_release
+from dpmm.release import audit_release, format_listing, format_release, list_releases, show_release
 from dpmm.workload import from_config
 from tests.pipeline.conftest import history, kinds, remaining, run_folders, versions, write_config
 
@@ -291,3 +291,34 @@ def test_post_processing_again_reuses_theta_and_spends_nothing(tmp_path, people)
     spec = again.manifest["workload"]["groups"][0]["spec"]
     assert spec["truncation"]["threshold"] == first.manifest["thresholds"]["groups"][0]["threshold"]
     assert audit_release(again.path).ok
+
+
+def test_show_and_list_give_the_whole_spend_theta_and_nothing_for_post_processing(
+    tmp_path, people
+) -> None:
+    from dpmm.pipeline import rerun_post_processing
+
+    config = _config(tmp_path, people)
+    first = run_release(config, rng=np.random.default_rng(14))
+    again = rerun_post_processing(config, first.path)
+    shown = show_release(first.path)
+    assert (shown.spend.amount, shown.budget) == (1, "ε = 1")  # not the measurement's 9/10
+    assert shown.spend.parts == (
+        ("threshold of sums", Fraction(1, 10)),
+        ("measurement", Fraction(9, 10)),
+    )
+    theta = first.manifest["thresholds"]["groups"][0]["threshold"]
+    text = format_release(shown)
+    assert "spent: ε = 1 of dataset 'adult' (threshold of sums ε = 1/10, measurement ε = 9/10)" in (
+        text
+    )
+    assert f"threshold: θ = {theta:g} for group sums, chosen from the data by svt" in text
+    assert "strategy: hierarchical: " in text and "reconstruction: least_squares" in text
+    rerun = show_release(again.path)
+    assert (rerun.spend.amount, rerun.budget, rerun.spend.parts) == (0, "ε = 0", ())
+    assert "no noise drawn" in format_release(rerun) and f"θ = {theta:g}" in format_release(rerun)
+    listing = format_listing(list_releases(config.release.root))
+    assert "ε = 0 (re-run)" in listing
+    # What the versions spent in all is what the ledger spent.
+    assert listing.endswith("spent in all: ε = 1 of dataset 'adult'")
+    assert 10 - remaining(config) == 1

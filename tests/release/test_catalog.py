@@ -42,8 +42,14 @@ def test_listing_is_sorted_and_ignores_temporary_folders(releases):
     assert summaries[1].budget == "ε = 1/2" and summaries[2].budget == "ε = 1/4"
     assert summaries[1].queries == 18 and summaries[2].queries == 16
     assert summaries[1].method == "hierarchical"
+    assert summaries[1].reconstruction == "least_squares"
     text = format_listing(summaries)
     assert "survey" in text and "v0002" in text and "ε = 1/4" in text and ".tmp" not in text
+    assert text.splitlines()[0].split() == [
+        "release", "version", "created", "spent", "strategy", "reconstruction", "queries"
+    ]  # fmt: skip
+    # Three versions that each drew noise, all charged to the one dataset.
+    assert text.endswith("spent in all: ε = 5/4 of dataset 'survey'")
 
 
 def test_show_release_has_the_error_table(releases):
@@ -55,6 +61,28 @@ def test_show_release_has_the_error_table(releases):
     assert summary.errors[1].queries == 2
     text = format_release(summary)
     assert "by_second" in text and f"{expected[0]['expected_rmse']:.4g}" in text
+    lines = text.splitlines()
+    assert lines[2] == "spent: ε = 1/2 of dataset 'survey' (measurement ε = 1/2)"
+    assert lines[3] == f"strategy: hierarchical: {first.manifest['strategy']['description']}"
+    assert lines[4] == "reconstruction: least_squares"
+
+
+def test_a_manifest_of_another_kind_shows_what_it_says(tmp_path, releases):
+    """The method asked for and the one chosen, and an unreadable budget as '?'."""
+    _, first, _, _ = releases
+    manifest = load_manifest(first.folder)
+    manifest["strategy"] |= {"method": "auto", "selected": "hdmm_kron"}
+    manifest["privacy"]["budget"] = {"kind": "other"}
+    folder = tmp_path / "odd" / "v0001"
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    summary = show_release(folder)
+    assert (summary.method, summary.strategy, summary.budget) == (
+        "hdmm_kron",
+        "hdmm_kron (auto)",
+        "?",
+    )
+    assert "strategy: hdmm_kron, chosen by 'auto': " in format_release(summary)
 
 
 def test_diff_reports_fields_and_group_deltas(releases):
