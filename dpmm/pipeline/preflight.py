@@ -37,10 +37,11 @@ from dpmm.pipeline.strategy_stage import ChosenStrategy
 
 __all__ = ["Footprint", "Preflight", "footprint", "preflight"]
 
-#: Bytes a release holds per published answer: its label as a Python string, the
-#: estimate, the standard error and the variance temporaries, and the Arrow copy written
-#: (every range of 4,096 bins, 8.4·10⁶ answers, peaked at 2.6 GB: about 310 bytes each).
-ANSWER_BYTES = 320
+#: Bytes a release holds per published answer: the estimate, the standard error and the
+#: variance temporaries, and the descriptions of the row group being written (a release of
+#: every range of 4,096 bins, 8.4·10⁶ answers, peaked at 1.6 GB, about 190 bytes each; of
+#: Adult's 364 three-way tables, 2.1·10⁷ answers, at 1.7 GB).
+ANSWER_BYTES = 200
 #: Bytes per measured row: the int64 answers, the record read back, the scaled floats.
 MEASUREMENT_BYTES = 32
 #: Bytes per counted cell of the vector: int64 counts and the solver's float vectors.
