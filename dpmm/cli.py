@@ -182,11 +182,12 @@ def _release_lines(report: PlanReport) -> list[str]:
 
 
 def _candidate_lines(report: PlanReport) -> list[str]:
-    """The candidates `auto` tried: exact expected RMSE and time of each, or why it was skipped."""
+    """The candidates `auto` tried: the expected RMSE it ranked them by and the time of
+    each, or why it was skipped."""
     if len(report.candidates) < 2:
         return []
     queries = report.total.queries
-    rows = [["candidate", "expected RMSE", "seconds", "strategy or reason skipped"]]
+    rows = [["candidate", "selection RMSE", "seconds", "strategy or reason skipped"]]
     for candidate in report.candidates:
         rmse = None if candidate.error is None else (candidate.error / queries) ** 0.5
         chosen = " (chosen)" if candidate.method == report.chosen_method else ""
@@ -198,6 +199,10 @@ def _candidate_lines(report: PlanReport) -> list[str]:
         "",
         f"candidates tried by '{report.method}':",
         *text_table(rows, right=(1, 2), underline=True),
+        "",
+        "Selection RMSE is what the candidates were ranked by: each strategy as optimized, under",
+        "continuous noise. The expected RMSE above is the chosen one as measured (quantized, with",
+        "the discrete noise a release draws): the figure its releases state.",
     ]
 
 

@@ -71,6 +71,7 @@ from dpmm.pipeline.strategy_stage import (
 )
 from dpmm.privacy import ZCDP, PureDP
 from dpmm.release.catalog import shorten
+from dpmm.release.manifest import EXPECTED_ERROR_BASIS
 from dpmm.strategy import Candidate
 from dpmm.strategy.selection import Progress
 from dpmm.workload import WorkloadGroup, stack
@@ -187,8 +188,9 @@ class PlanReport:
 
     @property
     def strategy_repr(self) -> str:
-        """The strategy matrix's description, e.g. ``Hierarchical(64, b=8)``."""
-        return repr(self.strategy)
+        """The strategy's description, e.g. ``Hierarchical(64, b=8)``: as selected, before
+        its quantization, the one every release of this plan records."""
+        return self.decision.description if self.decision else repr(self.strategy)
 
     @property
     def seconds(self) -> float:
@@ -218,6 +220,7 @@ class PlanReport:
             "strategy_digest": self.strategy_digest,
             "quantization_scale": self.quantization_scale,
             "strategy_seconds": self.strategy_seconds,
+            "expected_error_basis": EXPECTED_ERROR_BASIS,
             "counting": self.counting or None,
             "reconstruction": self.reconstruction or None,
             **(self.footprint.to_dict() if self.footprint else {}),
@@ -343,7 +346,8 @@ def _plan(config: ReleaseConfig, progress: Progress | None) -> PlanReport:
     except MeasurementError:
         identity = None
     strategy_seconds = time.perf_counter() - started
-    logger.info("%s: strategy %s selected in %.2f s", name, shorten(repr(A), 120), strategy_seconds)
+    described = shorten(chosen.description, 120)
+    logger.info("%s: strategy %s selected in %.2f s", name, described, strategy_seconds)
     reports = tuple(
         _group_report(group, privacy, identity, error)
         for group, error in zip(config.workload, errors, strict=True)

@@ -165,7 +165,7 @@ def test_to_dict_is_json_with_the_required_keys(tmp_path: Path) -> None:
     report = plan(config)
     data = json.loads(json.dumps(report.to_dict(), allow_nan=False))
     assert_plan_keys(data)
-    assert data["strategy"] == repr(report.strategy)
+    assert data["strategy"] == report.decision.description == report.strategy_repr
     assert data["method"] == "auto"
     assert data["privacy"] == {"kind": "zcdp", "rho": "2"}
     assert data["config_sha256"] == config.sha256

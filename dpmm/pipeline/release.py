@@ -36,6 +36,7 @@ from dpmm.config import ReleaseConfig
 from dpmm.errors import ConfigError
 from dpmm.linalg.serialize import load_matrix
 from dpmm.measure import measure
+from dpmm.measure.exact import analyze_strategy
 from dpmm.measure.quantize import QuantizedStrategy
 from dpmm.measure.record import MeasurementRecord, load_measurement, record_path
 from dpmm.pipeline.ingest_stage import Counts, check_countable, count_input, counting_plan
@@ -54,7 +55,7 @@ from dpmm.pipeline.threshold_stage import (
 )
 from dpmm.pipeline.write_stage import ReleaseInput, build_manifest, write_release
 from dpmm.privacy.ledger import Ledger
-from dpmm.release import load_manifest, read_measurements
+from dpmm.release import ReleaseError, load_manifest, read_measurements
 from dpmm.strategy.selection import Progress
 
 __all__ = ["MEASUREMENT_ID", "ReleaseResult", "Stage", "open_ledger", "run_release"]
@@ -307,8 +308,26 @@ def _measured(
         manifest["strategy"]["selected"],
         0.0,
         "release",
+        str(manifest["strategy"].get("description", "")),
     )
     return config, strategy, record, counting_plan(config, strategy)
+
+
+def _check_measured_strategy(
+    folder: Path, manifest: dict[str, Any], record: MeasurementRecord, strategy: ChosenStrategy
+) -> None:
+    """Refuse to post-process a measurement with any other strategy than the one it measured
+    (and that the manifest describes): their fingerprints must agree.
+
+    Raises:
+        ReleaseError: the strategy file is not the measured strategy.
+    """
+    fingerprint = analyze_strategy(strategy.quantized.integer).fingerprint()
+    if not fingerprint == manifest["strategy"]["fingerprint"] == record.strategy_fingerprint:
+        raise ReleaseError(
+            f"{folder}: {manifest['strategy']['file']} is not the strategy its manifest "
+            "describes and its measurement was made with (their fingerprints differ)"
+        )
 
 
 def recompute_answers(config: ReleaseConfig, release_dir: str | Path) -> Reconstruction:
@@ -325,11 +344,17 @@ def rerun_post_processing(
     """A new version from an earlier version's measurement: no data read, no budget spent.
 
     The config may change the workload and reconstruction; the domain must be the same.
+    The new version describes its strategy as the earlier one recorded it.
+
+    Raises:
+        ConfigError: the config's domain is not the version's.
+        ReleaseError: the version's strategy file is not the strategy it measured.
     """
     folder = Path(release_dir)
     manifest = load_manifest(folder)
     thresholds = manifest.get("thresholds")
     config, strategy, record, plan = _measured(config, folder, manifest)
+    _check_measured_strategy(folder, manifest, record, strategy)
     with Ledger.open(manifest["ledger"]["location"]) as ledger:  # it holds the reservation
         path, reconstruction, written = _post_process(
             config,

@@ -68,6 +68,11 @@ class ChosenStrategy:
         selected: The candidate that was chosen (the method itself unless ``auto``).
         seconds: Selection time (0 for a cached or resumed strategy).
         source: ``selected``, ``plan``, ``run`` or ``release``.
+        description: The strategy as selected, before its quantization (the candidate's
+            repr, ``PIdentity(n=256, p=16, norm=1) ⊗ …``): recorded when it is selected and
+            kept with it wherever it is stored, so the plan, every release and every
+            re-run of it describe it alike (a quantized matrix read back from its file is
+            often just ``Dense(272×256) ⊗ …``).
     """
 
     quantized: QuantizedStrategy
@@ -75,6 +80,7 @@ class ChosenStrategy:
     selected: str
     seconds: float
     source: str
+    description: str
 
 
 def _load(
@@ -88,7 +94,11 @@ def _load(
         integer = load_matrix(matrix_file)
         facts = json.loads(facts_file.read_text())
         quantized = QuantizedStrategy(integer, facts["quantization_scale"])
-        chosen = ChosenStrategy(quantized, config.strategy_method, facts["selected"], 0.0, source)
+        # Decisions stored before descriptions were kept describe their quantized matrix.
+        description = facts.get("description") or repr(quantized.matrix)
+        chosen = ChosenStrategy(
+            quantized, config.strategy_method, facts["selected"], 0.0, source, description
+        )
     except (SerializationError, MeasurementError, ValueError, KeyError, TypeError, OSError):
         return None  # a damaged (or older) entry is selected again, never trusted
     return chosen, facts
@@ -101,6 +111,7 @@ def _store(folder: Path, stem: str, chosen: ChosenStrategy, **facts: Any) -> Non
         "selected": chosen.selected,
         "seconds": chosen.seconds,
         "quantization_scale": chosen.quantized.scale,
+        "description": chosen.description,
     }
     atomic_write(folder / f"{stem}.json", [json.dumps(facts, sort_keys=True).encode()])
 
@@ -199,7 +210,9 @@ def _select_releasable(
             f"best one {why}"
         )
     seconds = time.perf_counter() - started
-    chosen = ChosenStrategy(quantized, method, best.method, seconds, "selected")
+    chosen = ChosenStrategy(
+        quantized, method, best.method, seconds, "selected", repr(best.strategy)
+    )
     candidates = tuple(
         replace(c, skipped=reasons[id(c)]) if id(c) in reasons else c for c in selection.candidates
     )

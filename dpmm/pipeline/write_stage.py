@@ -26,7 +26,7 @@ from dpmm.pipeline.strategy_stage import ChosenStrategy
 from dpmm.privacy.ledger import Entry, Ledger
 from dpmm.release import AnswerColumns, write_answers, write_histogram, write_measurements
 from dpmm.release import write_release as write_version
-from dpmm.release.manifest import measurement_sections
+from dpmm.release.manifest import EXPECTED_ERROR_BASIS, measurement_sections
 from dpmm.workload.labels import query_parts
 
 __all__ = ["HISTOGRAM_LIMIT", "ReleaseInput", "build_manifest", "write_release"]
@@ -87,7 +87,7 @@ def build_manifest(
         "strategy": {
             "method": strategy.method,
             "selected": strategy.selected,
-            "description": repr(strategy.quantized.matrix)[:2000],
+            "description": strategy.description[:2000],
             "file": "strategy.npz",
             "digest": matrix_digest(integer),
             "fingerprint": record.strategy_fingerprint,
@@ -109,6 +109,7 @@ def build_manifest(
             "seconds": round(reconstruction.seconds, 3),
         },
         "error": {
+            "basis": EXPECTED_ERROR_BASIS,
             "groups": [
                 {
                     "name": g.name,
@@ -120,7 +121,7 @@ def build_manifest(
                     "exact": g.exact_errors,
                 }
                 for g in reconstruction.groups
-            ]
+            ],
         },
         "input": {"fingerprint": input_fingerprint, "partitions": partitions},
         "software": {

@@ -93,6 +93,7 @@ class ReleaseSummary:
     description: str = ""
     reconstruction: str = "?"
     thresholds: tuple[str, ...] = ()
+    quantization_scale: int = 1
 
     @property
     def budget(self) -> str:
@@ -338,11 +339,13 @@ def format_release(summary: ReleaseSummary) -> str:
     spend = summary.spend
     spent = "?" if spend is None else f"{spend.text()} of dataset {spend.dataset!r}"
     chosen = f", chosen by {summary.requested!r}" if summary.strategy != summary.method else ""
+    scale = summary.quantization_scale
+    grid = f", measured on a grid of 1/{scale}" if scale > 1 else ""
     lines = [
         f"{summary.name} v{summary.version:04d}  ({summary.path})",
         f"created {summary.created}; {summary.queries} queries",
         f"spent: {spent}" + (f" ({spend.detail()})" if spend and spend.detail() else ""),
-        f"strategy: {summary.method}{chosen}: {shorten(summary.description or '?', 200)}",
+        f"strategy: {summary.method}{chosen}: {shorten(summary.description or '?', 200)}{grid}",
         f"reconstruction: {summary.reconstruction}",
         *(f"threshold: {line}" for line in summary.thresholds),
     ]
@@ -409,6 +412,7 @@ def _summary(folder: Path, manifest: dict[str, object]) -> ReleaseSummary:
         description=str(_get(manifest, "strategy", "description") or ""),
         reconstruction=str(_get(manifest, "reconstruction", "method") or "?"),
         thresholds=tuple(_threshold(g) for g in _get(manifest, "thresholds", "groups") or []),
+        quantization_scale=int(_get(manifest, "strategy", "quantization_scale") or 1),
     )
 
 

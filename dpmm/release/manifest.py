@@ -26,9 +26,16 @@ from typing import Any
 
 from dpmm.measure.record import MeasurementRecord
 
-__all__ = ["MEASUREMENTS_FILE", "measurement_sections"]
+__all__ = ["EXPECTED_ERROR_BASIS", "MEASUREMENTS_FILE", "measurement_sections"]
 
 MEASUREMENTS_FILE = "measurements.parquet"
+#: What the expected errors of a manifest (``error.basis``) and of ``dpmm plan`` are: one
+#: figure per strategy, the same in the plan, the release and any re-run of its measurement.
+EXPECTED_ERROR_BASIS = (
+    "least-squares answers through the quantized strategy measured (A_q = B/D) under the "
+    "exact variance of the discrete noise drawn: each answer's variance is that variance "
+    "times diag(W (A_qᵀA_q)⁺ Wᵀ), a group's expected RMSE the root of their mean"
+)
 
 
 def measurement_sections(record: MeasurementRecord) -> dict[str, dict[str, Any]]:

@@ -6,6 +6,8 @@ same rule (one function), so it never promises a strategy the release then repla
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,9 +16,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from dpmm.config import ReleaseConfig
-from dpmm.pipeline import run_release
+from dpmm.linalg import Weighted
+from dpmm.linalg.serialize import load_matrix, save_matrix
+from dpmm.pipeline import rerun_post_processing, run_release
+from dpmm.pipeline.strategy_stage import plan_folder, planned_strategy
 from dpmm.plan import plan
 from dpmm.privacy.params import ZCDP, PureDP
+from dpmm.release import ReleaseError, show_release
 from tests.pipeline.conftest import write_config
 
 SIX = ", ".join(f"{a}: 10" for a in "abcdef")
@@ -72,3 +78,41 @@ def test_the_release_measures_the_plans_strategy_with_the_plans_errors(config) -
     released = {g["name"]: g["expected_rmse"] for g in result.manifest["error"]["groups"]}
     planned = {g.name: g.rmse for g in report.groups}
     assert released == pytest.approx(planned, rel=1e-9)
+    # One description and one expected error per strategy: the plan's, the release's and a
+    # re-run's of its measurement; the description is the strategy as selected.
+    rerun = rerun_post_processing(config, result.path)
+    chosen = next(c for c in report.candidates if c.method == report.chosen_method)
+    described = {report.strategy_repr, strategy["description"]}
+    assert described == {rerun.manifest["strategy"]["description"], repr(chosen.strategy)}
+    assert report.to_dict()["strategy"] == strategy["description"]
+    again = {g["name"]: g["expected_rmse"] for g in rerun.manifest["error"]["groups"]}
+    assert again == pytest.approx(planned, rel=1e-9)
+    basis = {result.manifest["error"]["basis"], rerun.manifest["error"]["basis"]}
+    assert basis == {report.to_dict()["expected_error_basis"]}
+    assert show_release(rerun.path).description == strategy["description"]
+
+
+def test_a_rerun_refuses_a_strategy_file_that_was_not_measured(tmp_path: Path) -> None:
+    body, budget = CASES["ranges-and-counts-pure"]
+    config = write_config(
+        tmp_path, f"name: swap\n{body}", data=_data(tmp_path / "data", {"a": 32, "b": 4}),
+        budget=budget,
+    )  # fmt: skip
+    first = run_release(config).path
+    copy = tmp_path / "copy" / "v0001"
+    shutil.copytree(first, copy)
+    integer = load_matrix(copy / "strategy.npz")
+    save_matrix(Weighted(2.0, integer), copy / "strategy.npz")
+    with pytest.raises(ReleaseError, match="fingerprints differ"):
+        rerun_post_processing(config, copy)
+
+
+def test_a_decision_kept_without_a_description_describes_its_matrix(config) -> None:
+    report = plan(config)
+    facts_file = plan_folder(config) / "decision.json"
+    facts = json.loads(facts_file.read_text())
+    assert facts["description"] == report.strategy_repr
+    del facts["description"]
+    facts_file.write_text(json.dumps(facts))
+    kept = planned_strategy(config)
+    assert kept is not None and kept.description == repr(kept.quantized.matrix)
