@@ -417,7 +417,7 @@ def _summary(folder: Path, manifest: dict[str, object]) -> ReleaseSummary:
 
 
 def _threshold(entry: object) -> str:
-    """One private threshold θ: ``θ = 60 for group sums, chosen from the data by svt``."""
+    """One private threshold θ: ``θ = 60 for group sums: chosen from the data by svt``."""
     if not isinstance(entry, dict):
         return "?"
     theta, method = entry.get("threshold"), entry.get("method")
@@ -426,9 +426,9 @@ def _threshold(entry: object) -> str:
     how = (
         f"chosen from the data by {method}"
         if entry.get("found")
-        else f"{method} chose none below it, the top bucket weight (no truncation)"
+        else f"the top bucket weight, as {method} chose none below it (no truncation)"
     )
-    return f"θ = {theta} for group {entry.get('group')}, {how}"
+    return f"θ = {theta} for group {entry.get('group')}: {how}"
 
 
 def _folder_version(folder: Path) -> int:

@@ -59,7 +59,7 @@ def test_the_flow_draws_the_threshold_once_and_the_release_audits(tmp_path: Path
     printed = capsys.readouterr().out
     assert "spent: ε = 1 of dataset 'sums' (threshold of sums ε = 1/10, measurement" in printed
     assert "strategy: hierarchical: " in printed and "reconstruction: least_squares" in printed
-    assert f"threshold: θ = {chosen['threshold']:g} for group sums, " in printed
+    assert f"threshold: θ = {chosen['threshold']:g} for group sums: " in printed
     assert chosen["budget"] == {"kind": "pure", "epsilon": "1/10"}
     assert 100 <= chosen["threshold"] <= 1000
     with Ledger.open(tmp_path / "budget.db") as ledger:

@@ -233,6 +233,9 @@ def test_no_svt_candidate_means_the_top_bucket_weight(tmp_path) -> None:
     assert spec["weights"] == [float(edge) for edge in BINS[1:]]
     assert kinds(config) == ["reserve", "reserve", "spend", "spend"]
     assert audit_release(result.path).ok
+    shown = format_release(show_release(result.path))
+    assert "θ = 1000 for group sums: the top bucket weight, as svt chose none below it" in shown
+    assert "spent: ε = 1 of dataset" in shown  # θ's share spent though none was found
 
 
 def test_bad_data_before_the_draw_cancels_everything(tmp_path) -> None:
@@ -312,7 +315,7 @@ def test_show_and_list_give_the_whole_spend_theta_and_nothing_for_post_processin
     assert "spent: ε = 1 of dataset 'adult' (threshold of sums ε = 1/10, measurement ε = 9/10)" in (
         text
     )
-    assert f"threshold: θ = {theta:g} for group sums, chosen from the data by svt" in text
+    assert f"threshold: θ = {theta:g} for group sums: chosen from the data by svt" in text
     assert "strategy: hierarchical: " in text and "reconstruction: least_squares" in text
     rerun = show_release(again.path)
     assert (rerun.spend.amount, rerun.budget, rerun.spend.parts) == (0, "ε = 0", ())
