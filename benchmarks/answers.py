@@ -8,7 +8,7 @@ selects for them. Each trial is one simulated release: exact discrete Laplace no
 for ``least_squares``, ``nnls`` and ``auto``, with the bootstrap of the release (100
 replicates). Plain NNLS (no total constraint) is shown for reference, by its error only.
 
-Data: DPBench HEPTH (dense) and NETTRACE (sparse), 4,096 bins aggregated to 1,024; Adult's
+Data: DPBench HEPTH (dense) and NETTRACE (sparse), 4,096 bins aggregated to 256; Adult's
 age × hours-per-week (dense, 8,415 cells) and capital-gain × capital-loss (sparse, 10,000
 cells). Printed per setting: mean squared error per query of each solver, each one's ratio
 to least squares, the share of trials where ``auto`` took NNLS, and coverage — the share
@@ -43,7 +43,7 @@ EPSILONS = (0.1, 1.0)
 SOLVERS = ("least_squares", "nnls", "auto")
 
 
-def dpbench(name: str, n: int = 1024) -> np.ndarray:
+def dpbench(name: str, n: int = 256) -> np.ndarray:
     counts = np.load(DATA / "dpbench_1d" / f"{name}.n4096.npy", allow_pickle=False)
     return counts.reshape(n, -1).sum(axis=1).astype(np.int64)
 

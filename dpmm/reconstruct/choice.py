@@ -37,7 +37,8 @@ from dpmm.linalg import Matrix
 from dpmm.reconstruct.answers import workload_answers
 from dpmm.reconstruct.bootstrap import REPLICATES, bootstrap_errors
 from dpmm.reconstruct.least_squares import least_squares
-from dpmm.reconstruct.nnls import nnls
+from dpmm.reconstruct.nnls import nnls_setup
+from dpmm.reconstruct.protocol import DEFAULT_TOLERANCE
 
 __all__ = [
     "EXACT",
@@ -50,6 +51,10 @@ __all__ = [
 
 #: How least squares' standard errors are had.
 EXACT = "exact"
+#: The bootstrap's replicates stop at this relative KKT residual: on 1,024 bins it moved
+#: their prefix answers by 1.5 (RMS) against a bootstrap spread of 107, in 60 % of the
+#: iterations of the release's own 1e-6.
+REPLICATE_TOLERANCE = 1e-5
 
 #: NNLS replaces least squares when its bootstrap error is at most this share of least
 #: squares' exact error on the requested answers.
@@ -141,8 +146,10 @@ def solve_answers(
         report(steps, steps, "")
         return plain
 
-    def solve(answers: np.ndarray) -> np.ndarray:
-        return np.asarray(nnls(A, answers, noise_std=noise_std, total="estimated").x)
+    setup = nnls_setup(A, noise_std)  # once for the estimate and every replicate
+
+    def solve(answers: np.ndarray, tolerance: float = DEFAULT_TOLERANCE) -> np.ndarray:
+        return np.asarray(setup.solve(answers, total="estimated", tolerance=tolerance).x)
 
     report(1, steps, "NNLS")
     estimate = solve(y)
@@ -151,7 +158,7 @@ def solve_answers(
         stand_in = "least-squares standard errors (no bootstrap)"
         return SolvedAnswers("nnls", estimate, values, linear_errors, linear_errors, stand_in)
     errors = bootstrap_errors(
-        solve,
+        lambda answers: solve(answers, REPLICATE_TOLERANCE),
         lambda: simulate(estimate),
         estimate,
         workloads,

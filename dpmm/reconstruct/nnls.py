@@ -15,6 +15,7 @@ same solver chunk by chunk: see :mod:`~dpmm.reconstruct.chunked`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ from scipy.sparse.linalg import LinearOperator, eigsh
 
 from dpmm.linalg import (
     AllRange,
+    Dense,
     Hierarchical,
     Identity,
     Kron,
@@ -31,6 +33,7 @@ from dpmm.linalg import (
     Matrix,
     Prefix,
     Product,
+    check_dense_size,
 )
 from dpmm.reconstruct.least_squares import least_squares, whiten
 from dpmm.reconstruct.projected_gradient import minimize_nonnegative_quadratic
@@ -38,15 +41,21 @@ from dpmm.reconstruct.protocol import (
     DEFAULT_TOLERANCE,
     Estimate,
     check_measurements,
+    check_noise_std,
     check_total,
     nonnegative_estimate,
     resolve_total,
 )
 
-__all__ = ["gram_operator", "largest_gram_eigenvalue", "nnls"]
+__all__ = ["NNLSSetup", "gram_operator", "largest_gram_eigenvalue", "nnls", "nnls_setup"]
 
 #: Safety factor on the Lanczos estimate of the largest eigenvalue (Ritz values are low).
 EIGENVALUE_MARGIN = 1.02
+#: A strategy without a structured Gram, on at most this many cells, gets its Gram and the
+#: Gram's Cholesky factor computed once (:func:`nnls_setup`): each iteration is then one
+#: n × n product instead of a product with A and one with Aᵀ, and the least-squares start
+#: two triangular solves instead of LSMR.
+DENSE_GRAM_LIMIT = 4096
 
 #: Types whose implicit Gram is at least as cheap to apply as ``Aᵀ(A x)``.
 _CHEAP_GRAM = (Kron, Marginal, Marginals, Identity, Prefix, AllRange, Hierarchical)
@@ -89,6 +98,74 @@ def _exact_largest(A: Matrix) -> float:
     return float(value[0])
 
 
+@dataclass(frozen=True, eq=False)
+class NNLSSetup:
+    """What NNLS needs of a strategy and its noise scales, computed once for many solves
+    (a bootstrap's replicates): the whitened strategy, its Gram as an operator, the step's
+    Lipschitz constant and, for a dense Gram, its Cholesky factor."""
+
+    A: Matrix
+    scales: float | np.ndarray | None
+    whitened: Matrix
+    gram: Matrix
+    lipschitz: float
+    cholesky: tuple[np.ndarray, bool] | None
+
+    def solve(
+        self,
+        y: np.ndarray,
+        *,
+        total: float | str | None = None,
+        tolerance: float = DEFAULT_TOLERANCE,
+        max_iterations: int | None = None,
+    ) -> Estimate:
+        """:func:`nnls` of this strategy's answers ``y`` (a numpy vector)."""
+        values, scales = check_measurements(self.A, y, self.scales)
+        known_total = check_total(total)
+        # A common scale cancels out of the estimate; per-row scales whiten the rows.
+        rhs = values if np.ndim(scales) == 0 else values / np.asarray(scales)
+        linear = np.asarray(self.whitened.T @ rhs, dtype=np.float64)
+        if self.cholesky is not None:
+            start = scipy.linalg.cho_solve(self.cholesky, linear)
+        else:
+            fit = least_squares(self.A, values, noise_std=scales, tolerance=min(tolerance, 1e-8))
+            start = fit.x
+        known_total = resolve_total(known_total, float(start.sum()))
+        gram = self.gram
+        solution = minimize_nonnegative_quadratic(
+            lambda v: gram @ v,
+            linear,
+            start,
+            self.lipschitz,
+            total=known_total,
+            tolerance=tolerance,
+            max_iterations=max_iterations,
+        )
+        return nonnegative_estimate(solution, "nnls", scales, total, known_total)
+
+
+def nnls_setup(A: Matrix, noise_std: float | np.ndarray | None = None) -> NNLSSetup:
+    """:class:`NNLSSetup` for ``A`` and its measurements' noise standard deviation(s).
+
+    Raises:
+        ReconstructionError: a bad noise scale.
+    """
+    scales = check_noise_std(noise_std, A.shape[0])
+    whitened = whiten(A, scales)
+    gram = gram_operator(whitened)
+    if isinstance(gram, Product) and A.shape[1] <= DENSE_GRAM_LIMIT:
+        check_dense_size(A.shape[0], A.shape[1], f"the Gram of {A!r}")
+        dense = np.asarray(whitened.dense(), dtype=np.float64)
+        matrix = dense.T @ dense
+        try:
+            cholesky = scipy.linalg.cho_factor(matrix)
+        except np.linalg.LinAlgError:  # singular: least squares finds the start
+            cholesky = None
+        largest = float(scipy.linalg.eigvalsh(matrix, subset_by_index=[A.shape[1] - 1] * 2)[0])
+        return NNLSSetup(A, scales, whitened, Dense(matrix), largest, cholesky)
+    return NNLSSetup(A, scales, whitened, gram, largest_gram_eigenvalue(whitened), None)
+
+
 def nnls(
     A: Matrix,
     y: Any,
@@ -126,20 +203,5 @@ def nnls(
 
         return chunked_nnls(A, y, noise_std, total, tolerance, max_iterations)
     values, scales = check_measurements(A, y, noise_std)
-    known_total = check_total(total)
-    whitened = whiten(A, scales)
-    # A common scale cancels out of the estimate; per-row scales whiten the rows.
-    rhs = values if np.ndim(scales) == 0 else values / np.asarray(scales)
-    start = least_squares(A, values, noise_std=scales, tolerance=min(tolerance, 1e-8)).x
-    known_total = resolve_total(known_total, float(start.sum()))
-    gram = gram_operator(whitened)
-    solution = minimize_nonnegative_quadratic(
-        lambda v: gram @ v,
-        np.asarray(whitened.T @ rhs, dtype=np.float64),
-        start,
-        largest_gram_eigenvalue(whitened),
-        total=known_total,
-        tolerance=tolerance,
-        max_iterations=max_iterations,
-    )
-    return nonnegative_estimate(solution, "nnls", scales, total, known_total)
+    setup = nnls_setup(A, scales)
+    return setup.solve(values, total=total, tolerance=tolerance, max_iterations=max_iterations)
