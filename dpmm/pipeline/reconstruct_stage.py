@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
@@ -43,7 +42,6 @@ from dpmm.reconstruct.residual_blocks import (
 )
 from dpmm.strategy.selection import Progress
 from dpmm.workload import WorkloadGroup
-from dpmm.workload.labels import query_labels
 from dpmm.workload.table_form import answer_from_tables, needed_tables, table_form
 
 __all__ = [
@@ -88,12 +86,6 @@ class GroupAnswers:
     def kind(self) -> str:
         """The workload group's kind."""
         return self.group.kind
-
-    @cached_property
-    def labels(self) -> list[str]:
-        """One label per query, built when first read (the answers' writer): the plan's
-        dry run and the audit never need them, and 2·10⁷ labels take seconds."""
-        return query_labels(self.group, self.domain)
 
     @property
     def expected_rmse(self) -> float:
