@@ -323,3 +323,19 @@ def test_a_spent_time_budget_is_in_the_plan_and_the_release_measures_what_it_cho
     assert matrix_digest(released.quantized.integer) == matrix_digest(
         report.decision.quantized.integer
     )
+
+
+def test_the_released_error_is_under_the_discrete_noise_measured() -> None:
+    from fractions import Fraction
+
+    from dpmm.error import expected_error
+    from dpmm.linalg import Identity, Prefix
+    from dpmm.measure.record import discrete_noise_variance
+    from dpmm.pipeline.strategy_stage import released_error
+
+    privacy = PureDP(Fraction(1, 2))  # discrete Laplace of scale 2: variance 7.83, not 8
+    W = Prefix(8)
+    released = released_error(W, QuantizedStrategy(Identity(8), 1), privacy)
+    ratio = discrete_noise_variance("discrete_laplace", Fraction(2), None) / 8.0
+    assert ratio < 0.98
+    assert released == pytest.approx(expected_error(W, Identity(8), privacy) * ratio, rel=1e-12)
