@@ -33,6 +33,7 @@ from dpmm.linalg import (
     Matrix,
     Prefix,
     Product,
+    Weighted,
     check_dense_size,
 )
 from dpmm.reconstruct.least_squares import least_squares, whiten
@@ -63,6 +64,8 @@ _CHEAP_GRAM = (Kron, Marginal, Marginals, Identity, Prefix, AllRange, Hierarchic
 
 def gram_operator(A: Matrix) -> Matrix:
     """``AᵀA`` as an implicit matrix: the structured Gram where it is cheap, else ``Aᵀ A``."""
+    if isinstance(A, Weighted):  # (c·B)ᵀ(c·B) = c²·BᵀB: B's structure, kept
+        return Weighted(A.weight**2, gram_operator(A.base))
     if isinstance(A, _CHEAP_GRAM):
         return A.gram()
     return Product([A.T, A])
@@ -153,7 +156,8 @@ def nnls_setup(A: Matrix, noise_std: float | np.ndarray | None = None) -> NNLSSe
     scales = check_noise_std(noise_std, A.shape[0])
     whitened = whiten(A, scales)
     gram = gram_operator(whitened)
-    if isinstance(gram, Product) and A.shape[1] <= DENSE_GRAM_LIMIT:
+    unweighted = gram.base if isinstance(gram, Weighted) else gram
+    if isinstance(unweighted, Product) and A.shape[1] <= DENSE_GRAM_LIMIT:
         check_dense_size(A.shape[0], A.shape[1], f"the Gram of {A!r}")
         dense = np.asarray(whitened.dense(), dtype=np.float64)
         matrix = dense.T @ dense
