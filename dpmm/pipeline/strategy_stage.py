@@ -182,11 +182,10 @@ def _baseline_if_better(
         return best, quantized
     try:
         grid = measurable(baseline.strategy)
-    except MeasurementError:
+        better = released_error(W, grid, privacy) < released_error(W, quantized, privacy)
+    except MeasurementError:  # the baseline cannot be measured under this budget
         return best, quantized
-    if released_error(W, grid, privacy) < released_error(W, quantized, privacy):
-        return baseline, grid
-    return best, quantized
+    return (baseline, grid) if better else (best, quantized)
 
 
 def select_releasable(

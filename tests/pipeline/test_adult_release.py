@@ -324,11 +324,11 @@ def test_prefix_sum_release_is_audited_and_close_to_the_truncated_sums(
     assert answers["attr.hours-per-week"].iloc[98] == "<=99"
     assert answers["code.hours-per-week"].isna().all()  # prefixes: no single value
     assert answers["code.sex"].tolist() == [0] * 99 + [1] * 99
-    # Each record counts at its bucket's upper bound (code + 1), capped at 60.
+    # Each record counts at its bucket's midpoint (code + 1/2), capped at 60.
     truth = []
     for sex in (0, 1):
         hours = adult_frame.loc[adult_frame["sex"] == sex, "hours-per-week"].to_numpy()
-        values = np.bincount(hours, weights=np.minimum(hours + 1, 60), minlength=99)
+        values = np.bincount(hours, weights=np.minimum(hours + 0.5, 60), minlength=99)
         truth.append(np.cumsum(values))
     _close_to(
         answers["estimate"].to_numpy(),
