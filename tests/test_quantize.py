@@ -276,3 +276,18 @@ def test_a_record_keeps_its_quantization_and_refuses_another(tmp_path: Path) -> 
         second = ledger.reserve("survey", ZCDP(1), release_id="r2")
         with pytest.raises(MeasurementMismatch, match="quantization_scale"):
             measure(quantized.integer, x, ZCDP(1), reservation=second, **options)
+
+
+def test_a_marginal_weight_far_below_the_others_keeps_the_norms_exact() -> None:
+    # An optimizer may leave a table at a weight 10⁻³⁰ of the others: rounded on its own
+    # grid it made the largest weight overflow the exact norms at every grid tried.
+    from dpmm.linalg import Marginals
+    from dpmm.measure.exact import analyze_strategy
+    from dpmm.measure.quantize import measurable
+
+    A = Marginals((3, 2, 4), {(0, 1): 1.0, (1, 2): 0.37, (0, 1, 2): 1e-30})
+    quantized = measurable(A)
+    weights = list(quantized.integer.weights.values())
+    assert weights[-1] == 1 and min(weights) >= 1  # every table still measured
+    assert analyze_strategy(quantized.integer).sensitivity_l1 > 0
+    np.testing.assert_allclose(quantized.matrix.dense(), A.dense(), atol=2.0**-12)

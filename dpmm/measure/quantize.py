@@ -243,9 +243,21 @@ def _quantize_stack(A: VStack, bits: int) -> tuple[Matrix, int]:
 
 
 def _quantize_marginals(A: Marginals, bits: int) -> tuple[Matrix, int]:
+    """Each weight to ``bits`` significant bits, on a grid no finer than ``bits`` below the
+    largest weight's: a weight far below the others (an optimizer may leave one at 10⁻³⁰)
+    would otherwise set a grid so fine that the largest overflows the exact norms. There it
+    keeps at least one step, so every measured table is still measured."""
     rounded = [_round_weight(weight, bits) for weight in A.weights.values()]
     if all(weight == old for (weight, _), old in zip(rounded, A.weights.values(), strict=True)):
         return A, 0
+    largest = max(A.weights.values(), key=abs)
+    finest = _round_weight(largest, bits)[1] + bits
+    rounded = [
+        (weight, exponent)
+        if exponent <= finest
+        else (max(1, round(math.ldexp(old, finest))), finest)
+        for (weight, exponent), old in zip(rounded, A.weights.values(), strict=True)
+    ]
     common = max(exponent for _, exponent in rounded)
     weights = {
         tuple(mask_members(mask)): weight << (common - exponent)
