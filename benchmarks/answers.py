@@ -8,7 +8,8 @@ selects for them. Each trial is one simulated release: exact discrete Laplace no
 for ``least_squares``, ``nnls`` and ``auto``, with the bootstrap of the release (100
 replicates). Plain NNLS (no total constraint) is shown for reference, by its error only.
 
-Data: DPBench HEPTH (dense) and NETTRACE (sparse), 4,096 bins aggregated to 256; Adult's
+Data: DPBench HEPTH (dense) and NETTRACE (sparse), 4,096 bins aggregated to 256 (``--bins``:
+1,024 takes about 10× as long per release); Adult's
 age × hours-per-week (dense, 8,415 cells) and capital-gain × capital-loss (sparse, 10,000
 cells). Printed per setting: mean squared error per query of each solver, each one's ratio
 to least squares, the share of trials where ``auto`` took NNLS, and coverage — the share
@@ -16,7 +17,7 @@ of all answers over all trials within ±2 of their reported standard errors (lea
 exact; NNLS+T: bootstrap; auto: whichever it reported).
 
 Usage:
-    python benchmarks/answers.py [--trials 200] [--only 1d|2d] [--seed 1]
+    python benchmarks/answers.py [--trials 200] [--only 1d|2d] [--bins 256] [--seed 1]
 """
 
 from __future__ import annotations
@@ -56,10 +57,10 @@ def adult_grid(first: str, second: str) -> tuple[np.ndarray, tuple[int, int]]:
     return np.bincount(cells, minlength=shape[0] * shape[1]).astype(np.int64), shape
 
 
-def settings(only: str | None) -> Iterator[tuple[str, np.ndarray, str, Matrix]]:
+def settings(only: str | None, bins: int) -> Iterator[tuple[str, np.ndarray, str, Matrix]]:
     if only in (None, "1d"):
         for name in ("HEPTH", "NETTRACE"):
-            x = dpbench(name)
+            x = dpbench(name, bins)
             yield name, x, "prefix", Prefix(x.size)
             yield name, x, "all ranges", AllRange(x.size)
     if only in (None, "2d"):
@@ -110,6 +111,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--only", choices=("1d", "2d"))
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--bins", type=int, default=256, help="1-D bins (divides 4,096)")
     args = parser.parse_args()
     print(
         f"Mean squared error per query (MSE) over {args.trials} simulated releases per row; "
@@ -121,7 +123,7 @@ def main() -> None:
         "| LS coverage | NNLS+T coverage | auto coverage | seconds |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for name, x, label, W in settings(args.only):
+    for name, x, label, W in settings(args.only, args.bins):
         for eps in EPSILONS:
             print(run(name, x, label, W, eps, args.trials, args.seed), flush=True)
 
