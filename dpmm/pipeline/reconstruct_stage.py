@@ -32,7 +32,7 @@ from dpmm.reconstruct import (
     covariance_factor,
     marginal_tables,
 )
-from dpmm.reconstruct.bootstrap import REPLICATES
+from dpmm.reconstruct.answers import REPLICATES
 from dpmm.reconstruct.choice import EXACT, solve_answers
 from dpmm.reconstruct.residual_blocks import (
     BlockEstimate,

@@ -9,7 +9,7 @@ workload asks for, and both sides of that comparison are post-processing:
 
 * least squares: its exact expected squared error, the sum of the answers' variances;
 * NNLS: the parametric bootstrap's mean squared deviation of the same answers
-  (:mod:`dpmm.reconstruct.bootstrap`), which sees NNLS's bias at its own estimate.
+  (:func:`~dpmm.reconstruct.answers.bootstrap_errors`), which sees NNLS's bias at its own estimate.
 
 Centred on NNLS's estimate, which is sparser than the truth, the bootstrap flatters NNLS
 (measured: it found NNLS 0.6–1.0× least squares in trials where NNLS was 0.3–1.2× on
@@ -34,8 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpmm.linalg import Matrix
-from dpmm.reconstruct.answers import workload_answers
-from dpmm.reconstruct.bootstrap import REPLICATES, bootstrap_errors
+from dpmm.reconstruct.answers import REPLICATES, bootstrap_errors, workload_answers
 from dpmm.reconstruct.least_squares import least_squares
 from dpmm.reconstruct.nnls import nnls_setup
 from dpmm.reconstruct.protocol import DEFAULT_TOLERANCE
@@ -141,8 +140,7 @@ def solve_answers(
         linear_errors,
         EXACT,
     )
-    if method == "least_squares" or (method == "auto" and float(np.min(least.x)) >= 0):
-        # With no negative cell the least-squares estimate is also NNLS's (same total).
+    if method == "least_squares" or (method == "auto" and not _clips(plain)):
         report(steps, steps, "")
         return plain
 
@@ -170,7 +168,15 @@ def solve_answers(
     return auto_choice(plain, clipped) if method == "auto" else clipped
 
 
+def _clips(least: SolvedAnswers) -> bool:
+    """Whether NNLS differs from least squares: with no negative cell the least-squares
+    estimate is also NNLS's (with the same total)."""
+    return bool(least.estimate.size) and float(np.min(least.estimate)) < 0
+
+
 def auto_choice(least: SolvedAnswers, clipped: SolvedAnswers) -> SolvedAnswers:
     """What ``auto`` keeps of least squares' answers and NNLS's (with bootstrap errors)."""
+    if not _clips(least):
+        return least
     bootstrap, exact = _squared(clipped.standard_errors), _squared(least.standard_errors)
     return clipped if prefers_nnls(bootstrap, exact) else least
