@@ -75,6 +75,7 @@ from dpmm.release.manifest import EXPECTED_ERROR_BASIS
 from dpmm.strategy import Candidate
 from dpmm.strategy.selection import Progress
 from dpmm.workload import WorkloadGroup, stack
+from dpmm.workload.prefix_sum import SUM_KINDS
 
 __all__ = ["GroupReport", "PlanReport", "plan"]
 
@@ -292,6 +293,17 @@ def _whole_bound(
     return total, f"SVD bound of the total: the sum of the groups' bounds ({why})"
 
 
+def _binning_note(group: WorkloadGroup) -> str:
+    """What a sum group's bucket valuation may cost each answer, besides its noise."""
+    spec = group.spec
+    capped = " capped at θ" if "truncation" in spec else ""
+    return (
+        f"group '{group.name}': each record is counted at its bucket's {spec['valuation']}, "
+        f"at most {spec['value_error_bound']:,.6g} from its own value{capped}; an answer may "
+        "be off by that much per record it adds up, besides its noise"
+    )
+
+
 def _sum(values: Sequence[float | None]) -> float | None:
     return None if any(value is None for value in values) else math.fsum(values)
 
@@ -364,6 +376,7 @@ def _plan(config: ReleaseConfig, progress: Progress | None) -> PlanReport:
         "by the top bucket weight and uses the remaining ε"
         for index, choice in config.private_thresholds
     ]
+    notes += [_binning_note(group) for group in config.workload if group.kind in SUM_KINDS]
     mixed = mixing_note(
         config.workload, privacy, config.strategy_method, errors, config.strategy_time_budget
     )

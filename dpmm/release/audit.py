@@ -52,7 +52,7 @@ from dpmm.privacy.params import ZCDP, PureDP, privacy_from_config
 from dpmm.release.catalog import load_manifest
 from dpmm.release.tables import read_answers, read_measurements
 from dpmm.release.writer import MANIFEST_NAME, file_digests, leftovers
-from dpmm.workload.prefix_sum import bucket_values
+from dpmm.workload.prefix_sum import bucket_values, value_error_bound
 
 __all__ = ["AuditReport", "Check", "audit_release", "format_audit"]
 
@@ -268,6 +268,12 @@ def _check_threshold_weights(manifest: dict[str, object]) -> str:
             raise _FailedCheckError(
                 f"workload group {name!r} does not weigh its buckets min(bucket {valuation}, "
                 f"θ = {theta:g})"
+            )
+        bound = spec.get("value_error_bound")  # versions before the key state none
+        if bound is not None and bound != value_error_bound(bins, valuation, theta):
+            raise _FailedCheckError(
+                f"workload group {name!r} states a binning bound {bound:g} that its buckets "
+                f"and θ = {theta:g} do not give"
             )
     return f"; {len(chosen)} private threshold(s) match their groups' weights"
 

@@ -71,6 +71,7 @@ __all__ = [
     "prefix_sum_group",
     "private_truncation",
     "sum_group",
+    "value_error_bound",
 ]
 
 #: Most buckets of a prefix_sum attribute (its factor is a dense n × n matrix).
@@ -279,6 +280,26 @@ def bucket_values(bins: Sequence[float], valuation: str) -> np.ndarray:
     return edges[1:] if valuation == "upper" else (edges[:-1] + edges[1:]) / 2
 
 
+def value_error_bound(
+    bins: Sequence[float], valuation: str, threshold: float | None = None
+) -> float:
+    """The most a record's counted value can differ from its own value, both capped at
+    ``threshold`` (θ): half the widest bucket below θ at the midpoints, a whole width at
+    the upper edges. An answer is off by at most this much per record it adds up, on top
+    of its noise: the binning's bias, bounded from public facts alone.
+
+    Example:
+        >>> edges = [0, 10, 20, 40]
+        >>> value_error_bound(edges, "midpoint"), value_error_bound(edges, "upper")
+        (10.0, 20.0)
+        >>> value_error_bound(edges, "midpoint", threshold=25)
+        5.0
+    """
+    edges = np.minimum(np.asarray(bins, dtype=np.float64), threshold or np.inf)
+    counted = np.minimum(bucket_values(bins, valuation), threshold or np.inf)
+    return float(np.max(np.maximum(counted - edges[:-1], edges[1:] - counted)))
+
+
 def _valuation(entry: Mapping, path: str) -> str:
     valuation = entry.get("valuation", "midpoint")
     if valuation not in VALUATIONS:
@@ -329,6 +350,8 @@ def _sum_group(
         else:
             weights = np.minimum(weights, chosen)
             spec["truncation"] = {"threshold": chosen}
+    threshold = spec.get("truncation", {}).get("threshold")  # None: θ not yet drawn
+    spec["value_error_bound"] = value_error_bound(domain[name].bins, valuation, threshold)
     by: list[str] = []
     if "by" in entry:
         by = _attribute_list(domain, entry["by"], f"{path}.by")

@@ -3,11 +3,14 @@ running sums, with a private threshold as well as a public one."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dpmm.domain import Domain
 from dpmm.errors import ConfigError
@@ -15,6 +18,7 @@ from dpmm.pipeline import run_release
 from dpmm.release import audit_release
 from dpmm.workload import from_config
 from dpmm.workload.labels import query_labels
+from dpmm.workload.prefix_sum import VALUATIONS, bucket_values, value_error_bound
 from tests.pipeline.conftest import write_config
 from tests.pipeline.test_private_threshold import BINS, SVT, _skewed_income, _write_people
 
@@ -79,3 +83,35 @@ def test_a_sum_release_answers_near_the_truth_and_passes_its_audit(
     miss = np.abs(answers["estimate"].to_numpy() - truth)
     assert np.all(miss <= 5 * answers["standard_error"].to_numpy())
     assert audit_release(result.path).ok
+    # The binning bound is stated for the drawn θ, and the audit checks it.
+    (group,) = result.manifest["workload"]["groups"]
+    assert group["spec"]["value_error_bound"] == value_error_bound(BINS, "midpoint", theta)
+    manifest = result.path / "manifest.json"
+    stated = json.loads(manifest.read_text())
+    stated["workload"]["groups"][0]["spec"]["value_error_bound"] = 1.0
+    manifest.write_text(json.dumps(stated))
+    if truncation == SVT:  # a drawn θ's group is rebuilt and checked by the audit
+        report = audit_release(result.path)
+        assert any("binning bound" in check.detail for check in report.checks if not check.ok)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    widths=st.lists(st.integers(1, 1000), min_size=1, max_size=8),
+    fractions=st.lists(st.floats(0, 1), min_size=1, max_size=50),
+    theta=st.one_of(st.none(), st.integers(1, 9000)),
+    valuation=st.sampled_from(VALUATIONS),
+)
+def test_the_binning_bound_holds_for_every_record_inside_its_bucket(
+    widths: list[int], fractions: list[float], theta: int | None, valuation: str
+) -> None:
+    edges = np.concatenate([[0.0], np.cumsum(widths, dtype=np.float64)])
+    bound = value_error_bound(edges, valuation, theta)
+    cap = np.inf if theta is None else theta
+    counted = np.minimum(bucket_values(edges, valuation), cap)
+    for i, fraction in enumerate(fractions):
+        bucket = i % len(widths)
+        value = edges[bucket] + fraction * widths[bucket]
+        assert abs(min(value, cap) - counted[bucket]) <= bound + 1e-9
+    half = max(widths) / 2 if valuation == "midpoint" else max(widths)
+    assert bound <= half
