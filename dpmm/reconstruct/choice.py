@@ -9,12 +9,12 @@ workload asks for, and both sides of that comparison are post-processing:
 
 * least squares: its exact expected squared error, the sum of the answers' variances;
 * NNLS: the parametric bootstrap's mean squared deviation of the same answers
-  (:func:`~dpmm.reconstruct.answers.bootstrap_errors`), which sees NNLS's bias at its own estimate.
+  (:func:`~dpmm.reconstruct.answers.bootstrap_errors`), bias included.
 
-Centred on NNLS's estimate, which is sparser than the truth, the bootstrap flatters NNLS
-(measured: it found NNLS 0.6–1.0× least squares in trials where NNLS was 0.3–1.2× on
-average). So NNLS is taken only when the bootstrap finds it clearly better, at most
-:data:`NNLS_MARGIN` of least squares' error.
+The bootstrap's verdict is itself noisy, and centred on NNLS's own estimate (sparser than
+the truth) it flattered NNLS: it found NNLS 0.6–1.0× least squares in trials where NNLS was
+0.3–1.2× on average. So NNLS is taken only when the bootstrap finds it clearly better, at
+most :data:`NNLS_MARGIN` of least squares' error.
 
 :func:`solve_answers` is what a release runs on the full vector: least squares, then (for
 ``nnls``, or ``auto`` when least squares left a negative cell) NNLS with its bootstrap.
@@ -157,13 +157,13 @@ def solve_answers(
         return SolvedAnswers("nnls", estimate, values, linear_errors, linear_errors, stand_in)
     errors = bootstrap_errors(
         lambda answers: solve(answers, REPLICATE_TOLERANCE),
-        lambda: simulate(estimate),
+        simulate,
         estimate,
         workloads,
         replicates=replicates,
         progress=lambda done, total: report(1 + done, steps, f"bootstrap {done}/{total}"),
     )
-    described = f"parametric bootstrap, {replicates} replicates"
+    described = f"bias-corrected parametric bootstrap, {replicates} replicates"
     clipped = SolvedAnswers("nnls", estimate, values, errors, linear_errors, described)
     return auto_choice(plain, clipped) if method == "auto" else clipped
 

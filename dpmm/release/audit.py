@@ -49,6 +49,7 @@ from dpmm.measure.exact import ExactStrategy, MeasurementError, analyze_strategy
 from dpmm.privacy.accounting import discrete_gaussian_zcdp, gaussian_sigma2, laplace_scale
 from dpmm.privacy.ledger import Entry, Ledger, LedgerTampered
 from dpmm.privacy.params import ZCDP, PureDP, privacy_from_config
+from dpmm.reconstruct.choice import EXACT
 from dpmm.release.catalog import load_manifest
 from dpmm.release.tables import read_answers, read_measurements
 from dpmm.release.writer import MANIFEST_NAME, file_digests, leftovers
@@ -382,16 +383,22 @@ def _check_answers(state: _State) -> str:
     manifest = _need_manifest(state)
     path = _member(state.folder, "answers.parquet")
     published = read_answers(path, ("group", "query", "estimate", "standard_error")).to_pydict()
-    groups = recompute_answers(_manifest_config(manifest, state.folder), state.folder).groups
+    recomputed_release = recompute_answers(_manifest_config(manifest, state.folder), state.folder)
+    # Standard errors are compared when this dpmm makes them the way the version says its
+    # were made (an earlier dpmm's bootstrap drew differently). Versions before the key
+    # had exact ones from least squares.
+    solved = manifest.get("reconstruction", {})
+    linear = EXACT if solved.get("method") == "least_squares" else None
+    stated_method = solved.get("standard_errors", linear)
+    same_errors = stated_method == recomputed_release.standard_errors
     names = np.asarray(published["group"])
     count = 0
-    for group in groups:
+    for group in recomputed_release.groups:
         rows = names == group.name
         order = np.argsort(np.asarray(published["query"])[rows])
-        for column, recomputed in (
-            ("estimate", group.values),
-            ("standard_error", group.standard_errors),
-        ):
+        columns = [("estimate", group.values)]
+        columns += [("standard_error", group.standard_errors)] if same_errors else []
+        for column, recomputed in columns:
             stated = np.asarray(published[column], dtype=np.float64)[rows][order]
             if stated.shape != recomputed.shape or not np.allclose(
                 stated, recomputed, rtol=ANSWER_TOLERANCE, atol=ANSWER_TOLERANCE
@@ -403,6 +410,12 @@ def _check_answers(state: _State) -> str:
         count += int(rows.sum())
     if count != names.size:
         raise _FailedCheckError(f"{path.name} holds answers of groups the release does not have")
+    if not same_errors:
+        return (
+            f"{path.name}: all {count} estimates recomputed from the measurement; standard "
+            f"errors made by {stated_method or 'an earlier dpmm'}, not by this dpmm's "
+            f"{recomputed_release.standard_errors}: not compared"
+        )
     return f"{path.name}: all {count} answers recomputed from the measurement"
 
 

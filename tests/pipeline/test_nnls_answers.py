@@ -53,7 +53,7 @@ def test_auto_takes_nnls_only_where_the_bootstrap_finds_it_clearly_better(tmp_pa
     dense = np.random.default_rng(1).poisson(400, 256)
     sparse = _release(config, chosen, SPARSE, seed=2, replicates=40)
     assert sparse.method == "nnls"
-    assert sparse.standard_errors == "parametric bootstrap, 40 replicates"
+    assert sparse.standard_errors == "bias-corrected parametric bootstrap, 40 replicates"
     assert not any(group.exact_errors for group in sparse.groups)
     busy = _release(config, chosen, dense, seed=2, replicates=40)
     assert (busy.method, busy.standard_errors) == ("least_squares", "exact")

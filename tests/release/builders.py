@@ -155,7 +155,7 @@ def build_release(
             "reused_from": None,
             "spend": {"seq": spend.seq, "hash": spend.hash},
         },
-        "reconstruction": {"method": "least_squares", "seconds": 0.01},
+        "reconstruction": {"method": "least_squares", "standard_errors": "exact", "seconds": 0.01},
         "error": {"groups": errors},
         "input": {"fingerprint": "test", "partitions": 1},
         "software": {

@@ -156,6 +156,26 @@ def _rewrite(folder, manifest, name, table, *, publish=True):
     _save(folder, manifest, publish=publish)
 
 
+def test_standard_errors_an_earlier_dpmm_made_differently_are_not_compared(release):
+    import pyarrow as pa
+
+    folder, manifest, _ = release
+    manifest["reconstruction"]["standard_errors"] = "parametric bootstrap, 100 replicates"
+    table = read_answers(folder / "answers.parquet")
+    errors = table.column("standard_error").to_numpy() * 1.1
+    index = table.schema.get_field_index("standard_error")
+    _rewrite(
+        folder,
+        manifest,
+        "answers.parquet",
+        table.set_column(index, "standard_error", pa.array(errors)),
+    )
+    report = audit_release(folder)
+    assert report.ok, format_audit(report)
+    assert "standard errors made by parametric bootstrap, 100 replicates" in report.checks[6].detail
+    assert "not compared" in report.checks[6].detail
+
+
 @pytest.mark.parametrize("column", ["estimate", "standard_error"])
 def test_a_forged_answer_with_its_hash_updated_fails_the_answers_check(release, column):
     import pyarrow as pa
