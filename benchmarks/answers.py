@@ -16,8 +16,11 @@ to least squares, the share of trials where ``auto`` took NNLS, and coverage —
 of all answers over all trials within ±2 of their reported standard errors (least squares:
 exact; NNLS+T: bootstrap; auto: whichever it reported).
 
+Rows run in ``--workers`` processes (one per core; each row is one process's work).
+
 Usage:
     python benchmarks/answers.py [--trials 200] [--only 1d|2d] [--bins 256] [--seed 1]
+                                 [--workers 1]
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import argparse
 import json
 import time
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from itertools import repeat
 from pathlib import Path
 
 import numpy as np
@@ -111,6 +116,7 @@ def main() -> None:
     parser.add_argument("--only", choices=("1d", "2d"))
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--bins", type=int, default=256, help="1-D bins (divides 4,096)")
+    parser.add_argument("--workers", type=int, default=1, help="rows run at once")
     args = parser.parse_args()
     print(
         f"Mean squared error per query (MSE) over {args.trials} simulated releases per row; "
@@ -122,9 +128,15 @@ def main() -> None:
         "| LS coverage | NNLS+T coverage | auto coverage | seconds |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for name, x, label, W in settings(args.only, args.bins):
-        for eps in EPSILONS:
-            print(run(name, x, label, W, eps, args.trials, args.seed), flush=True)
+    rows = [(*setting, eps) for setting in settings(args.only, args.bins) for eps in EPSILONS]
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        for line in pool.map(_row, rows, repeat(args.trials), repeat(args.seed)):
+            print(line, flush=True)
+
+
+def _row(row: tuple, trials: int, seed: int) -> str:
+    name, x, label, W, eps = row
+    return run(name, x, label, W, eps, trials, seed)
 
 
 if __name__ == "__main__":
