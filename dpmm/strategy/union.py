@@ -56,6 +56,12 @@ def select_union(W: Matrix, privacy: PrivacyParameter) -> Matrix:
     terms = kron_terms(W)
     if len(terms) < 2:
         raise UnsupportedQueryError(f"Workload {W!r} is not a union, so OPT_+ does not apply")
+    if all(len(term.factors) == 1 for term in terms):
+        # HDMM answers a one-attribute workload with OPT_0 on its whole Gram.
+        raise UnsupportedQueryError(
+            f"Workload {W!r} has one attribute: its parts' Grams add up to one workload, "
+            "which hdmm_kron fits whole"
+        )
     if W.shape[1] ** 2 > DENSE_LIMIT:  # checked before any fitting: nothing else can apply
         raise TooLargeError(
             f"OPT_+'s exact error needs the stacked strategy's dense Gram, and {W!r} has "

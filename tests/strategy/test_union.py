@@ -59,3 +59,8 @@ def test_union_error_is_at_most_the_per_part_bound(privacy):
 def test_a_single_product_is_not_a_union():
     with pytest.raises(UnsupportedQueryError, match="not a union"):
         select_union(Kron([Prefix(4), Identity(3)]), PureDP(1))
+
+
+def test_a_union_over_one_attribute_is_left_to_opt_0():
+    with pytest.raises(UnsupportedQueryError, match="one attribute: its parts' Grams add up"):
+        select_union(VStack([Prefix(8), AllRange(8)]), PureDP(1))
