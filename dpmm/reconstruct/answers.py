@@ -40,6 +40,7 @@ from dpmm.reconstruct.protocol import Estimate, ReconstructionError, check_noise
 
 __all__ = [
     "REPLICATES",
+    "BootstrapErrors",
     "WorkloadAnswers",
     "bootstrap_errors",
     "covariance_factor",
@@ -149,6 +150,20 @@ def workload_answers(
     )
 
 
+@dataclass(frozen=True, eq=False)
+class BootstrapErrors:
+    """A bootstrap's per-query standard errors, one array per workload.
+
+    Attributes:
+        corrected: Around the bias-corrected estimate: the errors a release reports.
+        at_estimate: Around the estimate itself, from the replicates that measured the
+            bias: independent of ``corrected``'s draws, and what ``auto`` judges NNLS by.
+    """
+
+    corrected: list[np.ndarray]
+    at_estimate: list[np.ndarray]
+
+
 def bootstrap_errors(
     solve: Callable[[np.ndarray], np.ndarray],
     simulate: Callable[[np.ndarray], np.ndarray],
@@ -157,13 +172,13 @@ def bootstrap_errors(
     *,
     replicates: int = REPLICATES,
     progress: Callable[[int, int], None] | None = None,
-) -> list[np.ndarray]:
+) -> BootstrapErrors:
     """Per-query bias-corrected bootstrap standard errors of ``W x̂`` for every ``W``.
 
-    The first half of the replicates measure the solver's bias at the estimate:
-    ``b = mean(x̂*) − x̂``. The second half are simulated around the bias-corrected
-    estimate ``x̃ = x̂ − b`` (to first order, the truth) and give each query's error: the
-    root mean squared deviation of ``W x̂**`` from ``W x̃``.
+    The first half of the replicates are simulated around the estimate and measure the
+    solver's bias there: ``b = mean(x̂*) − x̂``. The second half are simulated around the
+    bias-corrected estimate ``x̃ = x̂ − b`` (to first order, the truth) and give each
+    query's error: the root mean squared deviation of ``W x̂**`` from ``W x̃``.
 
     Args:
         solve: The reconstruction: noisy answers to an estimate of the data vector.
@@ -173,9 +188,6 @@ def bootstrap_errors(
         replicates: Simulated measurements to solve (at least 2: half for the bias).
         progress: Called after each replicate.
 
-    Returns:
-        One array of standard errors per workload.
-
     Example:
         >>> import numpy as np
         >>> from dpmm.linalg import Identity
@@ -184,24 +196,30 @@ def bootstrap_errors(
         >>> centre = np.array([0.0, 50.0])
         >>> simulate = lambda x: x + next(draws)
         >>> errors = bootstrap_errors(clip, simulate, centre, [Identity(2)], replicates=4)
-        >>> errors[0].round(3).tolist()  # the clipped cell's, around its corrected −½
+        >>> errors.corrected[0].round(3).tolist()  # the clipped cell's, around its corrected −½
         [0.791, 1.0]
+        >>> errors.at_estimate[0].round(3).tolist()  # around 0, clipping halves it
+        [0.707, 1.0]
     """
     if replicates < 2:
         raise ValueError(f"A bootstrap needs at least two replicates, got {replicates}")
     biased = replicates // 2
-    mean = np.zeros_like(estimate, dtype=np.float64)
-    for done in range(1, biased + 1):
-        mean += solve(simulate(estimate)) / biased
-        if progress is not None:
-            progress(done, replicates)
-    corrected = 2 * estimate - mean
-    centres = [np.asarray(W @ corrected, dtype=np.float64).reshape(-1) for W in workloads]
-    squares = [np.zeros_like(centre) for centre in centres]
-    for done in range(biased + 1, replicates + 1):
-        replicate = solve(simulate(corrected))
-        for W, centre, square in zip(workloads, centres, squares, strict=True):
-            square += (np.asarray(W @ replicate, dtype=np.float64).reshape(-1) - centre) ** 2
-        if progress is not None:
-            progress(done, replicates)
-    return [np.sqrt(square / (replicates - biased)) for square in squares]
+
+    def around(centre: np.ndarray, first: int, last: int) -> tuple[list[np.ndarray], np.ndarray]:
+        """Replicates ``first…last`` around ``centre``: each query's RMS deviation from
+        its answer there, and the replicates' mean estimate."""
+        answers = [np.asarray(W @ centre, dtype=np.float64).reshape(-1) for W in workloads]
+        squares = [np.zeros_like(answer) for answer in answers]
+        mean = np.zeros_like(centre, dtype=np.float64)
+        for done in range(first, last + 1):
+            replicate = solve(simulate(centre))
+            mean += replicate / (last - first + 1)
+            for W, answer, square in zip(workloads, answers, squares, strict=True):
+                square += (np.asarray(W @ replicate, dtype=np.float64).reshape(-1) - answer) ** 2
+            if progress is not None:
+                progress(done, replicates)
+        return [np.sqrt(square / (last - first + 1)) for square in squares], mean
+
+    at_estimate, mean = around(estimate, 1, biased)
+    corrected, _ = around(2 * estimate - mean, biased + 1, replicates)
+    return BootstrapErrors(corrected, at_estimate)
