@@ -148,7 +148,46 @@ def format_plan(report: PlanReport) -> str:
     ]
     notes = [f"note: {note}" for note in report.total.notes]
     table = text_table(rows, right=range(2, len(COLUMNS)), underline=True, total_row=True)
-    return "\n".join([*header, *table, *footer, *_candidate_lines(report), *notes])
+    return "\n".join(
+        [*header, *table, *footer, *_target_lines(report), *_candidate_lines(report), *notes]
+    )
+
+
+def _budget(budget: PureDP | ZCDP | None) -> str:
+    """``ε ≥ 2.829``: a least budget, with its exact fraction when the digits are not it."""
+    if budget is None:
+        return "out of reach"
+    symbol, amount = ("ε", budget.epsilon) if isinstance(budget, PureDP) else ("ρ", budget.rho)
+    text = f"{float(amount):.4g}"
+    return f"{symbol} ≥ {text}" + ("" if Fraction(text) == amount else f" (exactly {amount})")
+
+
+def _target_lines(report: PlanReport) -> list[str]:
+    """Each group's accuracy target at the plan's budget, and the least budget meeting all."""
+    targets = report.targets
+    if targets is None:
+        return []
+    rows = [["group", "target", "at this budget", "met", "needs"]]
+    for group in targets.groups:
+        met = "yes" if group.met else "no"
+        rows.append(
+            [
+                group.name,
+                group.target.describe(),
+                _number(group.achieved),
+                met,
+                _budget(group.needed),
+            ]
+        )
+    met = sum(group.met for group in targets.groups)
+    binding = f" (binding: '{targets.binding}')" if targets.binding else ""
+    budget = budget_text(report.privacy.to_dict())
+    return [
+        "",
+        f"accuracy targets: {met} of {len(targets.groups)} met at {budget}",
+        *text_table(rows, right=(2,), underline=True),
+        f"every target is met from {_budget(targets.least)}{binding}, with this strategy",
+    ]
 
 
 SOLVERS = {

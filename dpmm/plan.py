@@ -59,11 +59,11 @@ from dpmm.errors import ConfigError, TooLargeError, UnsupportedQueryError
 from dpmm.linalg import Identity, Matrix
 from dpmm.linalg.serialize import matrix_digest
 from dpmm.measure.exact import MeasurementError
-from dpmm.measure.mechanism import planned_noise_variance
+from dpmm.measure.mechanism import NoiseModel, planned_noise_variance
 from dpmm.measure.quantize import QuantizedStrategy
 from dpmm.mixed_units import mixing_note
 from dpmm.pipeline.preflight import Footprint, preflight
-from dpmm.pipeline.reconstruct_stage import solver
+from dpmm.pipeline.reconstruct_stage import GroupAnswers, solver
 from dpmm.pipeline.strategy_stage import (
     ChosenStrategy,
     save_decision,
@@ -74,6 +74,7 @@ from dpmm.release.catalog import shorten
 from dpmm.release.manifest import EXPECTED_ERROR_BASIS
 from dpmm.strategy import Candidate
 from dpmm.strategy.selection import Progress
+from dpmm.targets import TargetReport, check_targets, parse_target
 from dpmm.workload import WorkloadGroup, stack
 from dpmm.workload.prefix_sum import SUM_KINDS
 
@@ -186,6 +187,7 @@ class PlanReport:
     footprint: Footprint | None = None
     counting: str = ""
     reconstruction: str = ""
+    targets: TargetReport | None = None
 
     @property
     def strategy_repr(self) -> str:
@@ -230,6 +232,7 @@ class PlanReport:
             "notes": list(self.total.notes),
             "groups": [group.to_dict() for group in self.groups],
             "candidates": [candidate.to_dict() for candidate in self.candidates],
+            "targets": self.targets.to_dict() if self.targets else None,
         }
 
 
@@ -293,6 +296,29 @@ def _whole_bound(
     return total, f"SVD bound of the total: the sum of the groups' bounds ({why})"
 
 
+def _targets(
+    config: ReleaseConfig, chosen: ChosenStrategy, answers: Sequence[GroupAnswers]
+) -> TargetReport | None:
+    """The groups' accuracy targets at the config's budget, and the least budget meeting
+    them (for the whole budget: with private thresholds, their shares come first)."""
+    wanted = [
+        (group.name, parse_target(group.spec["target"], f"{group.name}.target"), a.standard_errors)
+        for group, a in zip(config.workload, answers, strict=True)
+        if "target" in group.spec
+    ]
+    if not wanted:
+        return None
+    noise = NoiseModel.of(chosen.quantized)
+    privacy = config.privacy
+    pure = isinstance(privacy, PureDP)
+    kept = config.measurement_privacy.epsilon / privacy.epsilon if pure else 1  # θ's share
+
+    def variance(budget: PureDP | ZCDP) -> float:
+        return noise.variance(PureDP(budget.epsilon * kept) if pure else budget)
+
+    return check_targets(wanted, privacy, variance, gaussian_constant=noise.gaussian_constant)
+
+
 def _binning_note(group: WorkloadGroup) -> str:
     """What a sum group's bucket valuation may cost each answer, besides its noise."""
     spec = group.spec
@@ -346,6 +372,7 @@ def _plan(config: ReleaseConfig, progress: Progress | None) -> PlanReport:
     )
     chosen, selection = select_for_config(config, progress=progress)
     checked = preflight(config, chosen)
+    targets = _targets(config, chosen, checked.reconstruction.groups)
     # Each group's expected error as the release computes it.
     errors = [
         math.fsum(np.square(group.standard_errors)) for group in checked.reconstruction.groups
@@ -418,4 +445,5 @@ def _plan(config: ReleaseConfig, progress: Progress | None) -> PlanReport:
         footprint=checked.footprint,
         counting=checked.counting,
         reconstruction=solver(config, checked.counting),
+        targets=targets,
     )

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
@@ -52,6 +53,7 @@ from dpmm.privacy.randomness import RandomSource
 from dpmm.privacy.samplers import discrete_gaussian, discrete_laplace
 
 __all__ = [
+    "NoiseModel",
     "check_reservation",
     "draw_noise",
     "measure",
@@ -222,8 +224,41 @@ def planned_noise_variance(A: QuantizedStrategy, privacy: PureDP | ZCDP) -> floa
     Raises:
         MeasurementError: the strategy is not exactly measurable.
     """
-    plan = _plan(analyze_strategy(A.integer), privacy)
-    return discrete_noise_variance(plan["noise"], plan["scale"], plan["sigma2"]) / A.scale**2
+    return NoiseModel.of(A).variance(privacy)
+
+
+@dataclass(frozen=True, eq=False)
+class NoiseModel:
+    """The exact noise :func:`measure` adds to a strategy's answers, as a function of the
+    budget, with the strategy's sensitivity computed once (accuracy targets search it).
+
+    Attributes:
+        strategy: The quantized strategy measured.
+        exact: Its integer matrix's exact norms.
+    """
+
+    strategy: QuantizedStrategy
+    exact: ExactStrategy
+
+    @classmethod
+    def of(cls, A: QuantizedStrategy) -> NoiseModel:
+        """Raises MeasurementError: the strategy is not exactly measurable."""
+        return cls(A, analyze_strategy(A.integer))
+
+    def variance(self, privacy: PureDP | ZCDP) -> float:
+        """:func:`planned_noise_variance` at ``privacy``.
+
+        Raises:
+            MeasurementError: the samplers cannot draw this budget's noise.
+        """
+        plan = _plan(self.exact, privacy)
+        noise = discrete_noise_variance(plan["noise"], plan["scale"], plan["sigma2"])
+        return noise / self.strategy.scale**2
+
+    @property
+    def gaussian_constant(self) -> Fraction:
+        """``Δ₂²/2`` of the integer strategy: under ρ its noise has ``σ² = Δ₂²/(2ρ)``."""
+        return Fraction(self.exact.sensitivity_l2_squared) / 2
 
 
 #: The noise a release can draw and reconstruct with, in the integer strategy's units: a

@@ -61,6 +61,7 @@ from typing import Any, NoReturn
 from dpmm.domain import Domain
 from dpmm.errors import ConfigError, describe_value
 from dpmm.linalg import Matrix
+from dpmm.targets import parse_target
 from dpmm.workload import builders
 from dpmm.workload.builders import _is_int, _is_list
 from dpmm.workload.census import census_domain, census_sf1
@@ -70,7 +71,7 @@ __all__ = ["WorkloadGroup", "from_config", "stack"]
 
 ONE_D_KINDS = ("identity", "total", "prefix", "all_range", "ranges")
 KINDS = (*ONE_D_KINDS, "prefix_sum", "sum", "marginal", "marginals", "kron", "census_sf1")
-COMMON_KEYS = ("name", "kind", "weight")
+COMMON_KEYS = ("name", "kind", "weight", "target")
 KIND_KEYS: dict[str, tuple[str, ...]] = {
     "identity": ("attribute", "by"),
     "total": ("attribute", "by"),
@@ -331,6 +332,8 @@ def _group(entry: object, index: int, domain: Domain) -> tuple[str | None, str, 
         matrix, details = build(entry, domain, path)
     if weight != 1.0:
         matrix = builders.weighted(weight, matrix)
+    if "target" in entry:  # checked by the plan, not used to build anything
+        details["target"] = parse_target(entry["target"], f"{path}.target").to_dict()
     return name, kind, matrix, {"weight": weight, **details}
 
 

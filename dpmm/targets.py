@@ -1,0 +1,307 @@
+"""Accuracy targets: what each workload group must reach, and the least budget reaching all.
+
+A workload group may state a ``target``:
+
+* ``{rmse: R}``: its expected root mean squared error per query at most ``R``;
+* ``{half_width: H, confidence: C}``: every query's ``C``-level interval within ``±H``, by
+  the normal approximation (``z_C`` standard errors: 1.96 at ``C = 0.95``).
+
+Every standard error of a release scales with the standard deviation of its noise, whose
+exact variance follows from the strategy and the budget alone. So the plan's dry run at
+the config's budget gives each group's figure at any budget, and :func:`check_targets`
+says which targets that budget meets and the least budget that meets each one and all of
+them, naming the target that binds: judged by the exact discrete noise the release would
+draw, on four significant digits of ε, or under ρ as ``Δ₂²/(2m)`` for a whole σ² = m
+(the sampler draws a whole σ² exactly and rounds most other values up). It keeps the
+plan's strategy: a budget does not change which strategy is best under pure ε; under ρ
+the budget moves only the discrete noise.
+
+Example:
+    >>> target = parse_target({"half_width": 10, "confidence": 0.95}, "workload[0].target")
+    >>> target.describe(), round(target.figure(np.array([2.0, 4.0])), 3)
+    ('±10 at 95 %', 7.84)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+from scipy.stats import norm
+
+from dpmm.errors import ConfigError, DpmmError, describe_value
+from dpmm.privacy.params import LARGEST, ZCDP, PureDP
+
+__all__ = ["GroupTarget", "Target", "TargetReport", "check_targets", "parse_target"]
+
+TARGET_KEYS = {"rmse": ("rmse",), "half_width": ("half_width", "confidence")}
+#: Significant digits of the least budget the plan states.
+DIGITS = 4
+#: Under ρ, the four-digit budget is stated unless an exact σ² costs less by this share.
+PRECISION = 1e-3
+
+
+@dataclass(frozen=True)
+class Target:
+    """A workload group's accuracy target.
+
+    Attributes:
+        kind: ``rmse`` or ``half_width``.
+        value: The largest RMSE per query, or half-width of any query's interval.
+        confidence: The intervals' level (``half_width`` only).
+    """
+
+    kind: str
+    value: float
+    confidence: float | None = None
+
+    def figure(self, standard_errors: np.ndarray) -> float:
+        """What the target bounds, for answers with these standard errors."""
+        if not standard_errors.size:
+            return 0.0
+        if self.kind == "rmse":
+            return float(np.sqrt(np.mean(np.square(standard_errors))))
+        z = float(norm.ppf((1 + self.confidence) / 2))
+        return z * float(np.max(standard_errors))
+
+    def describe(self) -> str:
+        """``RMSE ≤ 50`` or ``±10 at 95 %``."""
+        if self.kind == "rmse":
+            return f"RMSE ≤ {self.value:,.6g}"
+        return f"±{self.value:,.6g} at {100 * self.confidence:g} %"
+
+    def to_dict(self) -> dict[str, float]:
+        """The config form: ``{rmse: R}`` or ``{half_width: H, confidence: C}``."""
+        if self.kind == "rmse":
+            return {"rmse": self.value}
+        return {"half_width": self.value, "confidence": self.confidence}
+
+
+def _positive(value: object, path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{path}: must be a positive number, got {describe_value(value)}")
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{path}: must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+def parse_target(value: object, path: str) -> Target:
+    """A group's ``target`` section.
+
+    Raises:
+        ConfigError: one sentence naming the bad key.
+    """
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            f"{path}: must be a mapping like {{rmse: 50}} or {{half_width: 10, "
+            f"confidence: 0.95}}, got {describe_value(value)}"
+        )
+    kinds = [kind for kind in TARGET_KEYS if kind in value]
+    if len(kinds) != 1:
+        raise ConfigError(f"{path}: needs exactly one of 'rmse' or 'half_width'")
+    kind = kinds[0]
+    for key in value:
+        if key not in TARGET_KEYS[kind]:
+            allowed = ", ".join(TARGET_KEYS[kind])
+            raise ConfigError(f"{path}.{key}: unknown key for a {kind} target (allowed: {allowed})")
+    target = _positive(value[kind], f"{path}.{kind}")
+    if kind == "rmse":
+        return Target("rmse", target)
+    if "confidence" not in value:
+        raise ConfigError(f"{path}.confidence: is required with half_width (e.g. 0.95)")
+    confidence = value["confidence"]
+    if isinstance(confidence, bool) or not isinstance(confidence, int | float):
+        raise ConfigError(f"{path}.confidence: must be a number between 0 and 1")
+    if not 0 < confidence < 1:
+        raise ConfigError(f"{path}.confidence: must be between 0 and 1, got {confidence!r}")
+    return Target("half_width", target, float(confidence))
+
+
+Budget = PureDP | ZCDP
+
+
+@dataclass(frozen=True)
+class GroupTarget:
+    """One group's target at the plan's budget.
+
+    Attributes:
+        name: The workload group.
+        target: Its target.
+        achieved: The target's figure at the plan's budget.
+        needed: The least budget meeting it (None: none the samplers can draw).
+    """
+
+    name: str
+    target: Target
+    achieved: float
+    needed: Budget | None
+
+    @property
+    def met(self) -> bool:
+        """Whether the plan's budget meets the target."""
+        return self.achieved <= self.target.value
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {
+            "group": self.name,
+            "target": self.target.to_dict(),
+            "achieved": self.achieved,
+            "met": self.met,
+            "needed_budget": self.needed.to_dict() if self.needed else None,
+        }
+
+
+@dataclass(frozen=True)
+class TargetReport:
+    """Every target at the plan's budget, and the least budget meeting them all.
+
+    Attributes:
+        groups: One entry per group with a target, in workload order.
+        least: The least budget meeting every target (None: out of the samplers' reach).
+        binding: The group whose target sets ``least``.
+    """
+
+    groups: tuple[GroupTarget, ...]
+    least: Budget | None
+    binding: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {
+            "least_budget": self.least.to_dict() if self.least else None,
+            "binding_group": self.binding,
+            "groups": [group.to_dict() for group in self.groups],
+        }
+
+
+def check_targets(
+    targets: Sequence[tuple[str, Target, np.ndarray]],
+    privacy: Budget,
+    noise_variance: Callable[[Budget], float],
+    *,
+    gaussian_constant: Fraction | None = None,
+) -> TargetReport:
+    """The targets met at ``privacy`` and the least budget meeting each and all.
+
+    Args:
+        targets: ``(group name, target, its answers' standard errors at privacy)``.
+        privacy: The budget the standard errors are for.
+        noise_variance: The exact variance of one noise draw at a budget (the strategy's).
+        gaussian_constant: Under ρ, ``Δ₂²/2`` of the measured integer strategy: ``σ² = c/ρ``.
+            The sampler draws a σ² of few digits exactly but rounds most others up (by up
+            to ``1/σ``), so where that matters (a small σ²) the least ρ is ``c/σ²`` for such
+            a σ², an exact rational; otherwise it has four significant digits.
+
+    Example:
+        >>> from dpmm.privacy import PureDP
+        >>> variance = lambda budget: 2 / float(budget.epsilon) ** 2  # Laplace, Δ₁ = 1
+        >>> errors = np.full(4, 2 ** 0.5)  # σ at ε = 1
+        >>> report = check_targets([("counts", Target("rmse", 0.5), errors)], PureDP(1), variance)
+        >>> report.groups[0].met, report.least, report.binding
+        (False, PureDP(epsilon=Fraction(2829, 1000)), 'counts')
+    """
+    base = noise_variance(privacy)
+    groups = []
+    for name, target, errors in targets:
+        achieved = target.figure(np.asarray(errors, dtype=np.float64))
+        allowed = base * (target.value / achieved) ** 2 if achieved > 0 else math.inf
+        needed = _least_budget(privacy, allowed, noise_variance)
+        if isinstance(privacy, ZCDP) and gaussian_constant is not None:
+            exact = _least_rho(gaussian_constant, allowed, noise_variance)
+            # Four digits, unless a σ² the sampler draws exactly costs clearly less.
+            if needed is None or (exact is not None and exact.rho * (1 + PRECISION) < needed.rho):
+                needed = exact
+        groups.append(GroupTarget(name, target, achieved, needed))
+    reachable = [group for group in groups if group.needed is not None]
+    if len(reachable) < len(groups) or not groups:
+        return TargetReport(tuple(groups), None, None)
+    binding = max(reachable, key=lambda group: _amount(group.needed))
+    return TargetReport(tuple(groups), binding.needed, binding.name)
+
+
+def _amount(budget: Budget) -> Fraction:
+    return budget.epsilon if isinstance(budget, PureDP) else budget.rho
+
+
+def _budget(like: Budget, amount: Fraction) -> Budget:
+    return PureDP(amount) if isinstance(like, PureDP) else ZCDP(amount)
+
+
+def _unit(value: float) -> Fraction:
+    """One unit in the last of :data:`DIGITS` significant digits of ``value``."""
+    return Fraction(10) ** (math.floor(math.log10(value)) - DIGITS + 1)
+
+
+def _meets(budget: Budget, allowed: float, noise_variance: Callable[[Budget], float]) -> bool:
+    try:
+        return noise_variance(budget) <= allowed
+    except DpmmError:  # noise the samplers cannot draw, or too little to state
+        return False
+
+
+def _least_budget(
+    like: Budget, allowed: float, noise_variance: Callable[[Budget], float]
+) -> Budget | None:
+    """The least budget of :data:`DIGITS` digits whose noise variance is at most ``allowed``
+    (the variance falls as the budget grows)."""
+
+    def meets(amount: Fraction) -> bool:
+        return _meets(_budget(like, amount), allowed, noise_variance)
+
+    low, high = Fraction(1, 10**12), Fraction(1)
+    while not meets(high):
+        low, high = high, high * 1000
+        if high > LARGEST:
+            return None
+    for _ in range(200):  # bisection in log space, to well below the digits kept
+        if high / low < 1 + 10.0 ** -(DIGITS + 2):
+            break
+        middle = Fraction(math.sqrt(low * high))
+        low, high = (low, middle) if meets(middle) else (middle, high)
+    unit = _unit(float(high))
+    amount = math.ceil(high / unit) * unit
+    while not meets(amount):  # the exact check decides the last digit
+        amount += unit
+    while amount - unit > 0 and meets(amount - unit):
+        amount -= unit
+    return _budget(like, amount)
+
+
+def _least_rho(
+    constant: Fraction, allowed: float, noise_variance: Callable[[Budget], float]
+) -> Budget | None:
+    """The least ``ρ = constant / σ²`` whose noise variance is at most ``allowed``: the
+    largest whole σ², refined to ``1/Q`` with ``Q`` a power of ten, so that σ² has at least
+    :data:`DIGITS` digits (the sampler draws these exactly, and the variance grows with σ²)."""
+
+    def meets(sigma2: Fraction) -> bool:
+        return _meets(ZCDP(constant / sigma2), allowed, noise_variance)
+
+    if not meets(Fraction(1)):  # a target tighter than σ² = 1 gives: on four digits instead
+        return _least_budget(ZCDP(1), allowed, noise_variance)
+    whole = _largest(lambda m: meets(Fraction(m)), 1)
+    if whole is None:
+        return ZCDP(constant / 2**62)
+    steps = 10 ** max(0, math.ceil(math.log10(10**DIGITS / whole)))
+    finest = _largest(lambda m: meets(Fraction(m, steps)), whole * steps, (whole + 1) * steps)
+    return ZCDP(constant * steps / finest)
+
+
+def _largest(meets: Callable[[int], bool], low: int, high: int | None = None) -> int | None:
+    """The largest ``m ≥ low`` with ``meets(m)``, given ``meets(low)`` and a monotone
+    ``meets`` that fails at ``high`` (found by doubling when None; None past 2⁶²)."""
+    if high is None:
+        high = 2 * low
+        while meets(high):
+            low, high = high, 2 * high
+            if high > 2**62:
+                return None
+    while high - low > 1:  # meets(low), not meets(high)
+        middle = (low + high) // 2
+        low, high = (middle, high) if meets(middle) else (low, middle)
+    return low

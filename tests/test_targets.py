@@ -1,0 +1,114 @@
+"""Accuracy targets: parsed with one sentence per mistake, checked by the plan at its budget,
+and the least budget it states meets every target, exactly at the binding one."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dpmm.cli import format_plan, main
+from dpmm.config import load_config
+from dpmm.errors import ConfigError
+from dpmm.plan import plan
+from dpmm.privacy import ZCDP, PureDP
+from dpmm.targets import parse_target
+
+DOMAIN = {"sex": 2, "age": 16}
+TARGETS = {
+    "age-cdf-by-sex": {"half_width": 30, "confidence": 0.95},
+    "pairs": {"rmse": 4},
+}
+WORKLOAD = [
+    {"name": "age-cdf-by-sex", "kind": "prefix", "attribute": "age", "by": ["sex"]},
+    {"name": "pairs", "kind": "marginals", "k": 2},
+    {"name": "people", "kind": "total"},
+]
+
+
+def _config(folder: Path, privacy: dict, targets: dict = TARGETS) -> Path:
+    workload = [
+        {**group, "target": targets[group["name"]]} if group["name"] in targets else group
+        for group in WORKLOAD
+    ]
+    document = {
+        "name": "targets",
+        "domain": DOMAIN,
+        "privacy": privacy,
+        "workload": workload,
+        "strategy": {"method": "hierarchical"},  # deterministic: the same strategy at any ε
+        "release": {"root": str(folder / "releases")},
+    }
+    path = folder / f"targets-{len(list(folder.glob('*.yaml')))}.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def _amount(budget: PureDP | ZCDP) -> Fraction:
+    return budget.epsilon if isinstance(budget, PureDP) else budget.rho
+
+
+def _privacy(like: PureDP | ZCDP, amount: Fraction) -> dict:
+    return {"epsilon": str(amount)} if isinstance(like, PureDP) else {"rho": str(amount)}
+
+
+@pytest.mark.parametrize("privacy", [{"epsilon": 1}, {"rho": "1/2"}])
+def test_the_least_budget_meets_every_target_exactly_at_the_binding_one(
+    tmp_path: Path, privacy: dict
+) -> None:
+    report = plan(load_config(_config(tmp_path, privacy))).targets
+    assert [group.name for group in report.groups] == ["age-cdf-by-sex", "pairs"]
+    assert report.binding in TARGETS and report.least is not None
+    least = _amount(report.least)
+    assert least == max(_amount(group.needed) for group in report.groups)
+
+    again = plan(load_config(_config(tmp_path, _privacy(report.least, least)))).targets
+    assert all(group.met for group in again.groups)
+    binding = next(group for group in again.groups if group.name == report.binding)
+    assert binding.achieved >= binding.target.value * (1 - 1e-3)  # met, and only just
+
+    short = plan(load_config(_config(tmp_path, _privacy(report.least, least * 9 / 10)))).targets
+    assert not next(group for group in short.groups if group.name == report.binding).met
+
+
+def test_the_plan_says_which_targets_its_budget_meets(tmp_path: Path, capsys) -> None:
+    loose = {"pairs": {"rmse": 1000}, "age-cdf-by-sex": {"half_width": 1, "confidence": 0.9}}
+    config = _config(tmp_path, {"epsilon": 1}, loose)
+    report = plan(load_config(config))
+    met = {group.name: group.met for group in report.targets.groups}
+    assert met == {"pairs": True, "age-cdf-by-sex": False}
+    assert report.targets.binding == "age-cdf-by-sex"
+    text = format_plan(report)
+    assert "accuracy targets: 1 of 2 met at ε = 1" in text
+    assert "±1 at 90 %" in text and "(binding: 'age-cdf-by-sex')" in text
+    assert main(["plan", str(config), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["targets"]["binding_group"] == "age-cdf-by-sex"
+    assert document["targets"]["groups"][0]["target"] == {"half_width": 1.0, "confidence": 0.9}
+    # Without targets the plan has none.
+    assert plan(load_config(_config(tmp_path, {"epsilon": 1}, {}))).targets is None
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"rmse": -1}, r"w\.target\.rmse: must be a positive finite number"),
+        ({"rmse": 1, "half_width": 2}, r"w\.target: needs exactly one of 'rmse' or 'half_width'"),
+        ({"half_width": 2}, r"w\.target\.confidence: is required with half_width"),
+        ({"half_width": 2, "confidence": 95}, r"w\.target\.confidence: must be between 0 and 1"),
+        ({"rmse": 1, "level": 2}, r"w\.target\.level: unknown key for a rmse target"),
+        (50, r"w\.target: must be a mapping like \{rmse: 50\}"),
+    ],
+)
+def test_a_bad_target_names_its_key(value: object, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_target(value, "w.target")
+
+
+def test_a_bad_target_in_a_config_names_the_group(tmp_path: Path) -> None:
+    config = _config(tmp_path, {"epsilon": 1}, {"pairs": {"rmse": "small"}})
+    with pytest.raises(ConfigError, match=r"workload\[1\]\.target\.rmse: must be a positive"):
+        load_config(config)
