@@ -137,6 +137,7 @@ def format_plan(report: PlanReport) -> str:
         f"privacy: {_privacy(report)}",
         f"strategy: method '{report.method}', selected in {report.strategy_seconds:.2f} s",
         *_indented(strategy),
+        *_weight_lines(report),
         *_release_lines(report),
         "",
     ]
@@ -160,6 +161,15 @@ def _budget(budget: PureDP | ZCDP | None) -> str:
     symbol, amount = ("ε", budget.epsilon) if isinstance(budget, PureDP) else ("ρ", budget.rho)
     text = f"{float(amount):.4g}"
     return f"{symbol} ≥ {text}" + ("" if Fraction(text) == amount else f" (exactly {amount})")
+
+
+def _weight_lines(report: PlanReport) -> list[str]:
+    """The group weights a strategy was selected with for the accuracy targets."""
+    weights = report.decision.weights if report.decision else None
+    if not weights:
+        return []
+    listed = ", ".join(f"{name} {weight:.3g}" for name, weight in weights.items())
+    return _indented(f"selected for the accuracy targets, with group weights: {listed}")
 
 
 def _target_lines(report: PlanReport) -> list[str]:
@@ -186,7 +196,9 @@ def _target_lines(report: PlanReport) -> list[str]:
         "",
         f"accuracy targets: {met} of {len(targets.groups)} met at {budget}",
         *text_table(rows, right=(2,), underline=True),
-        f"every target is met from {_budget(targets.least)}{binding}, with this strategy",
+        f"every target is met from {_budget(targets.least)}{binding}, with this strategy"
+        if targets.least
+        else "no budget whose noise the samplers draw meets every target with this strategy",
     ]
 
 

@@ -233,6 +233,7 @@ class PlanReport:
             "groups": [group.to_dict() for group in self.groups],
             "candidates": [candidate.to_dict() for candidate in self.candidates],
             "targets": self.targets.to_dict() if self.targets else None,
+            "target_weights": self.decision.weights if self.decision else None,
         }
 
 

@@ -254,8 +254,8 @@ def _least_budget(
         return _meets(_budget(like, amount), allowed, noise_variance)
 
     low, high = Fraction(1, 10**12), Fraction(1)
-    while not meets(high):
-        low, high = high, high * 1000
+    while not meets(high):  # doubling: too large a budget has noise the samplers refuse
+        low, high = high, high * 2
         if high > LARGEST:
             return None
     for _ in range(200):  # bisection in log space, to well below the digits kept

@@ -339,3 +339,12 @@ def test_the_released_error_is_under_the_discrete_noise_measured() -> None:
     ratio = discrete_noise_variance("discrete_laplace", Fraction(2), None) / 8.0
     assert ratio < 0.98
     assert released == pytest.approx(expected_error(W, Identity(8), privacy) * ratio, rel=1e-12)
+    # On a fine grid (a large quantization scale) the same strategy is released with noise
+    # all but continuous: its error is the continuous one, whatever the scale.
+    from dpmm.linalg import Weighted
+    from dpmm.measure.quantize import measurable
+
+    fine = measurable(Weighted(0.3, Identity(8)))
+    assert fine.scale >= 2**14
+    continuous = expected_error(W, Identity(8), privacy)
+    assert released_error(W, fine, privacy) == pytest.approx(continuous, rel=1e-6)

@@ -29,7 +29,9 @@ WORKLOAD = [
 ]
 
 
-def _config(folder: Path, privacy: dict, targets: dict = TARGETS) -> Path:
+def _config(
+    folder: Path, privacy: dict, targets: dict = TARGETS, method: str = "hierarchical"
+) -> Path:
     workload = [
         {**group, "target": targets[group["name"]]} if group["name"] in targets else group
         for group in WORKLOAD
@@ -39,7 +41,7 @@ def _config(folder: Path, privacy: dict, targets: dict = TARGETS) -> Path:
         "domain": DOMAIN,
         "privacy": privacy,
         "workload": workload,
-        "strategy": {"method": "hierarchical"},  # deterministic: the same strategy at any ε
+        "strategy": {"method": method},  # hierarchical: the same strategy at any ε
         "release": {"root": str(folder / "releases")},
     }
     path = folder / f"targets-{len(list(folder.glob('*.yaml')))}.yaml"
@@ -112,3 +114,19 @@ def test_a_bad_target_in_a_config_names_the_group(tmp_path: Path) -> None:
     config = _config(tmp_path, {"epsilon": 1}, {"pairs": {"rmse": "small"}})
     with pytest.raises(ConfigError, match=r"workload\[1\]\.target\.rmse: must be a positive"):
         load_config(config)
+
+
+def test_weights_toward_the_binding_target_lower_the_least_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    targets = {"pairs": {"rmse": 1}, "age-cdf-by-sex": {"half_width": 200, "confidence": 0.95}}
+    config = _config(tmp_path, {"epsilon": 1}, targets, method="hdmm")
+    weighted = plan(load_config(config))
+    monkeypatch.setattr("dpmm.pipeline.target_weights.ROUNDS", 1)  # the plain selection only
+    plain = plan(load_config(_config(tmp_path, {"epsilon": 1}, targets, method="hdmm")))
+    assert plain.decision.weights == {"age-cdf-by-sex": 1.0, "pairs": 1.0}
+    assert weighted.decision.weights["pairs"] > weighted.decision.weights["age-cdf-by-sex"]
+    assert _amount(weighted.targets.least) < 0.9 * _amount(plain.targets.least)
+    assert "selected for the accuracy targets, with group weights: age-cdf-by-sex" in format_plan(
+        weighted
+    )

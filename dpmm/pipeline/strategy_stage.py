@@ -35,9 +35,11 @@ from dpmm.linalg.serialize import SerializationError, load_matrix, matrix_digest
 from dpmm.measure.exact import MeasurementError
 from dpmm.measure.mechanism import planned_noise_variance
 from dpmm.measure.quantize import QuantizedStrategy, measurable
+from dpmm.pipeline.target_weights import select_for_targets
 from dpmm.privacy.params import PrivacyParameter
 from dpmm.strategy import AUTO_CANDIDATES, METHODS, select_strategy
 from dpmm.strategy.selection import Candidate, Progress, Selection, select
+from dpmm.targets import parse_target
 from dpmm.workload import stack
 
 __all__ = [
@@ -83,6 +85,8 @@ class ChosenStrategy:
     seconds: float
     source: str
     description: str
+    #: With accuracy targets: the weight of each targeted group's queries in the selection.
+    weights: dict[str, float] | None = None
 
 
 def _load(
@@ -99,7 +103,13 @@ def _load(
         # Decisions stored before descriptions were kept describe their quantized matrix.
         description = facts.get("description") or repr(quantized.matrix)
         chosen = ChosenStrategy(
-            quantized, config.strategy_method, facts["selected"], 0.0, source, description
+            quantized,
+            config.strategy_method,
+            facts["selected"],
+            0.0,
+            source,
+            description,
+            facts.get("weights"),
         )
     except (SerializationError, MeasurementError, ValueError, KeyError, TypeError, OSError):
         return None  # a damaged (or older) entry is selected again, never trusted
@@ -114,6 +124,7 @@ def _store(folder: Path, stem: str, chosen: ChosenStrategy, **facts: Any) -> Non
         "seconds": chosen.seconds,
         "quantization_scale": chosen.quantized.scale,
         "description": chosen.description,
+        "weights": chosen.weights,
     }
     atomic_write(folder / f"{stem}.json", [json.dumps(facts, sort_keys=True).encode()])
 
@@ -163,7 +174,7 @@ def released_error(W: Matrix, quantized: QuantizedStrategy, privacy: PrivacyPara
     sensitivity; a small integer scale's discrete noise is a few % below it)."""
     A = quantized.matrix
     continuous = privacy.noise_variance(float(A.sensitivity(privacy.norm)))
-    discrete = planned_noise_variance(quantized, privacy) / quantized.scale**2
+    discrete = planned_noise_variance(quantized, privacy)  # in A's units already
     return expected_error(W, A, privacy) * discrete / continuous
 
 
@@ -263,16 +274,27 @@ def select_for_config(
         ConfigError: the method cannot build a releasable strategy for this workload (the
             message names the file, the key and the reason).
     """
-    method = config.strategy_method
-    try:
+    method, privacy = config.strategy_method, config.measurement_privacy
+
+    def select_on(workload: Matrix) -> tuple[ChosenStrategy, Selection]:
         return select_releasable(
-            stack(config.workload),
+            workload,
             method,
-            config.measurement_privacy,
+            privacy,
             config.domain.size,
             progress=progress,
             budget=config.strategy_time_budget,
         )
+
+    try:
+        if not any("target" in group.spec for group in config.workload):
+            return select_on(stack(config.workload))
+        started = time.perf_counter()
+        chosen, selection, kept = select_for_targets(
+            config.workload, select_on, lambda chosen: _target_ratios(config, chosen)
+        )
+        seconds = time.perf_counter() - started  # every round's
+        return replace(chosen, seconds=seconds, weights=kept.weights), selection
     except ConfigError:
         raise
     except (DpmmError, MeasurementError) as error:
@@ -280,6 +302,20 @@ def select_for_config(
             f"{config.path}: strategy.method: '{method}' cannot build a strategy for this "
             f"workload ({error})"
         ) from error
+
+
+def _target_ratios(config: ReleaseConfig, chosen: ChosenStrategy) -> dict[str, float]:
+    """Each targeted group's figure over its target, from the data-free release of
+    ``chosen`` (the plan's own figures)."""
+    from dpmm.pipeline.preflight import preflight  # it imports this module
+
+    answers = preflight(config, chosen).reconstruction.groups
+    ratios = {}
+    for group, answered in zip(config.workload, answers, strict=True):
+        if "target" in group.spec:
+            target = parse_target(group.spec["target"], f"{group.name}.target")
+            ratios[group.name] = target.figure(answered.standard_errors) / target.value
+    return ratios
 
 
 def plan_folder(config: ReleaseConfig) -> Path:
