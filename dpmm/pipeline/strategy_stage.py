@@ -287,7 +287,8 @@ def select_for_config(
         )
 
     try:
-        if not any("target" in group.spec for group in config.workload):
+        targeted = any("target" in group.spec for group in config.workload)
+        if not targeted or len(config.workload) == 1:  # one group: weights change nothing
             return select_on(stack(config.workload))
         started = time.perf_counter()
         chosen, selection, kept = select_for_targets(
