@@ -275,6 +275,7 @@ def select_for_config(
             message names the file, the key and the reason).
     """
     method, privacy = config.strategy_method, config.measurement_privacy
+    deadline = time.monotonic() + config.strategy_time_budget  # for every round in all
 
     def select_on(workload: Matrix) -> tuple[ChosenStrategy, Selection]:
         return select_releasable(
@@ -283,7 +284,7 @@ def select_for_config(
             privacy,
             config.domain.size,
             progress=progress,
-            budget=config.strategy_time_budget,
+            budget=max(0.0, deadline - time.monotonic()),
         )
 
     try:
