@@ -275,22 +275,19 @@ def select_for_config(
             message names the file, the key and the reason).
     """
     method, privacy = config.strategy_method, config.measurement_privacy
-    deadline = time.monotonic() + config.strategy_time_budget  # for every round in all
+    budget = config.strategy_time_budget
+    deadline = time.monotonic() + budget  # for every round of a selection for targets
 
-    def select_on(workload: Matrix) -> tuple[ChosenStrategy, Selection]:
+    def select_on(workload: Matrix, *, first: bool = False) -> tuple[ChosenStrategy, Selection]:
+        left = budget if first else max(0.0, deadline - time.monotonic())
         return select_releasable(
-            workload,
-            method,
-            privacy,
-            config.domain.size,
-            progress=progress,
-            budget=max(0.0, deadline - time.monotonic()),
+            workload, method, privacy, config.domain.size, progress=progress, budget=left
         )
 
     try:
         targeted = any("target" in group.spec for group in config.workload)
         if not targeted or len(config.workload) == 1:  # one group: weights change nothing
-            return select_on(stack(config.workload))
+            return select_on(stack(config.workload), first=True)
         started = time.perf_counter()
         chosen, selection, kept = select_for_targets(
             config.workload, select_on, lambda chosen: _target_ratios(config, chosen)
