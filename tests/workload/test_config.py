@@ -241,7 +241,7 @@ KINDS = (
         (
             [{"kind": "prefix", "attribute": "age", "intervals": [[0, 1]]}],
             "workload[0].intervals: unknown key for kind 'prefix' "
-            "(allowed: name, kind, weight, attribute, by)",
+            "(allowed: name, kind, weight, target, attribute, by)",
         ),
         ([{"kind": "census_sf1", "k": 1}], "workload[0].k: unknown key for kind 'census_sf1'"),
         ([{"kind": "total", "name": ""}], "workload[0].name: must be a non-empty string"),
