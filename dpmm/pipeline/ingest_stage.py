@@ -27,9 +27,12 @@ from dpmm.errors import ConfigError
 from dpmm.linalg import Marginals
 from dpmm.linalg.helmert_blocks import HelmertBlocks
 from dpmm.measure.tables import MarginalCounts, strategy_tables
+from dpmm.pipeline.chosen import ChosenStrategy
 from dpmm.pipeline.persons import PersonCounts, count_people, summed_attributes
-from dpmm.pipeline.strategy_stage import VECTOR_LIMIT, ChosenStrategy
 from dpmm.workload.table_form import table_form
+
+#: Largest domain whose full count vector is built (cells; int64, 2 GiB).
+VECTOR_LIMIT = 2**28
 
 __all__ = [
     "VECTOR_LIMIT",

@@ -26,6 +26,7 @@ from dpmm.errors import ConfigError, TooLargeError
 from dpmm.measure.exact import MeasurementError
 from dpmm.measure.mechanism import planned_record
 from dpmm.measure.tables import strategy_tables
+from dpmm.pipeline.chosen import ChosenStrategy
 from dpmm.pipeline.ingest_stage import counting_plan
 from dpmm.pipeline.reconstruct_stage import (
     Reconstruction,
@@ -33,7 +34,6 @@ from dpmm.pipeline.reconstruct_stage import (
     reconstruct,
     wants_histogram,
 )
-from dpmm.pipeline.strategy_stage import ChosenStrategy
 
 __all__ = ["Footprint", "Preflight", "footprint", "preflight"]
 

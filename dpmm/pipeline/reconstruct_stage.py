@@ -26,7 +26,8 @@ from dpmm.linalg.helmert_blocks import HelmertBlocks
 from dpmm.measure.measurement import Measurement
 from dpmm.measure.record import MeasurementRecord
 from dpmm.measure.tables import strategy_tables
-from dpmm.pipeline.strategy_stage import VECTOR_LIMIT, ChosenStrategy
+from dpmm.pipeline.chosen import ChosenStrategy
+from dpmm.pipeline.ingest_stage import VECTOR_LIMIT
 from dpmm.reconstruct import (
     MarginalMeasurement,
     covariance_factor,

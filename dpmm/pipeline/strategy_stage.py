@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,9 @@ from dpmm.linalg.serialize import SerializationError, load_matrix, matrix_digest
 from dpmm.measure.exact import MeasurementError
 from dpmm.measure.mechanism import planned_noise_variance
 from dpmm.measure.quantize import QuantizedStrategy, measurable
+from dpmm.pipeline.chosen import ChosenStrategy
+from dpmm.pipeline.ingest_stage import VECTOR_LIMIT
+from dpmm.pipeline.preflight import preflight
 from dpmm.pipeline.target_weights import select_for_targets
 from dpmm.privacy.params import PrivacyParameter
 from dpmm.strategy import AUTO_CANDIDATES, METHODS, select_strategy
@@ -55,38 +58,9 @@ __all__ = [
 ]
 
 PLAN_FOLDER = ".plan"
-#: Largest domain whose full count vector is built (cells; int64, 2 GiB).
-VECTOR_LIMIT = 2**28
 #: What ``auto`` falls back to above :data:`VECTOR_LIMIT` when none of its candidates is
 #: measured from marginal tables (the first must apply; the others may beat it).
 TABLE_METHODS = ("marginals", "hdmm_marginals", "marginal_optimal", "residual")
-
-
-@dataclass(frozen=True, eq=False)
-class ChosenStrategy:
-    """The selected strategy on its integer grid.
-
-    Attributes:
-        quantized: ``quantized.integer`` is measured and ``quantized.matrix`` reconstructs.
-        method: The config's method (``auto``, ``hdmm``, ...).
-        selected: The candidate that was chosen (the method itself unless ``auto``).
-        seconds: Selection time (0 for a cached or resumed strategy).
-        source: ``selected``, ``plan``, ``run`` or ``release``.
-        description: The strategy as selected, before its quantization (the candidate's
-            repr, ``PIdentity(n=256, p=16, norm=1) ⊗ …``): recorded when it is selected and
-            kept with it wherever it is stored, so the plan, every release and every
-            re-run of it describe it alike (a quantized matrix read back from its file is
-            often just ``Dense(272×256) ⊗ …``).
-    """
-
-    quantized: QuantizedStrategy
-    method: str
-    selected: str
-    seconds: float
-    source: str
-    description: str
-    #: With accuracy targets: the weight of each targeted group's queries in the selection.
-    weights: dict[str, float] | None = None
 
 
 def _load(
@@ -306,8 +280,6 @@ def select_for_config(
 def _target_ratios(config: ReleaseConfig, chosen: ChosenStrategy) -> dict[str, float]:
     """Each targeted group's figure over its target, from the data-free release of
     ``chosen`` (the plan's own figures)."""
-    from dpmm.pipeline.preflight import preflight  # it imports this module
-
     answers = preflight(config, chosen).reconstruction.groups
     ratios = {}
     for group, answered in zip(config.workload, answers, strict=True):

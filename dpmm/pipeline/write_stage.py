@@ -21,8 +21,8 @@ from dpmm import __version__
 from dpmm.config import ReleaseConfig
 from dpmm.linalg.serialize import matrix_digest, save_matrix
 from dpmm.measure.record import MeasurementRecord
+from dpmm.pipeline.chosen import ChosenStrategy
 from dpmm.pipeline.reconstruct_stage import HISTOGRAM_LIMIT, Reconstruction, wants_histogram
-from dpmm.pipeline.strategy_stage import ChosenStrategy
 from dpmm.privacy.ledger import Entry, Ledger
 from dpmm.release import AnswerColumns, write_answers, write_histogram, write_measurements
 from dpmm.release import write_release as write_version
