@@ -22,8 +22,18 @@ def plan_flow(config_path: str) -> dict[str, Any]:
     config = load_config(config_path)
     report = plan(config)
     data = report.to_dict()
+    targets = {t.name: t for t in report.targets.groups} if report.targets else {}
+    rows = []
+    for group in report.groups:
+        row: dict[str, Any] = {"group": group.name, "queries": group.queries}
+        row["expected RMSE"] = group.rmse
+        if group.name in targets:  # accuracy targets: data-free, as the plan's whole
+            target = targets[group.name]
+            row |= {"target": target.target.describe(), "met": target.met}
+            row["least budget"] = target.needed.to_dict() if target.needed else None
+        rows.append(row)
     create_table_artifact(
-        [{"group": g.name, "queries": g.queries, "expected RMSE": g.rmse} for g in report.groups],
+        rows,
         key=f"dpmm-plan-{config.name}".lower(),
         description=f"Expected error per query group of release {config.name}",
     )

@@ -301,3 +301,31 @@ def test_a_deployment_run_completes_on_a_worker_and_leaves_its_artifacts(
     assert str(folder) in artifacts["dpmm-release-deployed"]["data"]
     budget = json.loads(artifacts["dpmm-budget-deployed"]["data"])
     assert [row["exact"] for row in budget] == ["2", "1", "0", "1", "1"]
+
+
+def test_the_plan_flow_leaves_its_accuracy_targets_in_an_artifact(server, tmp_path: Path) -> None:
+    url, env, _ = server
+    config = tmp_path / "targets.yaml"
+    config.write_text(
+        "name: targets\ndomain: {sex: 2, age: 16}\nprivacy: {epsilon: 1}\nworkload:\n"
+        "  - {name: cdf, kind: prefix, attribute: age, by: [sex], "
+        "target: {half_width: 30, confidence: 0.95}}\n"
+        "  - {name: pairs, kind: marginals, k: 2, target: {rmse: 4}}\n"
+        "  - {name: people, kind: total}\n"
+        f"strategy: {{method: hierarchical}}\nrelease: {{root: {tmp_path / 'releases'}}}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", f"from flows.plan import plan_flow; plan_flow({str(config)!r})"],
+        env={**env, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    artifacts = {a["key"]: a for a in _api(url, "/artifacts/filter", {}) if a.get("key")}
+    rows = json.loads(artifacts["dpmm-plan-targets"]["data"])
+    by_group = {row["group"]: row for row in rows}
+    assert by_group["cdf"]["target"] == "±30 at 95 %" and by_group["pairs"]["target"] == "RMSE ≤ 4"
+    assert by_group["pairs"]["least budget"]["kind"] == "pure"
+    assert isinstance(by_group["cdf"]["met"], bool) and "target" not in by_group["people"]
