@@ -130,3 +130,33 @@ def test_weights_toward_the_binding_target_lower_the_least_budget(
     assert "selected for the accuracy targets, with group weights: age-cdf-by-sex" in format_plan(
         weighted
     )
+
+
+def test_a_release_states_its_targets_and_meets_them_as_its_plan_said(tmp_path: Path) -> None:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dpmm.pipeline import run_release
+    from tests.pipeline.conftest import write_config
+
+    rng = np.random.default_rng(4)
+    (tmp_path / "data").mkdir()
+    people = {"sex": rng.integers(0, 2, 3000), "age": rng.integers(0, 16, 3000)}
+    pq.write_table(pa.table(people), tmp_path / "data" / "people.parquet")
+    body = (
+        "name: targets\ndomain: {sex: 2, age: 16}\nprivacy: {epsilon: 1}\nworkload:\n"
+        "  - {name: cdf, kind: prefix, attribute: age, by: [sex], "
+        "target: {half_width: 30, confidence: 0.95}}\n"
+        "  - {name: pairs, kind: marginals, k: 2, target: {rmse: 1}}\n"
+        "strategy: {method: hierarchical}\n"
+    )
+    config = write_config(tmp_path / "release", body, data=tmp_path / "data")
+    planned = {group.name: group for group in plan(config).targets.groups}
+    result = run_release(config, rng=np.random.default_rng(5))
+    stated = {group["name"]: group for group in result.manifest["error"]["groups"]}
+    for name, group in planned.items():
+        assert stated[name]["target"] == group.target.to_dict()
+        assert stated[name]["target_figure"] == pytest.approx(group.achieved, rel=1e-9)
+        assert stated[name]["target_met"] is group.met
+    assert {stated["cdf"]["target_met"], stated["pairs"]["target_met"]} == {True, False}

@@ -22,11 +22,17 @@ from dpmm.config import ReleaseConfig
 from dpmm.linalg.serialize import matrix_digest, save_matrix
 from dpmm.measure.record import MeasurementRecord
 from dpmm.pipeline.chosen import ChosenStrategy
-from dpmm.pipeline.reconstruct_stage import HISTOGRAM_LIMIT, Reconstruction, wants_histogram
+from dpmm.pipeline.reconstruct_stage import (
+    HISTOGRAM_LIMIT,
+    GroupAnswers,
+    Reconstruction,
+    wants_histogram,
+)
 from dpmm.privacy.ledger import Entry, Ledger
 from dpmm.release import AnswerColumns, write_answers, write_histogram, write_measurements
 from dpmm.release import write_release as write_version
 from dpmm.release.manifest import EXPECTED_ERROR_BASIS, measurement_sections
+from dpmm.targets import parse_target
 from dpmm.workload.labels import query_parts
 
 __all__ = ["HISTOGRAM_LIMIT", "ReleaseInput", "build_manifest", "write_release"]
@@ -119,6 +125,7 @@ def build_manifest(
                     if g.values.size
                     else 0.0,
                     "exact": g.exact_errors,
+                    **_target_entry(g),
                 }
                 for g in reconstruction.groups
             ],
@@ -133,6 +140,16 @@ def build_manifest(
     if thresholds is not None:
         manifest["thresholds"] = thresholds
     return manifest
+
+
+def _target_entry(answers: GroupAnswers) -> dict[str, Any]:
+    """A group's accuracy target and whether its published standard errors meet it."""
+    if "target" not in answers.group.spec:
+        return {}
+    target = parse_target(answers.group.spec["target"], f"{answers.name}.target")
+    figure = target.figure(answers.standard_errors)
+    met = figure <= target.value
+    return {"target": target.to_dict(), "target_figure": figure, "target_met": met}
 
 
 @dataclass(frozen=True, eq=False)
