@@ -74,7 +74,7 @@ from dpmm.release.catalog import shorten
 from dpmm.release.manifest import EXPECTED_ERROR_BASIS
 from dpmm.strategy import Candidate
 from dpmm.strategy.selection import Progress
-from dpmm.targets import TargetReport, check_targets, parse_target
+from dpmm.targets import TargetReport, check_targets, group_target
 from dpmm.workload import WorkloadGroup, stack
 from dpmm.workload.prefix_sum import SUM_KINDS
 
@@ -302,10 +302,11 @@ def _targets(
 ) -> TargetReport | None:
     """The groups' accuracy targets at the config's budget, and the least budget meeting
     them (for the whole budget: with private thresholds, their shares come first)."""
+    targets = [group_target(group.spec) for group in config.workload]
     wanted = [
-        (group.name, parse_target(group.spec["target"], f"{group.name}.target"), a.standard_errors)
-        for group, a in zip(config.workload, answers, strict=True)
-        if "target" in group.spec
+        (group.name, target, a.standard_errors)
+        for group, target, a in zip(config.workload, targets, answers, strict=True)
+        if target is not None
     ]
     if not wanted:
         return None

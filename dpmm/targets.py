@@ -36,7 +36,14 @@ from scipy.stats import norm
 from dpmm.errors import ConfigError, DpmmError, describe_value
 from dpmm.privacy.params import LARGEST, ZCDP, PureDP
 
-__all__ = ["GroupTarget", "Target", "TargetReport", "check_targets", "parse_target"]
+__all__ = [
+    "GroupTarget",
+    "Target",
+    "TargetReport",
+    "check_targets",
+    "group_target",
+    "parse_target",
+]
 
 TARGET_KEYS = {"rmse": ("rmse",), "half_width": ("half_width", "confidence")}
 #: Significant digits of the least budget the plan states.
@@ -119,6 +126,11 @@ def parse_target(value: object, path: str) -> Target:
     if not 0 < confidence < 1:
         raise ConfigError(f"{path}.confidence: must be between 0 and 1, got {confidence!r}")
     return Target("half_width", target, float(confidence))
+
+
+def group_target(spec: Mapping[str, Any]) -> Target | None:
+    """The target a workload group's spec holds (checked when its config was read), or None."""
+    return parse_target(spec["target"], "target") if "target" in spec else None
 
 
 Budget = PureDP | ZCDP

@@ -42,7 +42,7 @@ from dpmm.pipeline.target_weights import select_for_targets
 from dpmm.privacy.params import PrivacyParameter
 from dpmm.strategy import AUTO_CANDIDATES, METHODS, select_strategy
 from dpmm.strategy.selection import Candidate, Progress, Selection, select
-from dpmm.targets import parse_target
+from dpmm.targets import group_target
 from dpmm.workload import stack
 
 __all__ = [
@@ -283,8 +283,7 @@ def _target_ratios(config: ReleaseConfig, chosen: ChosenStrategy) -> dict[str, f
     answers = preflight(config, chosen).reconstruction.groups
     ratios = {}
     for group, answered in zip(config.workload, answers, strict=True):
-        if "target" in group.spec:
-            target = parse_target(group.spec["target"], f"{group.name}.target")
+        if (target := group_target(group.spec)) is not None:
             ratios[group.name] = target.figure(answered.standard_errors) / target.value
     return ratios
 

@@ -32,7 +32,7 @@ from dpmm.privacy.ledger import Entry, Ledger
 from dpmm.release import AnswerColumns, write_answers, write_histogram, write_measurements
 from dpmm.release import write_release as write_version
 from dpmm.release.manifest import EXPECTED_ERROR_BASIS, measurement_sections
-from dpmm.targets import parse_target
+from dpmm.targets import group_target
 from dpmm.workload.labels import query_parts
 
 __all__ = ["HISTOGRAM_LIMIT", "ReleaseInput", "build_manifest", "write_release"]
@@ -144,9 +144,9 @@ def build_manifest(
 
 def _target_entry(answers: GroupAnswers) -> dict[str, Any]:
     """A group's accuracy target and whether its published standard errors meet it."""
-    if "target" not in answers.group.spec:
+    target = group_target(answers.group.spec)
+    if target is None:
         return {}
-    target = parse_target(answers.group.spec["target"], f"{answers.name}.target")
     figure = target.figure(answers.standard_errors)
     met = figure <= target.value
     return {"target": target.to_dict(), "target_figure": figure, "target_met": met}
