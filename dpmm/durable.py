@@ -1,4 +1,5 @@
-"""Durable files: an exclusive inter-process lock, atomic writes, and fsync of a folder.
+"""Durable files: an exclusive inter-process lock, atomic writes (replacing or write-once),
+and fsync of a folder.
 
 Example:
     >>> import pathlib, tempfile
@@ -12,6 +13,10 @@ Example:
     >>> atomic_write(folder / "y", [b"a", memoryview(b"bc")])
     >>> (folder / "y").read_bytes()
     b'abc'
+    >>> write_once(folder / "z", [b"first"]), write_once(folder / "z", [b"second"])
+    (True, False)
+    >>> (folder / "z").read_bytes()
+    b'first'
 """
 
 from __future__ import annotations
@@ -20,11 +25,18 @@ import contextlib
 import fcntl
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["atomic_write", "exclusive_lock", "fsync_folder", "is_held", "try_lock"]
+__all__ = [
+    "atomic_write",
+    "exclusive_lock",
+    "fsync_folder",
+    "is_held",
+    "try_lock",
+    "write_once",
+]
 
 
 @contextmanager
@@ -82,6 +94,30 @@ def atomic_write(path: Path, chunks: Iterable[bytes | memoryview]) -> None:
     Chunks are written as they come, so a large array can be passed as a memoryview of
     itself without a copy.
     """
+    _publish(path, chunks, os.replace)
+
+
+def write_once(path: Path, chunks: Iterable[bytes | memoryview]) -> bool:
+    """:func:`atomic_write`, except that an existing ``path`` is never replaced.
+
+    The temporary file is hard-linked to ``path`` (which fails if it exists) instead of
+    renamed over it, so of two writers racing for one path exactly one wins, and what a
+    reader once saw there never changes.
+
+    Returns:
+        True if this call wrote ``path``; False if it existed (nothing was changed).
+    """
+    try:
+        _publish(path, chunks, os.link)
+    except FileExistsError:
+        return False
+    return True
+
+
+def _publish(
+    path: Path, chunks: Iterable[bytes | memoryview], place: Callable[[str, Path], None]
+) -> None:
+    """Write a hidden temporary file durably, ``place`` it at ``path``, fsync the folder."""
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(handle, "wb") as stream:
@@ -89,9 +125,8 @@ def atomic_write(path: Path, chunks: Iterable[bytes | memoryview]) -> None:
                 stream.write(chunk)
             stream.flush()
             os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
+        place(temporary, path)
+    finally:
         with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
+            os.unlink(temporary)  # left only by os.link, or by a failed write
     fsync_folder(path.parent)

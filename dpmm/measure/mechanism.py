@@ -23,12 +23,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from dpmm.durable import exclusive_lock
 from dpmm.linalg import Matrix
 from dpmm.measure import record as records
+from dpmm.measure.chunked import draw_chunked, is_chunked, not_reserved
 from dpmm.measure.exact import (
     ExactStrategy,
     MeasurementError,
@@ -36,6 +38,7 @@ from dpmm.measure.exact import (
     analyze_strategy,
     exact_answers,
 )
+from dpmm.measure.noise import add_noise, draw_noise
 from dpmm.measure.quantize import QuantizedStrategy
 from dpmm.measure.record import (
     LOCK_NAME,
@@ -50,7 +53,6 @@ from dpmm.privacy.accounting import discrete_gaussian_zcdp, gaussian_sigma2, lap
 from dpmm.privacy.ledger import Ledger, Reservation
 from dpmm.privacy.params import ZCDP, PureDP
 from dpmm.privacy.randomness import RandomSource
-from dpmm.privacy.samplers import discrete_gaussian, discrete_laplace
 
 __all__ = [
     "NoiseModel",
@@ -59,6 +61,8 @@ __all__ = [
     "measure",
     "planned_noise_variance",
     "planned_record",
+    "record_fields",
+    "reuse_record",
 ]
 
 _LAPLACE_THEOREM = (
@@ -69,10 +73,6 @@ _LAPLACE_THEOREM = (
 #: theorem's wording may change between versions without changing the measurement).
 _MATCHED = ("strategy_fingerprint", "shape", "privacy", "norm", "sensitivity", "noise")
 _MATCHED += ("scale", "sigma2", "quantization_scale")
-#: Noisy answers stay in int64: |A x| < 2**53 and |noise| below this bound.
-_NOISE_LIMIT = 2**62
-#: Noise is drawn and added this many samples at a time.
-NOISE_BATCH = 2**22
 #: The id of a record drawn in memory (neither persisted nor charged).
 IN_MEMORY = "in-memory"
 _PERSIST_ARGUMENTS = ("store", "measurement_id", "ledger", "reservation")
@@ -104,6 +104,7 @@ def measure(
     ledger: Ledger | None = None,
     reservation: Reservation | None = None,
     rng: RandomSource | np.random.Generator | None = None,
+    client: Any = None,
 ) -> MeasurementRecord:
     """``A x`` plus exact discrete noise calibrated to ``privacy``, persisted before returned.
 
@@ -122,13 +123,17 @@ def measure(
             integer matrix is measured and whose scale the record keeps.
         x: the data vector, a 1-D array of non-negative integer counts of length
             ``A.shape[1]``; or, for a :class:`~dpmm.linalg.Marginals` strategy, the exact
-            marginal tables it measures (:class:`~dpmm.measure.tables.MarginalCounts`).
+            marginal tables it measures (:class:`~dpmm.measure.tables.MarginalCounts`); or,
+            for a Kronecker strategy, a Dask array of the counts held by a cluster, which
+            is measured there chunk by chunk (:mod:`dpmm.measure.chunked`; persisted only).
         privacy: ``PureDP`` or ``ZCDP``, exactly the reservation's budget.
         store: an existing folder holding the measurement records.
         measurement_id: the record's name in the store: letters, digits, '.', '_', '-'.
         ledger: the open ledger holding ``reservation``.
         reservation: the budget reserved for this measurement; marked spent before drawing.
-        rng: tests only: a ``numpy.random.Generator``. The default is the OS CSPRNG.
+        rng: tests only: a ``numpy.random.Generator``. The default is the OS CSPRNG (which
+            a chunked measurement always uses, on each worker).
+        client: A ``distributed.Client`` for a chunked measurement; None: local threads.
 
     Returns:
         The record as read back from the store.
@@ -146,12 +151,15 @@ def measure(
     if isinstance(A, QuantizedStrategy):
         A, quantization_scale = A.integer, A.scale
     exact = analyze_strategy(A)
-    counts = x if isinstance(x, MarginalCounts) else _counts(x, A.shape[1])
+    chunked = is_chunked(x)
+    if chunked and not persisted:
+        raise MeasurementError("a measurement of counts held by a cluster must be persisted")
+    counts = x if isinstance(x, MarginalCounts) or chunked else _counts(x, A.shape[1])
     if persisted:
         check_reservation(privacy, reservation)
     elif not isinstance(privacy, PureDP | ZCDP):
         raise MeasurementError(f"privacy must be PureDP or ZCDP, got {privacy!r:.80}")
-    expected = {**_plan(exact, privacy), "quantization_scale": quantization_scale}
+    expected = {**record_fields(exact, privacy), "quantization_scale": quantization_scale}
 
     def answers() -> np.ndarray:
         if isinstance(counts, MarginalCounts):
@@ -161,7 +169,7 @@ def measure(
     def draw(values: np.ndarray) -> MeasurementRecord:
         return MeasurementRecord(
             measurement_id=measurement_id or IN_MEMORY,
-            values=_add_noise(expected, values, rng),
+            values=add_noise(expected, values, rng),
             reservation_id=reservation.id if persisted else "",
             release_id=reservation.release_id if persisted else "",
             created=datetime.now(UTC).isoformat(timespec="microseconds"),
@@ -175,20 +183,15 @@ def measure(
     path = record_path(folder, measurement_id)
     with exclusive_lock(folder / LOCK_NAME):  # steps 2 to 5
         if path.exists():
-            stored = _reuse(folder, measurement_id, expected)
-            if stored.reservation_id != reservation.id and ledger.status(reservation) == "reserved":
-                # A re-run reserved budget for a measurement that already exists: no noise is
-                # drawn for it, so release it rather than leave it locked.
-                ledger.cancel(reservation)
-            return stored
+            return reuse_record(folder, measurement_id, expected, ledger, reservation)
+        if chunked:
+            return draw_chunked(
+                exact, x, expected, folder, measurement_id, ledger, reservation, client=client
+            )
         values = answers()
         status = ledger.status(reservation)
         if status != "reserved":
-            lost = " and no record of its measurement exists" if status == "spent" else ""
-            raise MeasurementError(
-                f"reservation {reservation.id!r} (release {reservation.release_id!r}) is "
-                f"{status}{lost}; measurement {measurement_id!r} needs a reserved budget"
-            )
+            raise not_reserved(status, reservation, measurement_id)
         ledger.mark_spent(reservation)
         record = draw(values)
         del values
@@ -205,7 +208,7 @@ def planned_record(A: QuantizedStrategy, privacy: PureDP | ZCDP) -> MeasurementR
     Raises:
         MeasurementError: the strategy is not exactly measurable.
     """
-    expected = _plan(analyze_strategy(A.integer), privacy)
+    expected = record_fields(analyze_strategy(A.integer), privacy)
     return MeasurementRecord(
         measurement_id="planned",
         values=np.zeros(A.integer.shape[0], dtype=np.int64),
@@ -251,7 +254,7 @@ class NoiseModel:
         Raises:
             MeasurementError: the samplers cannot draw this budget's noise.
         """
-        plan = _plan(self.exact, privacy)
+        plan = record_fields(self.exact, privacy)
         noise = discrete_noise_variance(plan["noise"], plan["scale"], plan["sigma2"])
         return noise / self.strategy.scale**2
 
@@ -293,8 +296,9 @@ def _check_noise_range(plan: dict[str, object], privacy: PureDP | ZCDP) -> None:
     )
 
 
-def _plan(exact: ExactStrategy, privacy: PureDP | ZCDP) -> dict[str, object]:
-    """Every record field that follows from the strategy and the privacy alone.
+def record_fields(exact: ExactStrategy, privacy: PureDP | ZCDP) -> dict[str, object]:
+    """Every record field that follows from the strategy and the privacy alone (but the
+    quantization scale).
 
     Raises:
         MeasurementError: the budget's noise is outside the samplers' range.
@@ -344,7 +348,19 @@ def _noise_plan(exact: ExactStrategy, privacy: PureDP | ZCDP) -> dict[str, objec
     }
 
 
-def _reuse(folder: Path, measurement_id: str, expected: dict[str, object]) -> MeasurementRecord:
+def reuse_record(
+    folder: Path,
+    measurement_id: str,
+    expected: dict[str, object],
+    ledger: Ledger,
+    reservation: Reservation,
+) -> MeasurementRecord:
+    """The stored record of ``measurement_id``, which must match the request (its
+    :func:`record_fields`); a fresh reservation made for it by a re-run is cancelled.
+
+    Raises:
+        MeasurementMismatch: it was taken with another strategy, budget or noise.
+    """
     stored = records.load_measurement(folder, measurement_id)
     different = [name for name in _MATCHED if getattr(stored, name) != expected[name]]
     if different:
@@ -352,46 +368,11 @@ def _reuse(folder: Path, measurement_id: str, expected: dict[str, object]) -> Me
             f"measurement {measurement_id!r} in {folder} was taken with another "
             f"{', '.join(different)}; use a new measurement id for a different request"
         )
+    if stored.reservation_id != reservation.id and ledger.status(reservation) == "reserved":
+        # A re-run reserved budget for a measurement that already exists: no noise is
+        # drawn for it, so release it rather than leave it locked.
+        ledger.cancel(reservation)
     return stored
-
-
-def _add_noise(
-    expected: dict[str, object],
-    answers: np.ndarray,
-    rng: RandomSource | np.random.Generator | None,
-) -> np.ndarray:
-    """``answers`` plus noise, drawn and added a batch at a time (in place, int64).
-
-    Batches bound the sampler's temporaries (tens of bytes per sample) to one batch,
-    so a measurement of 10⁸–10⁹ answers needs little more memory than the answers.
-    """
-    for start in range(0, answers.size, NOISE_BATCH):
-        stop = min(start + NOISE_BATCH, answers.size)
-        answers[start:stop] += _draw(expected, stop - start, rng)
-    return answers
-
-
-def draw_noise(
-    noise: object,
-    scale: object,
-    sigma2: object,
-    size: int,
-    rng: RandomSource | np.random.Generator | None,
-) -> np.ndarray:
-    """``size`` exact draws of a record's noise: discrete Laplace of ``scale`` or discrete
-    Gaussian of ``sigma2`` (by ``noise``), from ``rng`` (the OS CSPRNG for None)."""
-    if noise == "discrete_laplace":
-        return discrete_laplace(scale, size, rng=rng)
-    return discrete_gaussian(sigma2, size, rng=rng)
-
-
-def _draw(
-    expected: dict[str, object], size: int, rng: RandomSource | np.random.Generator | None
-) -> np.ndarray:
-    noise = draw_noise(expected["noise"], expected["scale"], expected["sigma2"], size, rng)
-    if noise.size and int(np.abs(noise).max()) >= _NOISE_LIMIT:  # pragma: no cover
-        raise MeasurementError("a noise value is too large to add exactly in int64")
-    return noise
 
 
 def _counts(x: object, columns: int) -> np.ndarray:

@@ -10,7 +10,9 @@ A file is written with :func:`dpmm.durable.atomic_write` (temporary file, fsync,
 fsync of the folder): a reader sees either no record or the whole record, even across a
 crash. The store's lock file :data:`LOCK_NAME` serializes the writers of one store. Every
 kind of strategy (a vector strategy, marginal tables, integer residual blocks) is recorded
-in this one format.
+in this one format. A measurement drawn chunk by chunk on a Dask cluster has the same
+header with a ``chunks`` entry in place of ``values_sha256``, and its values in the chunk
+files that entry lists (:mod:`dpmm.measure.chunk_files`), not after the header.
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from dpmm.durable import atomic_write
+from dpmm.measure.chunk_files import ValueChunks, chunk_folder, values_array
 from dpmm.measure.exact import MeasurementError, MeasurementMismatch
 from dpmm.privacy.params import ZCDP, PureDP, privacy_from_config
 
@@ -88,6 +92,9 @@ class MeasurementRecord:
     #: The strategy measured is ``integer / quantization_scale`` (1 for integer strategies):
     #: divide the values by it, and reconstruct with that quantized strategy.
     quantization_scale: int = 1
+    #: A measurement drawn on a cluster keeps its values in chunk files
+    #: (:mod:`~dpmm.measure.chunk_files`): then ``values`` is a lazy Dask array of them.
+    chunks: ValueChunks | None = None
 
     def noise_variance(self) -> float:
         """The exact variance of one noise draw (integer units, before dividing by the
@@ -114,11 +121,18 @@ class MeasurementRecord:
             "created": self.created,
             "quantization_scale": self.quantization_scale,
             "count": int(self.values.size),
-            "values_sha256": hashlib.sha256(int64_view(self.values)).hexdigest(),
+            **self._values_entry(),
         }
 
+    def _values_entry(self) -> dict[str, object]:
+        if self.chunks is not None:
+            return {"chunks": self.chunks.to_json()}
+        return {"values_sha256": hashlib.sha256(int64_view(self.values)).hexdigest()}
+
     def to_bytes(self) -> bytes:
-        """The record's file contents."""
+        """The record's file contents (a chunked record's values are in its chunk files)."""
+        if self.chunks is not None:
+            return header_line(self.header())
         return header_line(self.header()) + int64_view(self.values).tobytes()
 
     def __eq__(self, other: object) -> bool:
@@ -219,6 +233,12 @@ def load_measurement(store: str | os.PathLike[str], measurement_id: str) -> Meas
                 )
             raise MeasurementError(f"{path} is not in the format {FORMAT}")
         body = memoryview(data)[end + 1 :]
+        if "chunks" in header:
+            chunks = ValueChunks.from_json(header["chunks"])
+            if len(body) or chunks.count != int(header["count"]):
+                raise MeasurementError(f"{broken}: its chunks do not hold its values")
+            values = values_array(chunk_folder(store, measurement_id), chunks)
+            return _named(record_from_header(header, values, chunks), measurement_id, path)
         digest = header["values_sha256"]
         if len(body) != 8 * int(header["count"]) or hashlib.sha256(body).hexdigest() != digest:
             raise MeasurementError(f"{broken}: its values were truncated or changed")
@@ -228,25 +248,37 @@ def load_measurement(store: str | os.PathLike[str], measurement_id: str) -> Meas
         raise
     except (ValueError, KeyError, TypeError, IndexError, AttributeError, ZeroDivisionError) as e:
         raise MeasurementError(f"{broken} ({type(e).__name__}: {e})") from None
+    return _named(record, measurement_id, path)
+
+
+def _named(record: MeasurementRecord, measurement_id: str, path: Path) -> MeasurementRecord:
     if record.measurement_id != measurement_id:
         raise MeasurementError(f"{path} holds measurement {record.measurement_id!r}")
     return record
 
 
 def write_record(record: MeasurementRecord, path: Path) -> None:
-    """Write ``record`` to ``path`` atomically and durably (see the module docstring)."""
+    """Write ``record`` to ``path`` atomically and durably (see the module docstring); a
+    chunked record's header only, its chunks being persisted already."""
+    if record.chunks is not None:
+        atomic_write(path, [record.to_bytes()])
+        return
     values = int64_view(record.values)
     # The values are passed as a view of themselves: no copy of a large measurement.
     atomic_write(path, [header_line(record.header()), memoryview(values).cast("B")])
 
 
-def record_from_header(header: dict[str, object], values: np.ndarray) -> MeasurementRecord:
-    """A record from its :meth:`MeasurementRecord.header` and values (made read-only).
+def record_from_header(
+    header: dict[str, object], values: Any, chunks: ValueChunks | None = None
+) -> MeasurementRecord:
+    """A record from its :meth:`MeasurementRecord.header` and values (a numpy array, made
+    read-only, or a chunked record's lazy Dask array and its chunks).
 
     Raises:
         ValueError, KeyError, TypeError: A field is missing or malformed.
     """
-    values.setflags(write=False)
+    if chunks is None:
+        values.setflags(write=False)
     shape = header["shape"]
     return MeasurementRecord(
         measurement_id=str(header["measurement_id"]),
@@ -265,6 +297,7 @@ def record_from_header(header: dict[str, object], values: np.ndarray) -> Measure
         created=str(header["created"]),
         values=values,
         quantization_scale=int(header["quantization_scale"]),
+        chunks=chunks,
     )
 
 

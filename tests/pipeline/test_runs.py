@@ -136,7 +136,7 @@ def test_a_run_spent_without_a_persisted_measurement_is_closed_and_the_next_star
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patched:
-        patched.setattr(mechanism, "_add_noise", killed)
+        patched.setattr(mechanism, "add_noise", killed)
         with pytest.raises(KeyboardInterrupt):
             run_release(config)
     with pytest.raises(Exception, match="no record of its measurement"):
