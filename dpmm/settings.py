@@ -50,6 +50,9 @@ HISTOGRAM_CHOICES = ("auto", "always", "never")
 DEFAULT_ROOT = "releases"
 _CLASS_PATTERN = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+")
 _LOCAL_KEYS = ("n_workers", "processes", "threads_per_worker", "memory_limit")
+#: Where a release may keep its domain-sized arrays (``cluster.arrays``; the first is the
+#: default).
+ARRAY_PLACES = ("auto", "flow", "workers")
 
 
 @dataclass(frozen=True)
@@ -86,12 +89,16 @@ class ClusterSettings:
         cluster_class: A dotted cluster class (``dask_jobqueue.SLURMCluster``), or None.
         options: Keyword arguments of the cluster class, or LocalCluster options.
         scale: Workers to ask a cluster class for (None: its default).
+        arrays: Where a release keeps its domain-sized arrays (counts, answers, estimate):
+            ``auto`` (in the flow's process while the vector fits, else on the workers),
+            ``flow`` or ``workers``.
     """
 
     address: str | None = None
     cluster_class: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     scale: int | None = None
+    arrays: str = "auto"
 
 
 def _mapping(section: object, key: str) -> Mapping[str, Any]:
@@ -183,7 +190,7 @@ def cluster_settings(section: object) -> ClusterSettings:
         {'n_workers': 2, 'processes': False}
     """
     section = _mapping(section, "cluster")
-    check_keys(section, "cluster", ("address", "class", "options", "scale", *_LOCAL_KEYS))
+    check_keys(section, "cluster", ("address", "class", "options", "scale", "arrays", *_LOCAL_KEYS))
     address, cluster_class = section.get("address"), section.get("class")
     local = {k: section[k] for k in _LOCAL_KEYS if k in section}
     chosen = [k for k, v in (("address", address), ("class", cluster_class)) if v is not None]
@@ -219,4 +226,5 @@ def cluster_settings(section: object) -> ClusterSettings:
         cluster_class=cluster_class,
         options=dict(options) if cluster_class else local,
         scale=scale,
+        arrays=_choice(section, "cluster", "arrays", ARRAY_PLACES),
     )

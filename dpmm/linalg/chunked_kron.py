@@ -16,9 +16,35 @@ from typing import Any
 import numpy as np
 
 from dpmm.linalg.base import Matrix
+from dpmm.linalg.combinators import Weighted
 from dpmm.linalg.kron import Kron
 
-__all__ = ["ChunkedKron", "chunk_count"]
+__all__ = ["ChunkedKron", "axis_factors", "chunk_count"]
+
+
+def axis_factors(matrix: Matrix, shape: tuple[int, ...]) -> list[Matrix] | None:
+    """The factors by which ``matrix`` acts on a tensor of ``shape``, one per axis in
+    order, or None when it is not such a Kronecker product.
+
+    Example:
+        >>> from dpmm.linalg import Identity, Ones, Prefix
+        >>> [f.shape for f in axis_factors(Kron([Prefix(3), Ones(1, 4)]), (3, 4))]
+        [(3, 3), (1, 4)]
+        >>> axis_factors(Prefix(12), (3, 4)) is None
+        True
+    """
+    weight = 1.0
+    while isinstance(matrix, Weighted):
+        weight, matrix = weight * matrix.weight, matrix.base
+    if len(shape) == 1 and matrix.shape[1] == shape[0]:
+        factors = [matrix]
+    elif isinstance(matrix, Kron) and [f.shape[1] for f in matrix.factors] == list(shape):
+        factors = list(matrix.factors)
+    else:
+        return None
+    if weight != 1.0:
+        factors[0] = Weighted(weight, factors[0])
+    return factors
 
 
 class ChunkedKron:

@@ -79,6 +79,10 @@ class ValueChunks:
         """How many values the chunks hold together."""
         return self.parts[-1].stop if self.parts else 0
 
+    def digest(self) -> str:
+        """sha256 of the chunks' sha256 in order: the record's ``values_sha256``."""
+        return hashlib.sha256("".join(c.sha256 for c in self.parts).encode()).hexdigest()
+
     def to_json(self) -> dict[str, Any]:
         """The ``chunks`` entry of a record's header."""
         return {"plan": self.plan, "parts": [[c.start, c.stop, c.sha256] for c in self.parts]}

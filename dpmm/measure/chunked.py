@@ -50,7 +50,7 @@ from dpmm.measure.exact import FLOAT_EXACT, ExactStrategy, MeasurementError, Mea
 from dpmm.measure.noise import add_noise
 from dpmm.privacy.ledger import Ledger, Reservation
 
-__all__ = ["CHUNK_ANSWERS", "draw_chunked", "is_chunked", "not_reserved"]
+__all__ = ["CHUNK_ANSWERS", "answer_chunks", "draw_chunked", "is_chunked", "not_reserved"]
 
 #: Answers per chunk (2²⁴ int64: 128 MiB), rounded to whole rows of the first axis.
 CHUNK_ANSWERS = 2**24
@@ -96,7 +96,7 @@ def draw_chunked(
     tensor = _domain_tensor(x, tuple(int(f.shape[1]) for f in factors))
     _check_counts(tensor, exact, client)
     rows = tuple(int(f.shape[0]) for f in factors)
-    bounds = _row_bounds(rows, CHUNK_ANSWERS)
+    bounds = _row_bounds(rows)
     plan = _plan(expected, bounds, measurement_id, reservation)
     digest = hashlib.sha256(plan).hexdigest()
     chunks = chunk_folder(folder, measurement_id)
@@ -128,7 +128,7 @@ def draw_chunked(
 def _factors(matrix: Matrix) -> list[Matrix]:
     """The factors ``B`` is applied by, axis by axis (a one-attribute strategy is its own
     single factor, applied to the whole axis in one task)."""
-    return list(matrix.factors) if type(matrix) is Kron else [matrix]
+    return list(matrix.factors) if isinstance(matrix, Kron) else [matrix]
 
 
 def _domain_tensor(x: Any, shape: tuple[int, ...]) -> Any:
@@ -155,12 +155,19 @@ def _check_counts(tensor: Any, exact: ExactStrategy, client: Any) -> None:
         )
 
 
-def _row_bounds(rows: tuple[int, ...], chunk_answers: int) -> list[int]:
-    """Chunk boundaries along the answers' first axis: whole rows, about ``chunk_answers``
-    answers per chunk."""
+def _row_bounds(rows: tuple[int, ...]) -> list[int]:
+    """Chunk boundaries along the answers' first axis: whole rows, about
+    :data:`CHUNK_ANSWERS` answers per chunk."""
     width = int(np.prod(rows[1:], dtype=np.int64))
-    step = max(1, chunk_answers // max(width, 1))
+    step = max(1, CHUNK_ANSWERS // max(width, 1))
     return [*range(0, rows[0], step), rows[0]]
+
+
+def answer_chunks(matrix: Matrix) -> tuple[int, ...]:
+    """How many answers each chunk of a measurement of ``matrix`` on the cluster holds."""
+    rows = tuple(int(f.shape[0]) for f in _factors(matrix))
+    width = int(np.prod(rows[1:], dtype=np.int64))
+    return tuple(int(n) * width for n in np.diff(_row_bounds(rows)))
 
 
 def _plan(

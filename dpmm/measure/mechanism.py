@@ -30,7 +30,7 @@ import numpy as np
 from dpmm.durable import exclusive_lock
 from dpmm.linalg import Matrix
 from dpmm.measure import record as records
-from dpmm.measure.chunked import draw_chunked, is_chunked, not_reserved
+from dpmm.measure.chunked import answer_chunks, draw_chunked, is_chunked, not_reserved
 from dpmm.measure.exact import (
     ExactStrategy,
     MeasurementError,
@@ -200,18 +200,30 @@ def measure(
         return records.load_measurement(folder, measurement_id)
 
 
-def planned_record(A: QuantizedStrategy, privacy: PureDP | ZCDP) -> MeasurementRecord:
+def planned_record(
+    A: QuantizedStrategy, privacy: PureDP | ZCDP, *, lazy: bool = False
+) -> MeasurementRecord:
     """The record :func:`measure` would write for ``A`` under ``privacy``, with every answer
     zero and no noise drawn: not a measurement, but what post-processing can be run on to
     learn, without data, exactly what it computes and how much noise it will face.
+
+    ``lazy``: the zeros as a Dask array chunked as a measurement on the cluster would be
+    (:func:`~dpmm.measure.chunked.answer_chunks`), for post-processing planned there.
 
     Raises:
         MeasurementError: the strategy is not exactly measurable.
     """
     expected = record_fields(analyze_strategy(A.integer), privacy)
+    rows = A.integer.shape[0]
+    if lazy:
+        import dask.array as da
+
+        values = da.zeros(rows, dtype=np.int64, chunks=(answer_chunks(A.integer),))
+    else:
+        values = np.zeros(rows, dtype=np.int64)
     return MeasurementRecord(
         measurement_id="planned",
-        values=np.zeros(A.integer.shape[0], dtype=np.int64),
+        values=values,
         reservation_id="",
         release_id="",
         created="",

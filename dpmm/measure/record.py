@@ -11,8 +11,9 @@ fsync of the folder): a reader sees either no record or the whole record, even a
 crash. The store's lock file :data:`LOCK_NAME` serializes the writers of one store. Every
 kind of strategy (a vector strategy, marginal tables, integer residual blocks) is recorded
 in this one format. A measurement drawn chunk by chunk on a Dask cluster has the same
-header with a ``chunks`` entry in place of ``values_sha256``, and its values in the chunk
-files that entry lists (:mod:`dpmm.measure.chunk_files`), not after the header.
+header with a ``chunks`` entry, its ``values_sha256`` the sha256 of the chunks' sha256 in
+order, and its values in the chunk files the entry lists (:mod:`dpmm.measure.chunk_files`),
+not after the header.
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ class MeasurementRecord:
 
     def _values_entry(self) -> dict[str, object]:
         if self.chunks is not None:
-            return {"chunks": self.chunks.to_json()}
+            return {"chunks": self.chunks.to_json(), "values_sha256": self.chunks.digest()}
         return {"values_sha256": hashlib.sha256(int64_view(self.values)).hexdigest()}
 
     def to_bytes(self) -> bytes:
@@ -235,7 +236,8 @@ def load_measurement(store: str | os.PathLike[str], measurement_id: str) -> Meas
         body = memoryview(data)[end + 1 :]
         if "chunks" in header:
             chunks = ValueChunks.from_json(header["chunks"])
-            if len(body) or chunks.count != int(header["count"]):
+            counted = chunks.count != int(header["count"])
+            if len(body) or counted or chunks.digest() != header["values_sha256"]:
                 raise MeasurementError(f"{broken}: its chunks do not hold its values")
             values = values_array(chunk_folder(store, measurement_id), chunks)
             return _named(record_from_header(header, values, chunks), measurement_id, path)

@@ -23,8 +23,10 @@ import numpy as np
 from dpmm.config import ReleaseConfig
 from dpmm.data import IngestReport, MarginalTables, Source, histogram, marginal_tables, open_source
 from dpmm.data.execute import Progress
+from dpmm.data.histogram import CHUNK_CELLS, DENSE_LIMIT
 from dpmm.errors import ConfigError
 from dpmm.linalg import Marginals
+from dpmm.linalg.chunked_kron import axis_factors
 from dpmm.linalg.helmert_blocks import HelmertBlocks
 from dpmm.measure.tables import MarginalCounts, strategy_tables
 from dpmm.pipeline.chosen import ChosenStrategy
@@ -49,7 +51,8 @@ class Counts:
     """Exact counts of the input: raw data, never logged or released.
 
     Attributes:
-        vector: The count vector (the ``vector`` plan), else None.
+        vector: The count vector (the ``vector`` plan; a Dask array on the workers for
+            the ``chunked`` plan), else None.
         tables: The strategy's marginal tables (the ``tables`` plan), else None.
         report: The ingest report, for the operator's run state only.
         fingerprint: sha256 of the input files' paths, sizes and row groups.
@@ -75,23 +78,46 @@ def check_countable(config: ReleaseConfig) -> None:
 
 
 def counting_plan(config: ReleaseConfig, strategy: ChosenStrategy) -> str:
-    """``vector`` or ``tables``: how the input of this release is counted.
+    """``vector``, ``tables`` or ``chunked``: how the input of this release is counted.
+
+    ``chunked`` keeps the counts (and the answers and estimate after them) on the Dask
+    workers, for a Kronecker strategy: when the config asks (``cluster.arrays: workers``)
+    or the domain is too large for the vector in the flow's process (``auto``).
 
     Raises:
         ConfigError: The domain is too large for the vector and the strategy or a
-            workload group cannot be served by marginal tables.
+            workload group can be served neither by marginal tables nor on the workers,
+            or ``cluster.arrays: workers`` is asked of a strategy that is not a
+            Kronecker product over the domain's attributes.
     """
     cells = config.domain.size
-    if isinstance(strategy.quantized.integer, HelmertBlocks):
+    integer = strategy.quantized.integer
+    if isinstance(integer, HelmertBlocks):
         return "tables"
+    arrays = config.cluster.arrays
+    kron = axis_factors(integer, tuple(config.domain.shape)) is not None
+    if arrays == "workers" and not kron:
+        raise ConfigError(
+            f"{config.path}: cluster.arrays: workers holds the arrays of a Kronecker "
+            f"strategy over the domain's attributes, and {strategy.selected!r} is not one; "
+            "use strategy.method hierarchical, hdmm_kron or identity, or cluster.arrays: auto"
+        )
+    if arrays == "workers" or (arrays == "auto" and cells > VECTOR_LIMIT and kron):
+        if cells > VECTOR_LIMIT and config.data is not None and config.data.person is not None:
+            raise ConfigError(
+                f"{config.path}: data.person: combining each person's rows is done in the "
+                f"flow's process, which cannot hold the {cells:,} cells of this domain"
+            )
+        return "chunked"
     if cells <= VECTOR_LIMIT:
         return "vector"
     where = f"{config.path}: the domain has {cells:,} cells, more than the {VECTOR_LIMIT:,} "
-    if not isinstance(strategy.quantized.integer, Marginals):
+    if not isinstance(integer, Marginals):
         raise ConfigError(
-            where + f"a data vector can hold, and the strategy {strategy.selected!r} is not "
-            "measured from marginal tables; use strategy.method marginals, hdmm_marginals, "
-            "marginal_optimal or residual"
+            where + f"a data vector can hold, and the strategy {strategy.selected!r} is "
+            "measured neither from marginal tables nor on the workers; use strategy.method "
+            "marginals, hdmm_marginals, marginal_optimal, residual, or a Kronecker one "
+            "(hierarchical, hdmm_kron) with cluster.arrays: auto"
         )
     for group in config.workload:
         if table_form(group.matrix, config.domain.shape) is None:
@@ -137,14 +163,27 @@ def count_input(
         tables = {attrs: counted.tables[key] for attrs, key in zip(sets, named, strict=True)}
         counts = MarginalCounts(tuple(config.domain.shape), tables)
         return Counts(None, counts, counted.report, fingerprint, partitions)
+    chunked = plan == "chunked"  # counts kept on the workers, as a chunked Dask array
     if config.data.person is not None:
         people = _count_people(config, source, None, client, progress)
-        return Counts(people.vector, None, people.report, fingerprint, partitions)
-    counted = histogram(source, config.domain, client=client, progress=progress)
+        vector = _on_workers(people.vector, client) if chunked else people.vector
+        return Counts(vector, None, people.report, fingerprint, partitions)
+    dense_limit = 0 if chunked else DENSE_LIMIT
+    counted = histogram(
+        source, config.domain, client=client, progress=progress, dense_limit=dense_limit
+    )
     vector = counted.counts
-    if not isinstance(vector, np.ndarray):  # a chunked Dask array above DENSE_LIMIT
+    if not chunked and not isinstance(vector, np.ndarray):  # chunked above DENSE_LIMIT
         vector = np.asarray(vector.compute())
     return Counts(vector, None, counted.report, fingerprint, partitions)
+
+
+def _on_workers(vector: np.ndarray, client: Any) -> Any:
+    """A count vector counted in the flow's process, chunked onto the workers."""
+    import dask.array as da
+
+    chunked = da.from_array(vector, chunks=CHUNK_CELLS)
+    return client.persist(chunked) if client is not None else chunked
 
 
 def count_tables(

@@ -78,7 +78,7 @@ class Preflight:
 
 
 def _counted_cells(config: ReleaseConfig, chosen: ChosenStrategy, counting: str) -> int:
-    if counting == "vector":
+    if counting in ("vector", "chunked"):
         return config.domain.size
     # counting_plan counts tables only for a Marginals or HelmertBlocks integer strategy.
     shape = config.domain.shape
@@ -87,12 +87,13 @@ def _counted_cells(config: ReleaseConfig, chosen: ChosenStrategy, counting: str)
 
 
 def footprint(config: ReleaseConfig, chosen: ChosenStrategy, counting: str) -> Footprint:
-    """The release's peak memory and the bytes it writes, from public facts alone."""
+    """The release's peak memory (of the flow's process; for the ``chunked`` plan, of the
+    workers together) and the bytes it writes, from public facts alone."""
     rows = chosen.quantized.integer.shape[0]
     answers = sum(group.matrix.shape[0] for group in config.workload)
     histogram = config.domain.size if wants_histogram(config) else 0
     cells = _counted_cells(config, chosen, counting)
-    counted = cells * (VECTOR_BYTES if counting == "vector" else TABLE_BYTES)
+    counted = cells * (TABLE_BYTES if counting == "tables" else VECTOR_BYTES)
     memory = counted + rows * MEASUREMENT_BYTES + answers * ANSWER_BYTES + histogram * 8
     disk = rows * DISK_PER_ROW + answers * DISK_PER_ANSWER + histogram * DISK_PER_CELL
     return Footprint(memory, disk)
@@ -128,7 +129,8 @@ def check_footprint(config: ReleaseConfig, chosen: ChosenStrategy, needs: Footpr
     answers = sum(group.matrix.shape[0] for group in config.workload)
     where = f"{config.path}: the strategy {chosen.selected!r} cannot be released here: "
     memory = _physical_memory()
-    if memory is not None and needs.memory > memory:
+    on_workers = counting_plan(config, chosen) == "chunked"  # not this machine's memory
+    if memory is not None and needs.memory > memory and not on_workers:
         raise ConfigError(
             where + f"it needs about {_gib(needs.memory)} of memory ({answers:,} answers, "
             f"{chosen.quantized.integer.shape[0]:,} measurements) and this machine has "
@@ -156,7 +158,9 @@ def preflight(config: ReleaseConfig, chosen: ChosenStrategy) -> Preflight:
     try:
         with blas_limit():  # the covariance factor and the data-free reconstruction
             check_reconstructable(config, chosen, counting)
-            record = planned_record(chosen.quantized, config.measurement_privacy)
+            record = planned_record(
+                chosen.quantized, config.measurement_privacy, lazy=counting == "chunked"
+            )
             reconstruction = reconstruct(config, chosen, record, counting, replicates=0)
     except (TooLargeError, MeasurementError) as error:
         raise ConfigError(

@@ -27,6 +27,7 @@ from dpmm.measure.measurement import Measurement
 from dpmm.measure.record import MeasurementRecord
 from dpmm.measure.tables import strategy_tables
 from dpmm.pipeline.chosen import ChosenStrategy
+from dpmm.pipeline.cluster_answers import ClusterAnswers, check_on_cluster
 from dpmm.pipeline.ingest_stage import VECTOR_LIMIT
 from dpmm.reconstruct import (
     MarginalMeasurement,
@@ -137,6 +138,8 @@ def check_reconstructable(config: ReleaseConfig, strategy: ChosenStrategy, plan:
                 ) from None
     elif plan == "vector":
         covariance_factor(strategy.quantized.matrix, None)
+    elif plan == "chunked":
+        check_on_cluster(integer, config.workload, config.domain, str(config.path))
 
 
 def _answers(
@@ -160,7 +163,7 @@ def solver(config: ReleaseConfig, plan: str) -> str:
     """The reconstruction a release of this config runs: ``least_squares``, ``nnls``, or
     ``auto`` (least squares, then NNLS when the estimate calls for it)."""
     chosen = config.release.reconstruction
-    if plan == "tables":
+    if plan == "tables" or (plan == "chunked" and chosen == "auto"):
         return "least_squares"
     if chosen == "auto":
         return "auto" if config.domain.size <= NNLS_LIMIT else "least_squares"
@@ -232,6 +235,26 @@ def _from_tables(
     return groups
 
 
+def _on_cluster(
+    config: ReleaseConfig,
+    strategy: ChosenStrategy,
+    record: MeasurementRecord,
+    method: str,
+    progress: Progress,
+) -> tuple[list[GroupAnswers], str]:
+    """The answers of a measurement drawn on the cluster, as Dask arrays (the estimate is
+    never gathered into this process)."""
+    progress(0, 1 + len(config.workload), method)
+    solved = ClusterAnswers(strategy.quantized.integer, record, config.domain, method)
+    groups = []
+    for done, group in enumerate(config.workload, start=1):
+        progress(done, 1 + len(config.workload), group.name)
+        values, errors, rmse = solved.group(group)
+        exact = solved.errors == EXACT
+        groups.append(GroupAnswers(group, config.domain, values, errors, exact, rmse))
+    return groups, solved.errors
+
+
 def wants_histogram(config: ReleaseConfig) -> bool:
     """Whether the release writes the estimated histogram (``release.histogram``)."""
     setting, cells = config.release.histogram, config.domain.size
@@ -275,7 +298,9 @@ def reconstruct(
         config: The release config (workload, domain, reconstruction setting).
         strategy: The strategy the record measured.
         record: The persisted measurement.
-        plan: ``vector`` or ``tables`` (see :func:`~dpmm.pipeline.counting_plan`).
+        plan: ``vector``, ``tables`` or ``chunked`` (see
+            :func:`~dpmm.pipeline.counting_plan`); a chunked plan's answers and standard
+            errors are Dask arrays, computed where they are written.
         progress: Called with ``(steps done, steps, what runs next)``.
         replicates: Simulated measurements for NNLS's bootstrap standard errors; 0 (the
             plan's dry run, whose answers mean nothing) reports least squares' instead.
@@ -290,6 +315,9 @@ def reconstruct(
             groups, histogram = _from_blocks(config, strategy.quantized.integer, record, progress)
         elif plan == "tables":
             groups = _from_tables(config, strategy, measured.answers, measured.noise_std, progress)
+            histogram = None
+        elif plan == "chunked":
+            groups, errors = _on_cluster(config, strategy, record, method, progress)
             histogram = None
         else:
             groups, histogram, method, errors = _from_vector(

@@ -132,6 +132,7 @@ def _measure_counts(
     run: ReleaseRun,
     ledger: Ledger,
     rng: np.random.Generator | None,
+    client: Any = None,
 ) -> MeasurementRecord:
     x = counts.vector if counts.vector is not None else counts.tables
     return measure(
@@ -143,6 +144,7 @@ def _measure_counts(
         ledger=ledger,
         reservation=run.reservation,
         rng=rng,
+        client=client,
     )
 
 
@@ -164,7 +166,8 @@ def _measurement(
         config, strategy, client=client, progress=progress
     )
     _record_ingest(run, counts, ledger)
-    return stage("measure-strategy", _measure_counts)(config, strategy, counts, run, ledger, rng)
+    measured = stage("measure-strategy", _measure_counts)
+    return measured(config, strategy, counts, run, ledger, rng, client)
 
 
 def _checked_plan(config: ReleaseConfig, progress: Progress | None = None) -> None:

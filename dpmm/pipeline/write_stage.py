@@ -32,6 +32,7 @@ from dpmm.privacy.ledger import Entry, Ledger
 from dpmm.release import AnswerColumns, write_answers, write_histogram, write_measurements
 from dpmm.release import write_release as write_version
 from dpmm.release.manifest import EXPECTED_ERROR_BASIS, measurement_sections
+from dpmm.release.parts import answer_part_tasks, measurement_part_tasks, write_parts
 from dpmm.targets import group_target
 from dpmm.workload.labels import query_parts
 
@@ -163,6 +164,10 @@ class ReleaseInput:
 
     def write_files(self, folder: Path) -> None:
         """Write answers, measurements, strategy and (where allowed) the histogram."""
+        save_matrix(self.strategy.quantized.integer, folder / "strategy.npz")
+        if self.record.chunks is not None:
+            self._write_parts(folder)
+            return
         parts = [
             AnswerColumns.for_group(
                 g.name,
@@ -175,10 +180,31 @@ class ReleaseInput:
         ]
         write_answers(folder / "answers.parquet", parts, self.config.domain.attributes)
         write_measurements(folder / "measurements.parquet", self.record)
-        save_matrix(self.strategy.quantized.integer, folder / "strategy.npz")
         histogram = self.reconstruction.histogram
         if histogram is not None and wants_histogram(self.config):
             write_histogram(folder / "histogram.parquet", histogram)
+
+    def _write_parts(self, folder: Path) -> None:
+        """A measurement drawn on the cluster: answers and measurements as folders of
+        parts, each written by the task that computes it (:mod:`dpmm.release.parts`)."""
+        attributes = self.config.domain.attributes
+        answers = [
+            task
+            for number, g in enumerate(self.reconstruction.groups)
+            for task in answer_part_tasks(
+                folder / "answers.parquet",
+                number,
+                g.name,
+                g.values,
+                g.standard_errors,
+                g.exact_errors,
+                query_parts(g.group, g.domain),
+                attributes,
+            )
+        ]
+        write_parts(folder / "answers.parquet", answers)
+        measurements = folder / "measurements.parquet"
+        write_parts(measurements, measurement_part_tasks(measurements, self.record))
 
 
 def write_release(release: ReleaseInput, manifest: dict[str, Any], ledger: Ledger) -> Path:

@@ -41,10 +41,35 @@ from dpmm.reconstruct.protocol import (
     resolve_total,
 )
 
-__all__ = ["ChunkedKron", "chunked_nnls"]  # ChunkedKron: re-exported
+__all__ = ["ChunkedKron", "chunked_least_squares", "chunked_nnls"]  # ChunkedKron: re-exported
 
 #: Factor Grams up to this many cells per side are applied as dense arrays (BLAS).
 DENSE_FACTOR_LIMIT = 2048
+
+
+def chunked_least_squares(A: Kron, y: Any) -> Any:
+    """The least-squares estimate ``⊗_i (F_iᵀF_i)⁺F_iᵀ y`` of a Kronecker strategy's
+    measurements ``y`` (a Dask array shaped as its output tensor), factor by factor.
+
+    Example:
+        >>> import dask.array as da
+        >>> from dpmm.linalg import Identity, Prefix
+        >>> y = da.from_array(np.array([[1.0, 2.0], [4.0, 6.0]]), chunks=1)
+        >>> chunked_least_squares(Kron([Prefix(2), Identity(2)]), y).compute().tolist()
+        [[1.0, 2.0], [3.0, 4.0]]
+
+    Raises:
+        ReconstructionError: a factor has no structured Gram pseudo-inverse.
+    """
+    factors = list(A.factors) if type(A) is Kron else [A]
+    pinvs = [f.gram_pinv() for f in factors]
+    if any(p is None for p in pinvs):
+        raise ReconstructionError(
+            f"Least squares on the cluster needs every factor of {A!r} to have a structured "
+            "Gram pseudo-inverse."
+        )
+    solve = Kron([Product([p, f.T]) for p, f in zip(pinvs, factors, strict=True)])
+    return ChunkedKron(solve).apply(y)
 
 
 def _factor_gram(factor: Matrix) -> Matrix:
@@ -99,10 +124,8 @@ def chunked_nnls(
     y = y.astype(np.float64)
     strategy = ChunkedKron(A)
     linear = strategy.apply_adjoint(y).persist()
-    pinvs = [f.gram_pinv() for f in factors]
-    if all(p is not None for p in pinvs):
-        solve = Kron([Product([p, f.T]) for p, f in zip(pinvs, factors, strict=True)])
-        start = ChunkedKron(solve).apply(y)
+    if all(f.closed_form_gram_pinv for f in factors):
+        start = chunked_least_squares(A, y)
     else:
         if isinstance(known_total, str):
             raise ReconstructionError(

@@ -168,8 +168,8 @@ def _check_files(state: _State) -> str:
     listed = _field(manifest, "files")
     if not isinstance(listed, dict):
         raise _FailedCheckError("the manifest's 'files' is not an object of file entries")
-    for name in REQUIRED_FILES:
-        if name not in listed:
+    for name in REQUIRED_FILES:  # a file, or a folder of its parts (dpmm.release.parts)
+        if name not in listed and not any(path.startswith(name + "/") for path in listed):
             raise _FailedCheckError(f"the manifest does not list the required file {name}")
     for relative, entry in sorted(listed.items()):
         _member(state.folder, relative)  # a finding for a path outside the folder

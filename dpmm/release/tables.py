@@ -17,8 +17,12 @@
   that post-processing can be re-run from the release alone without spending budget.
 * ``histogram.parquet`` — the reconstructed data vector: ``cell``, ``estimate``.
 
+A release made on the Dask cluster writes ``answers.parquet`` and ``measurements.parquet``
+as folders of parts (:mod:`dpmm.release.parts`); they read the same way.
+
 Reading checks the columns and their types and, for measurements, the count and sha256 of
-the values against the header; any problem is a :class:`ReleaseError` naming the file.
+the values against the header (per part, against the chunk the header lists); any
+problem is a :class:`ReleaseError` naming the file.
 
 Example:
     >>> import pathlib, tempfile
@@ -51,8 +55,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.dataset as pa_dataset
 import pyarrow.parquet as pq
 
+from dpmm.measure.chunk_files import ValueChunk, ValueChunks
 from dpmm.measure.record import FORMAT as MEASUREMENT_FORMAT
 from dpmm.measure.record import MeasurementRecord, record_from_header
 from dpmm.release.errors import ReleaseError
@@ -63,9 +69,12 @@ __all__ = [
     "ATTRIBUTE_COLUMN",
     "CODE_COLUMN",
     "HISTOGRAM_SCHEMA",
+    "MEASUREMENTS_SCHEMA",
     "MEASUREMENT_METADATA_KEY",
+    "PART",
     "AnswerColumns",
     "answers_schema",
+    "part_files",
     "read_answers",
     "read_histogram",
     "read_measurements",
@@ -89,6 +98,8 @@ ANSWERS_SCHEMA = pa.schema(
 )
 MEASUREMENTS_SCHEMA = pa.schema([("row", pa.int64()), ("value", pa.int64())])
 HISTOGRAM_SCHEMA = pa.schema([("cell", pa.int64()), ("estimate", pa.float64())])
+#: The name pattern of the parts of a table written as a folder (:mod:`dpmm.release.parts`).
+PART = "part-{}.parquet"
 #: Prefixes of the per-attribute columns of ``answers.parquet``: the query's part on the
 #: attribute as text, and its value code.
 ATTRIBUTE_COLUMN, CODE_COLUMN = "attr.", "code."
@@ -119,6 +130,8 @@ class AnswerColumns:
     standard_error: np.ndarray
     exact_standard_error: np.ndarray
     queries: QueryParts
+    #: The index within the group of the first of these rows (a part of a large group).
+    first_query: int = 0
 
     def __post_init__(self) -> None:
         lengths = {
@@ -143,6 +156,7 @@ class AnswerColumns:
         *,
         exact: bool | Sequence[bool] | np.ndarray,
         labels: QueryParts | Sequence[str] | None = None,
+        first_query: int = 0,
     ) -> AnswerColumns:
         """The rows of one query group.
 
@@ -153,6 +167,7 @@ class AnswerColumns:
             exact: whether each standard error is exact (one bool for all, or one per query).
             labels: what each query asks (:func:`~dpmm.workload.labels.query_parts`), or
                 labels alone; empty labels when omitted.
+            first_query: the index within the group of the first of these queries.
         """
         estimates = np.asarray(estimate, dtype=np.float64).reshape(-1)
         size = estimates.size
@@ -164,6 +179,7 @@ class AnswerColumns:
             standard_error=np.asarray(standard_error, dtype=np.float64).reshape(-1),
             exact_standard_error=np.broadcast_to(np.asarray(exact, dtype=bool), (size,)).copy(),
             queries=labels,
+            first_query=first_query,
         )
 
     def batches(
@@ -177,6 +193,7 @@ class AnswerColumns:
         """
         schema, start = answers_schema(attributes), 0
         for rows in self.queries.rows(limit):
+            first = self.first_query + start
             unknown = sorted(set(rows.texts) - set(attributes))
             if unknown:
                 raise ReleaseError(
@@ -188,7 +205,7 @@ class AnswerColumns:
             no_text, no_code = pa.nulls(count, pa.string()), pa.nulls(count, pa.int64())
             columns = [
                 pa.repeat(pa.scalar(self.group, pa.string()), count),
-                pa.array(np.arange(start, stop, dtype=np.int64)),
+                pa.array(np.arange(first, first + count, dtype=np.int64)),
                 rows.labels,
                 pa.array(self.estimate[start:stop]),
                 pa.array(self.standard_error[start:stop]),
@@ -278,6 +295,8 @@ def read_measurements(path: str | os.PathLike[str]) -> MeasurementRecord:
             malformed, or its values do not match the header's count and sha256.
     """
     path = Path(path)
+    if path.is_dir():
+        return _read_measurement_parts(path)
     table = _read(path, MEASUREMENTS_SCHEMA, "measurements")
     raw = (table.schema.metadata or {}).get(MEASUREMENT_METADATA_KEY)
     if raw is None:
@@ -307,15 +326,34 @@ def read_measurements(path: str | os.PathLike[str]) -> MeasurementRecord:
         ) from None
 
 
+def part_files(folder: Path) -> list[Path]:
+    """The parts of a table folder (:mod:`dpmm.release.parts`), in row order.
+
+    Raises:
+        ReleaseError: the folder holds no part.
+    """
+    parts = sorted(folder.glob(PART.format("*")))
+    if not parts:
+        raise ReleaseError(f"the table folder {folder} holds no part-*.parquet file")
+    return parts
+
+
 def _read(
     path: Path, schema: pa.Schema, what: str, columns: Sequence[str] | None = None
 ) -> pa.Table:
-    if not path.is_file():
+    """A table file, or a folder of its parts read as one table."""
+    if not path.exists():
         raise ReleaseError(f"the {what} table {path} does not exist")
     try:
-        present = pq.read_schema(path).names
-        wanted = None if columns is None else [name for name in columns if name in present]
-        table = pq.read_table(path, columns=wanted)
+        if path.is_dir():
+            parts = pa_dataset.dataset([str(p) for p in part_files(path)], format="parquet")
+            present = parts.schema.names
+            wanted = None if columns is None else [name for name in columns if name in present]
+            table = parts.to_table(columns=wanted)
+        else:
+            present = pq.read_schema(path).names
+            wanted = None if columns is None else [name for name in columns if name in present]
+            table = pq.read_table(path, columns=wanted)
     except (pa.ArrowException, OSError) as error:
         raise ReleaseError(f"{path} is not a readable Parquet file ({error})") from None
     for field in schema:
@@ -329,3 +367,48 @@ def _read(
                 f"column {field.name!r} of {path} has type {actual}, expected {field.type}"
             )
     return table
+
+
+def _read_measurement_parts(folder: Path) -> MeasurementRecord:
+    """The chunked record of a ``measurements.parquet`` folder; its values a lazy Dask
+    array whose blocks check their parts against the header.
+
+    Raises:
+        ReleaseError: a part is missing, has another header, or its header is malformed.
+    """
+    import dask
+    import dask.array as da
+
+    parts = part_files(folder)
+    headers = {(pq.read_schema(p).metadata or {}).get(MEASUREMENT_METADATA_KEY) for p in parts}
+    if len(headers) != 1 or None in headers:
+        raise ReleaseError(f"the parts of {folder} do not share one measurement header")
+    try:
+        header = json.loads(headers.pop().decode("ascii"))
+        chunks = ValueChunks.from_json(header["chunks"])
+    except (ValueError, KeyError, TypeError) as error:
+        raise ReleaseError(f"{folder} has a malformed measurement header ({error})") from None
+    if chunks.digest() != header.get("values_sha256"):
+        raise ReleaseError(f"{folder} lists chunks whose sha256 differ from its header's")
+    if len(chunks.parts) != len(parts) or chunks.count != int(header["count"]):
+        raise ReleaseError(f"{folder} holds {len(parts)} parts for {len(chunks.parts)} chunks")
+    blocks = [
+        da.from_delayed(
+            dask.delayed(_read_measurements, pure=True)(path, chunk),
+            shape=(chunk.stop - chunk.start,),
+            dtype=np.int64,
+        )
+        for path, chunk in zip(parts, chunks.parts, strict=True)
+    ]
+    return record_from_header(header, da.concatenate(blocks), chunks)
+
+
+def _read_measurements(path: Path, chunk: ValueChunk) -> np.ndarray:
+    table = pq.read_table(path)
+    rows = table.column("row").to_numpy()
+    values = np.ascontiguousarray(table.column("value").to_numpy(), dtype="<i8")
+    if not np.array_equal(rows, np.arange(chunk.start, chunk.stop)):
+        raise ReleaseError(f"{path} does not hold the rows {chunk.start}..{chunk.stop - 1}")
+    if hashlib.sha256(values).hexdigest() != chunk.sha256:
+        raise ReleaseError(f"{path} holds values whose sha256 differs from its header's")
+    return values.astype(np.int64)

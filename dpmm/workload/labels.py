@@ -102,18 +102,31 @@ class _Block:
     factors: tuple[Factor, ...] = ()
     prefix: str = ""
     listed: pa.StringArray | None = None
+    #: The block's queries are rows ``[first, first + count)`` of the product (all: None).
+    first: int = 0
+    count: int | None = None
 
     @property
-    def size(self) -> int:
+    def full_size(self) -> int:
         if self.listed is not None:
             return len(self.listed)
         return math.prod(len(factor) for factor in self.factors)
 
+    @property
+    def size(self) -> int:
+        return self.full_size - self.first if self.count is None else self.count
+
+    def between(self, start: int, stop: int) -> _Block:
+        """Queries ``[start, stop)`` of this block."""
+        first = self.first + start
+        return _Block(self.factors, self.prefix, self.listed, first, stop - start)
+
     def rows(self, start: int, stop: int) -> Rows:
+        start, stop = start + self.first, stop + self.first
         if self.listed is not None:
             return Rows(self.listed[start:stop], {}, {})
         positions = np.arange(start, stop, dtype=np.int64)
-        stride, picks = self.size, {}
+        stride, picks = self.full_size, {}
         for factor in self.factors:
             stride //= len(factor)
             picks[factor.attribute] = pa.array(positions // stride % len(factor))
@@ -157,6 +170,22 @@ class QueryParts:
     def listed(cls, labels: Sequence[str]) -> QueryParts:
         """Queries described by their labels alone (nothing per attribute)."""
         return cls((_Block(listed=pa.array([str(label) for label in labels], pa.string())),))
+
+    def between(self, start: int, stop: int) -> QueryParts:
+        """The descriptions of queries ``[start, stop)`` only (a part of a large group).
+
+        Example:
+            >>> parts = QueryParts.listed(["a", "b", "c", "d"])
+            >>> parts.between(1, 3).labels()
+            ['b', 'c']
+        """
+        blocks, offset = [], 0
+        for block in self.blocks:
+            lo, hi = max(start - offset, 0), min(stop - offset, block.size)
+            if lo < hi:
+                blocks.append(block.between(lo, hi))
+            offset += block.size
+        return QueryParts(tuple(blocks))
 
     def rows(self, limit: int = ROWS_AT_ONCE) -> Iterator[Rows]:
         """The descriptions in consecutive runs of at most ``limit`` queries, in row order."""

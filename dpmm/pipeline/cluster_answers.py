@@ -1,0 +1,126 @@
+"""A release's answers on the Dask cluster, from a measurement drawn there (the ``chunked`` plan).
+
+Nothing proportional to the domain comes to the flow's process: the estimate, each
+group's answers and their standard errors are Dask arrays, computed block by block where
+they are written. The strategy ``A_q = B / D`` is a Kronecker product over the domain's
+attributes, and so is every workload group, each factor acting on one attribute:
+
+* least squares is ``⊗_i (B_iᵀB_i)⁺B_iᵀ y`` on the integer answers (the scale cancels),
+  applied factor by factor (:func:`~dpmm.reconstruct.chunked.chunked_least_squares`);
+* NNLS iterates on the cluster (:func:`~dpmm.reconstruct.nnls`, chunked), constrained
+  to the least-squares total;
+* the answers ``W x̂`` are applied factor by factor too, and the standard errors of least
+  squares are exact: ``σ² ⊗_i diag(W_i (B_iᵀB_i)⁺ W_iᵀ)`` with σ² the noise variance in
+  integer units, a Kronecker product of per-factor diagonals made block by block.
+
+NNLS's own standard errors would need a bootstrap of repeated cluster-wide solves; a
+release made with it states least squares' (``reconstruction.standard_errors`` says so).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from dpmm.domain import Domain
+from dpmm.errors import ConfigError
+from dpmm.linalg import Kron, Matrix, query_variances
+from dpmm.linalg.chunked_kron import ChunkedKron, axis_factors
+from dpmm.measure.record import MeasurementRecord
+from dpmm.reconstruct import nnls
+from dpmm.reconstruct.choice import EXACT
+from dpmm.reconstruct.chunked import chunked_least_squares
+from dpmm.workload import WorkloadGroup
+
+__all__ = ["STATED_LEAST_SQUARES", "ClusterAnswers", "check_on_cluster"]
+
+#: ``reconstruction.standard_errors`` of an NNLS release on the cluster.
+STATED_LEAST_SQUARES = "least-squares standard errors (no bootstrap)"
+
+
+def check_on_cluster(
+    strategy: Matrix, groups: Sequence[WorkloadGroup], domain: Domain, where: str
+) -> None:
+    """Fail in the plan, before anything is spent, if the answers cannot be had on the
+    cluster.
+
+    Raises:
+        ConfigError: a strategy factor has no structured Gram pseudo-inverse, or a group
+            is not a Kronecker product over the domain's attributes.
+    """
+    shape = tuple(domain.shape)
+    factors = axis_factors(strategy, shape) or []
+    for factor in factors:
+        if not factor.closed_form_gram_pinv:
+            raise ConfigError(
+                f"{where}: the strategy's factor {factor!r:.60} has no structured Gram "
+                "pseudo-inverse, which least squares on the workers needs"
+            )
+    for group in groups:
+        if axis_factors(group.matrix, shape) is None:
+            raise ConfigError(
+                f"{where}: workload group {group.name!r} is not a Kronecker product over the "
+                "domain's attributes, which answers on the workers need; use cluster.arrays: "
+                "flow on a domain whose vector fits the flow's process"
+            )
+
+
+class ClusterAnswers:
+    """The estimate on the cluster by ``method`` (``least_squares`` or ``nnls``) and, per
+    group, its answers and standard errors."""
+
+    def __init__(
+        self, strategy: Matrix, record: MeasurementRecord, domain: Domain, method: str
+    ) -> None:
+        self.shape = tuple(domain.shape)
+        self.factors = axis_factors(strategy, self.shape)
+        assert self.factors is not None  # checked by the plan
+        rows = tuple(int(f.shape[0]) for f in self.factors)
+        answers = record.values.astype(np.float64).reshape(rows)
+        kron = Kron(self.factors) if len(self.factors) > 1 else self.factors[0]
+        self.noise_variance = record.noise_variance()
+        if method == "nnls":
+            fit = nnls(kron, answers, noise_std=math.sqrt(self.noise_variance), total="estimated")
+            self.estimate = fit.x
+        else:
+            self.estimate = chunked_least_squares(kron, answers)
+        self.method = method
+        self.errors = EXACT if method == "least_squares" else STATED_LEAST_SQUARES
+        self._pinvs = [f.gram_pinv() for f in self.factors]
+
+    def group(self, group: WorkloadGroup) -> tuple[Any, Any, float]:
+        """The group's answers and their standard errors (flat Dask arrays, in row order)
+        and least squares' expected RMSE over them (data-free)."""
+        factors = axis_factors(group.matrix, self.shape)
+        assert factors is not None  # checked by the plan
+        values = ChunkedKron(Kron(factors)).apply(self.estimate).reshape(-1)
+        diagonals = [
+            np.maximum(query_variances(W, P), 0.0)
+            for W, P in zip(factors, self._pinvs, strict=True)
+        ]
+        rmse = math.sqrt(self.noise_variance * math.prod(float(d.mean()) for d in diagonals))
+        return values, _kron_sqrt(diagonals, self.noise_variance, values.chunks[0]), rmse
+
+
+def _kron_sqrt(diagonals: list[np.ndarray], scale: float, chunks: tuple[int, ...]) -> Any:
+    """``sqrt(scale · ⊗ diagonals)`` as a flat Dask array in ``chunks``, each block made
+    from the small per-factor diagonals where it is computed."""
+    import dask.array as da
+
+    sizes = [d.size for d in diagonals]
+    total = math.prod(sizes)
+
+    def block(block_info: Any = None) -> np.ndarray:
+        lo, hi = block_info[None]["array-location"][0]
+        index = np.arange(lo, hi, dtype=np.int64)
+        product = np.full(hi - lo, scale)
+        for position, diagonal in zip(np.unravel_index(index, sizes), diagonals, strict=True):
+            product *= diagonal[position]
+        return np.sqrt(product)
+
+    if not total:
+        return da.zeros(0)
+    return da.map_blocks(block, chunks=(chunks,), dtype=np.float64, meta=np.array(()))
