@@ -59,6 +59,7 @@ def map_reduce(
     *,
     client: Any = None,
     progress: Progress | None = None,
+    keep: bool = False,
 ) -> T:
     """``combine(func(item) for item in items)``, one Dask task per item, combined as a tree.
 
@@ -68,6 +69,7 @@ def map_reduce(
         combine: Adds up any number (≥ 2) of results into a new one; associative.
         client: A ``distributed.Client``, or None for the local threaded scheduler.
         progress: Called with ``(done, total)`` after each partition finishes.
+        keep: With a client: return the result's future, the result left on its worker.
 
     Raises:
         Whatever a partition task raises (the first one to fail); other tasks are cancelled.
@@ -92,7 +94,7 @@ def map_reduce(
             return dask.compute(root, scheduler="threads")[0]
         with _LeafCounter(prefix, total, progress):
             return dask.compute(root, scheduler="threads")[0]
-    return _distributed(func, items, combine, keys, client, progress)
+    return _distributed(func, items, combine, keys, client, progress, keep)
 
 
 def _distributed(
@@ -102,6 +104,7 @@ def _distributed(
     keys: list[str],
     client: Any,
     progress: Progress | None,
+    keep: bool = False,
 ) -> T:
     from distributed import as_completed
 
@@ -118,9 +121,9 @@ def _distributed(
             del future
             if progress is not None:
                 progress(done, total)
-        return root.result()
+        return root if keep else root.result()
     finally:
-        client.cancel([*pending.futures, root])
+        client.cancel([*pending.futures, *([] if keep else [root])])
 
 
 def _raise_failure(future: Any, client: Any) -> None:

@@ -265,6 +265,37 @@ def _dask_vector(
     return client.persist(vector) if client is not None else vector.persist(scheduler="threads")
 
 
+def _without_payload(total: _Partial) -> _Partial:
+    return _Partial(None, total.rows, total.dropped, total.dropped_by)
+
+
+def _block_of(total: _Partial, start: int, size: int) -> np.ndarray:
+    cells, counts = total.payload
+    lo, hi = np.searchsorted(cells, [start, start + size])
+    return _block(cells[lo:hi], counts[lo:hi], start, size)
+
+
+def _dask_vector_on_workers(total: Any, size: int, chunk_cells: int, client: Any) -> Any:
+    """The count vector as a Dask array persisted on the workers, each chunk made there
+    from the summed sparse counts (a future on a worker): nothing comes to this process."""
+    import dask
+    import dask.array as da
+
+    blocks = [
+        da.from_delayed(
+            dask.delayed(_block_of, pure=True)(total, start, min(chunk_cells, size - start)),
+            shape=(min(chunk_cells, size - start),),
+            dtype=np.int64,
+        )
+        for start in range(0, size, chunk_cells)
+    ]
+    vector = client.persist(da.concatenate(blocks))
+    from distributed import wait
+
+    wait(vector)
+    return vector
+
+
 def histogram(
     source: DataSpec | Source | str | Path,
     domain: Domain,
@@ -311,7 +342,14 @@ def histogram(
     sparse = domain.size > dense_limit
     task = functools.partial(_count_cells, source=opened, domain=domain, sparse=sparse)
     combine = _add_sparse if sparse else _add_vectors
-    total = map_reduce(task, opened.partitions, combine, client=client, progress=progress)
+    on_workers = sparse and client is not None  # the counts never come to this process
+    total = map_reduce(
+        task, opened.partitions, combine, client=client, progress=progress, keep=on_workers
+    )
+    if on_workers:
+        counts = _dask_vector_on_workers(total, domain.size, chunk_cells, client)
+        total = client.submit(_without_payload, total).result()
+        return Histogram(counts, domain, _report(total, opened, started))
     report = _report(total, opened, started)
     counts = total.payload
     if sparse:

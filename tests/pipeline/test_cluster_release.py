@@ -112,3 +112,22 @@ def test_the_plan_refuses_what_the_workers_cannot_answer(tmp_path: Path) -> None
         counting_plan(config, choose_strategy(config))
     config = _config(tmp_path / "a")
     assert counting_plan(config, choose_strategy(config)) == "chunked"
+
+
+@pytest.mark.slow
+def test_a_release_on_two_worker_processes_matches_the_threaded_one(tmp_path: Path) -> None:
+    from distributed import Client, LocalCluster
+
+    config = _config(tmp_path / "processes")
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster,
+        Client(cluster) as client,
+    ):
+        result = run_release(config, client=client)
+        assert audit_release(result.path).ok
+    record = read_measurements(result.path / "measurements.parquet")
+    threaded = reconstruct(config, choose_strategy(config), record, "chunked")  # local threads
+    published = read_answers(result.path / "answers.parquet").to_pandas()
+    for group in threaded.groups:
+        rows = published[published["group"] == group.name]
+        np.testing.assert_allclose(rows["estimate"], group.values.compute(), rtol=1e-9, atol=1e-9)
