@@ -2,9 +2,10 @@
 
 Subcommands:
 
-* ``dpmm plan CONFIG [--json]`` — the strategy a release config would use and
-  its expected error per query group, next to the SVD bound and the Identity
-  baseline. Reads no data and spends no budget.
+* ``dpmm plan CONFIG [--json] [--report HTML]`` — the strategy a release config would
+  use and its expected error per query group, next to the SVD bound and the Identity
+  baseline; ``--report`` also writes the plan's report with figures
+  (:mod:`dpmm.report`). Reads no data and spends no budget.
 * ``dpmm release CONFIG``, ``dpmm demo``, ``dpmm releases list|show|diff``, ``dpmm audit
   RELEASE_DIR`` — see :mod:`dpmm.cli_release`.
 * ``dpmm ledger init PATH`` — create an empty budget ledger (SQLite).
@@ -33,19 +34,21 @@ import textwrap
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from fractions import Fraction
+from pathlib import Path
 from typing import TextIO
 
 import yaml
 
 from dpmm import __version__
 from dpmm.cli_release import add_release_commands
-from dpmm.config import load_config
+from dpmm.config import ReleaseConfig, load_config
 from dpmm.errors import DpmmError
 from dpmm.plan import GroupReport, PlanReport, plan
 from dpmm.privacy.ledger import Balance, Ledger, LedgerTampered
 from dpmm.privacy.ledger_schema import decimal_text
 from dpmm.privacy.params import KINDS, ZCDP, PureDP, budget_text
-from dpmm.release.catalog import shorten, text_table
+from dpmm.release.catalog import number_text, shorten, text_table
+from dpmm.targets import least_budget_text
 from dpmm.terminal_progress import terminal_bar
 
 __all__ = ["format_plan", "main"]
@@ -71,14 +74,6 @@ COLUMNS = (
 )
 
 
-def _number(value: float | None) -> str:
-    if value is None:
-        return "n/a"
-    if value != 0 and (abs(value) >= 1e7 or abs(value) < 1e-2):
-        return f"{value:.3e}"
-    return f"{value:,.2f}"
-
-
 def _ratio(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3g}"
 
@@ -88,9 +83,9 @@ def _row(group: GroupReport) -> list[str]:
         group.name,
         group.kind,
         f"{group.queries:,}",
-        _number(group.rmse),
-        _number(group.svd_bound_rmse),
-        _number(group.identity_rmse),
+        number_text(group.rmse),
+        number_text(group.svd_bound_rmse),
+        number_text(group.identity_rmse),
         _ratio(group.ratio_to_identity),
         f"{group.seconds:.2f}",
     ]
@@ -154,15 +149,6 @@ def format_plan(report: PlanReport) -> str:
     )
 
 
-def _budget(budget: PureDP | ZCDP | None) -> str:
-    """``ε ≥ 2.829``: a least budget, with its exact fraction when the digits are not it."""
-    if budget is None:
-        return "out of reach"
-    symbol, amount = ("ε", budget.epsilon) if isinstance(budget, PureDP) else ("ρ", budget.rho)
-    text = f"{float(amount):.4g}"
-    return f"{symbol} ≥ {text}" + ("" if Fraction(text) == amount else f" (exactly {amount})")
-
-
 def _weight_lines(report: PlanReport) -> list[str]:
     """The group weights a strategy was selected with for the accuracy targets."""
     weights = report.decision.weights if report.decision else None
@@ -184,9 +170,9 @@ def _target_lines(report: PlanReport) -> list[str]:
             [
                 group.name,
                 group.target.describe(),
-                _number(group.achieved),
+                number_text(group.achieved),
                 met,
-                _budget(group.needed),
+                least_budget_text(group.needed),
             ]
         )
     met = sum(group.met for group in targets.groups)
@@ -196,7 +182,7 @@ def _target_lines(report: PlanReport) -> list[str]:
         "",
         f"accuracy targets: {met} of {len(targets.groups)} met at {budget}",
         *text_table(rows, right=(2,), underline=True),
-        f"every target is met from {_budget(targets.least)}{binding}, with this strategy"
+        f"every target is met from {least_budget_text(targets.least)}{binding}, with this strategy"
         if targets.least
         else "no budget whose noise the samplers draw meets every target with this strategy",
     ]
@@ -244,7 +230,7 @@ def _candidate_lines(report: PlanReport) -> list[str]:
         chosen = " (chosen)" if candidate.method == report.chosen_method else ""
         described = shorten(candidate.skipped or repr(candidate.strategy), 70)
         rows.append(
-            [candidate.method + chosen, _number(rmse), f"{candidate.seconds:.2f}", described]
+            [candidate.method + chosen, number_text(rmse), f"{candidate.seconds:.2f}", described]
         )
     return [
         "",
@@ -257,14 +243,48 @@ def _candidate_lines(report: PlanReport) -> list[str]:
     ]
 
 
+def _report_path(path: str | None) -> Path | None:
+    """The ``--report`` file, checked before planning: its folder must exist.
+
+    Raises:
+        DpmmError: one sentence naming the path.
+    """
+    if path is None:
+        return None
+    report = Path(path)
+    if report.is_dir():
+        raise DpmmError(f"--report {path}: is a folder; give the HTML file to write")
+    if not report.parent.is_dir():
+        raise DpmmError(
+            f"--report {path}: cannot write the report there: folder {report.parent} does not exist"
+        )
+    return report
+
+
+def _write_plan_report(path: Path, report: PlanReport, config: ReleaseConfig) -> None:
+    from dpmm.report import plan_content, write_report  # matplotlib: only when asked for
+
+    try:
+        write_report(path, plan_content(report, config))
+    except OSError as error:
+        raise DpmmError(
+            f"--report {path}: cannot write the report ({error.strerror or error})"
+        ) from None
+
+
 def _plan_command(args: argparse.Namespace, out: TextIO) -> int:
     config = load_config(args.config)
+    report_path = _report_path(args.report)
     with terminal_bar("selecting a strategy", "candidates") as bar:
         report = plan(config, progress=bar)
     if args.json:
         out.write(json.dumps(report.to_dict(), indent=2, allow_nan=False) + "\n")
     else:
         out.write(format_plan(report) + "\n")
+    if report_path is not None:
+        _write_plan_report(report_path, report, config)
+        if not args.json:
+            out.write(f"\nreport written to {report_path}\n")
     return 0
 
 
@@ -485,6 +505,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     plan_parser.add_argument("config", metavar="CONFIG", help="a release config (YAML)")
     plan_parser.add_argument("--json", action="store_true", help="print one JSON object")
+    plan_parser.add_argument(
+        "--report",
+        metavar="HTML",
+        help="also write the plan's report, with figures, to this HTML file (opens offline)",
+    )
     plan_parser.set_defaults(run=_plan_command)
     add_release_commands(commands)
     _ledger_parser(commands)

@@ -45,7 +45,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -74,7 +74,7 @@ from dpmm.release.catalog import shorten
 from dpmm.release.manifest import EXPECTED_ERROR_BASIS
 from dpmm.strategy import Candidate
 from dpmm.strategy.selection import Progress
-from dpmm.targets import TargetReport, check_targets, group_target
+from dpmm.targets import Budget, TargetReport, budget_noise, check_targets, group_target
 from dpmm.workload import WorkloadGroup, stack
 from dpmm.workload.prefix_sum import SUM_KINDS
 
@@ -188,6 +188,14 @@ class PlanReport:
     counting: str = ""
     reconstruction: str = ""
     targets: TargetReport | None = None
+    #: The config's whole budget (``privacy`` is the measurement's share of it, the same
+    #: unless private thresholds take theirs).
+    budget: PureDP | ZCDP | None = None
+    #: The exact variance of one noise draw of ``strategy`` at a whole budget: every
+    #: group's error at another budget scales with its square root (data-free).
+    noise_variance: Callable[[Budget], float] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     @property
     def strategy_repr(self) -> str:
@@ -297,8 +305,18 @@ def _whole_bound(
     return total, f"SVD bound of the total: the sum of the groups' bounds ({why})"
 
 
+def _noise_variance(config: ReleaseConfig, chosen: ChosenStrategy) -> Callable[[Budget], float]:
+    """The exact variance of one noise draw of the chosen strategy at a whole budget (with
+    private thresholds, the measurement keeps its share of it)."""
+    noise = NoiseModel.of(chosen.quantized)
+    return budget_noise(noise.variance, config.privacy, config.measurement_privacy)
+
+
 def _targets(
-    config: ReleaseConfig, chosen: ChosenStrategy, answers: Sequence[GroupAnswers]
+    config: ReleaseConfig,
+    chosen: ChosenStrategy,
+    answers: Sequence[GroupAnswers],
+    variance: Callable[[Budget], float],
 ) -> TargetReport | None:
     """The groups' accuracy targets at the config's budget, and the least budget meeting
     them (for the whole budget: with private thresholds, their shares come first)."""
@@ -310,15 +328,8 @@ def _targets(
     ]
     if not wanted:
         return None
-    noise = NoiseModel.of(chosen.quantized)
-    privacy = config.privacy
-    pure = isinstance(privacy, PureDP)
-    kept = config.measurement_privacy.epsilon / privacy.epsilon if pure else 1  # θ's share
-
-    def variance(budget: PureDP | ZCDP) -> float:
-        return noise.variance(PureDP(budget.epsilon * kept) if pure else budget)
-
-    return check_targets(wanted, privacy, variance, gaussian_constant=noise.gaussian_constant)
+    constant = NoiseModel.of(chosen.quantized).gaussian_constant
+    return check_targets(wanted, config.privacy, variance, gaussian_constant=constant)
 
 
 def _binning_note(group: WorkloadGroup) -> str:
@@ -374,7 +385,8 @@ def _plan(config: ReleaseConfig, progress: Progress | None) -> PlanReport:
     )
     chosen, selection = select_for_config(config, progress=progress)
     checked = preflight(config, chosen)
-    targets = _targets(config, chosen, checked.reconstruction.groups)
+    variance = _noise_variance(config, chosen)
+    targets = _targets(config, chosen, checked.reconstruction.groups, variance)
     # Each group's expected error as the release computes it.
     errors = [
         math.fsum(np.square(group.standard_errors)) for group in checked.reconstruction.groups
@@ -448,4 +460,6 @@ def _plan(config: ReleaseConfig, progress: Progress | None) -> PlanReport:
         counting=checked.counting,
         reconstruction=solver(config, checked.counting),
         targets=targets,
+        budget=config.privacy,
+        noise_variance=variance,
     )

@@ -40,8 +40,11 @@ __all__ = [
     "GroupTarget",
     "Target",
     "TargetReport",
+    "budget_noise",
     "check_targets",
+    "error_factor",
     "group_target",
+    "least_budget_text",
     "parse_target",
 ]
 
@@ -189,6 +192,61 @@ class TargetReport:
             "binding_group": self.binding,
             "groups": [group.to_dict() for group in self.groups],
         }
+
+
+def least_budget_text(budget: Budget | None) -> str:
+    """``ε ≥ 2.829``: a least budget, with its exact fraction when the digits are not it.
+
+    Example:
+        >>> least_budget_text(PureDP("2829/1000")), least_budget_text(ZCDP("1/3"))
+        ('ε ≥ 2.829', 'ρ ≥ 0.3333 (exactly 1/3)')
+    """
+    if budget is None:
+        return "out of reach"
+    symbol, amount = ("ε", budget.epsilon) if isinstance(budget, PureDP) else ("ρ", budget.rho)
+    text = f"{float(amount):.4g}"
+    return f"{symbol} ≥ {text}" + ("" if Fraction(text) == amount else f" (exactly {amount})")
+
+
+def budget_noise(
+    noise_variance: Callable[[Budget], float], privacy: Budget, measurement: Budget
+) -> Callable[[Budget], float]:
+    """The variance of one noise draw as a function of the whole budget, from its
+    function of the measurement's budget.
+
+    Private truncation thresholds (pure ε only) take their shares of the whole budget
+    first, so the measurement keeps ``measurement.epsilon / privacy.epsilon`` of any budget.
+
+    Example:
+        >>> variance = budget_noise(lambda b: 2 / float(b.epsilon) ** 2, PureDP(1), PureDP("3/4"))
+        >>> round(variance(PureDP(2)), 4)   # the measurement keeps ε = 3/2 of ε = 2
+        0.8889
+    """
+    if not isinstance(privacy, PureDP) or measurement == privacy:
+        return noise_variance
+    kept = measurement.epsilon / privacy.epsilon
+
+    def variance(budget: Budget) -> float:
+        return noise_variance(PureDP(budget.epsilon * kept))
+
+    return variance
+
+
+def error_factor(
+    noise_variance: Callable[[Budget], float], privacy: Budget, budget: Budget
+) -> float | None:
+    """What every standard error stated at ``privacy`` is multiplied by at ``budget``:
+    ``√(v(budget) / v(privacy))`` (None: the samplers cannot draw that budget's noise).
+
+    Example:
+        >>> variance = lambda b: 2 / float(b.epsilon) ** 2  # Laplace, Δ₁ = 1
+        >>> error_factor(variance, PureDP(1), PureDP(4))
+        0.25
+    """
+    try:
+        return math.sqrt(noise_variance(budget) / noise_variance(privacy))
+    except DpmmError:  # noise the samplers cannot draw, or too little to state
+        return None
 
 
 def check_targets(

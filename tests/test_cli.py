@@ -272,3 +272,57 @@ def test_an_os_error_is_one_line_naming_the_path(tmp_path: Path, capsys) -> None
     assert main(["demo", "--folder", str(tmp_path / "taken" / "demo")]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err == f"dpmm: error: {tmp_path / 'taken' / 'demo'}: Not a directory\n"
+
+
+def test_plan_report_writes_the_page_beside_the_usual_output(tmp_path: Path, capsys) -> None:
+    page = tmp_path / "plan.html"
+    status, out, err = run(["plan", str(write(tmp_path, SMALL)), "--report", str(page)], capsys)
+    assert status == 0, err
+    assert out.startswith("plan: small") and out.endswith(f"\nreport written to {page}\n")
+    text = page.read_text(encoding="utf-8")
+    assert "<title>Plan report: small</title>" in text
+    assert "<td>age-cdf-by-sex</td>" in text and "<td>age-ranges</td>" in text
+    assert text.count('<img src="data:image/png;base64,') == 2
+
+    # With --json, standard output stays one JSON object.
+    status, out, err = run(
+        ["plan", str(write(tmp_path, SMALL)), "--json", "--report", str(page)], capsys
+    )
+    assert status == 0, err
+    assert json.loads(out)["name"] == "small"
+
+
+@pytest.mark.parametrize("where", ["missing folder", "a folder"])
+def test_plan_report_to_a_bad_path_is_one_sentence_before_planning(
+    tmp_path: Path, capsys, monkeypatch, where: str
+) -> None:
+    target = tmp_path / "absent" / "plan.html" if where == "missing folder" else tmp_path
+
+    def never(*args, **kwargs):
+        raise AssertionError("planned although the report cannot be written")
+
+    monkeypatch.setattr("dpmm.cli.plan", never)
+    status, out, err = run(["plan", str(write(tmp_path, SMALL)), "--report", str(target)], capsys)
+    assert status == 2 and out == ""
+    assert err.count("\n") == 1 and "Traceback" not in err
+    reason = (
+        f"cannot write the report there: folder {tmp_path / 'absent'} does not exist"
+        if where == "missing folder"
+        else "is a folder; give the HTML file to write"
+    )
+    assert err == f"dpmm: error: --report {target}: {reason}\n"
+
+
+def test_plan_report_that_cannot_be_written_is_one_sentence(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("dpmm.report.write_report", full)
+    page = tmp_path / "plan.html"
+    status, _, err = run(["plan", str(write(tmp_path, SMALL)), "--report", str(page)], capsys)
+    assert status == 2
+    assert (
+        err == f"dpmm: error: --report {page}: cannot write the report (No space left on device)\n"
+    )

@@ -294,6 +294,21 @@ def text_table(
     return lines
 
 
+def number_text(value: float | None) -> str:
+    """A figure as the plan's tables print it: two decimals, or three significant digits
+    in scientific notation when very large or small; ``n/a`` when missing.
+
+    Example:
+        >>> number_text(28.804), number_text(2.564e8), number_text(None)
+        ('28.80', '2.564e+08', 'n/a')
+    """
+    if value is None:
+        return "n/a"
+    if value != 0 and (abs(value) >= 1e7 or abs(value) < 1e-2):
+        return f"{value:.3e}"
+    return f"{value:,.2f}"
+
+
 def shorten(text: str, limit: int) -> str:
     """``text`` cut to ``limit`` characters, the last one an ellipsis when it was longer.
 
