@@ -10,8 +10,12 @@ re-run of the flow resumes the open run and reuses its persisted measurement (DE
 rule 4); Prefect's cache is never used for it.
 
 Artifacts (stable keys): ``dpmm-release-<name>`` (where the release is and its error per
-group) and ``dpmm-budget-<dataset>`` (granted, this release, remaining). They hold public
-facts only: no count, no unreleased value.
+group), ``dpmm-budget-<dataset>`` (granted, this release, remaining) and the figures of the
+release's ``report.html`` as PNG image artifacts, ``dpmm-report-<name>-<figure>`` (error
+against budget, where the budget goes, the answers' error bars). An image artifact holds
+an image's URL; these hold the PNG itself as a ``data:image/png;base64,`` URL, so the UI
+shows them without a file server or the internet. They hold public facts and published
+answers only: no count, no unreleased value.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import (
+    create_image_artifact,
     create_markdown_artifact,
     create_progress_artifact,
     create_table_artifact,
@@ -171,7 +176,7 @@ def _artifacts(config: ReleaseConfig, result: ReleaseResult, dashboard: str | No
     create_markdown_artifact(
         f"# Release `{config.name}`\n\nWritten to [`{folder}`]({folder.as_uri()}) "
         f"(strategy `{result.strategy.selected}`, reconstruction "
-        f"`{result.reconstruction.method}`)."
+        f"`{result.reconstruction.method}`); its report is `report.html` there."
         + (f" Its Dask cluster's dashboard was at <{dashboard}>." if dashboard else ""),
         key=f"dpmm-release-{config.name}".lower(),
         description=f"Where release {config.name} is",
@@ -181,6 +186,12 @@ def _artifacts(config: ReleaseConfig, result: ReleaseResult, dashboard: str | No
         key=f"dpmm-errors-{config.name}".lower(),
         description=f"Expected error per query group of {result.path.name}",
     )
+    for figure in result.figures:  # the report's own PNGs
+        create_image_artifact(
+            figure.data_uri(),
+            key=f"dpmm-report-{config.name}-{figure.key}".lower(),
+            description=f"{figure.title} of {result.path.name}, as in its report.html",
+        )
     with open_ledger(config) as ledger:
         balance = ledger.balance(config.ledger.dataset)
     spend = spend_of(result.manifest)  # nothing for post-processing, θ shares included

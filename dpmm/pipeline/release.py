@@ -28,7 +28,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -58,6 +58,9 @@ from dpmm.privacy.ledger import Ledger
 from dpmm.release import ReleaseError, load_manifest, read_measurements
 from dpmm.strategy.selection import Progress
 
+if TYPE_CHECKING:
+    from dpmm.report import ReportFigure
+
 __all__ = ["MEASUREMENT_ID", "ReleaseResult", "Stage", "open_ledger", "run_release"]
 
 log = logging.getLogger("dpmm.release")
@@ -69,7 +72,11 @@ Stage = Callable[[str, Callable[..., Any]], Callable[..., Any]]
 
 @dataclass(frozen=True, eq=False)
 class ReleaseResult:
-    """A written release: its folder, run, and what an operator summary needs."""
+    """A written release: its folder, run, and what an operator summary needs.
+
+    ``figures`` are the figures of its ``report.html``, rendered (the release flow leaves
+    them as artifacts).
+    """
 
     path: Path
     release_id: str
@@ -77,6 +84,7 @@ class ReleaseResult:
     strategy: ChosenStrategy
     reconstruction: Reconstruction
     manifest: dict[str, Any]
+    figures: tuple[ReportFigure, ...] = ()
 
 
 def _direct(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
@@ -271,7 +279,7 @@ def _post_process(
     partitions: int,
     reused_from: str | None = None,
     thresholds: dict[str, Any] | None = None,
-) -> tuple[Path, Reconstruction, dict[str, Any]]:
+) -> tuple[Path, Reconstruction, dict[str, Any], tuple[ReportFigure, ...]]:
     reconstruction = stage("reconstruct", reconstruct)(config, strategy, record, plan)
     manifest = build_manifest(
         config,
@@ -287,7 +295,7 @@ def _post_process(
     )
     release = ReleaseInput(config, strategy, record, reconstruction)
     path = stage("write-release", write_release)(release, manifest, ledger)
-    return path, reconstruction, manifest
+    return path, reconstruction, manifest, release.report[1]
 
 
 def _measured(
@@ -359,7 +367,7 @@ def rerun_post_processing(
     config, strategy, record, plan = _measured(config, folder, manifest)
     _check_measured_strategy(folder, manifest, record, strategy)
     with Ledger.open(manifest["ledger"]["location"]) as ledger:  # it holds the reservation
-        path, reconstruction, written = _post_process(
+        path, reconstruction, written, figures = _post_process(
             config,
             strategy,
             record,
@@ -372,7 +380,9 @@ def rerun_post_processing(
             reused_from=str(folder.resolve()),
             thresholds=thresholds if config.private_thresholds else None,
         )
-    return ReleaseResult(path, manifest["release_id"], False, strategy, reconstruction, written)
+    return ReleaseResult(
+        path, manifest["release_id"], False, strategy, reconstruction, written, figures
+    )
 
 
 def _earlier_thresholds(

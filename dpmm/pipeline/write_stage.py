@@ -1,9 +1,10 @@
 """Write a release version: its manifest (DESIGN §6) and files, atomically, never replacing one.
 
 Everything written is public: noisy measurements, post-processed estimates, standard
-errors from the noise scale, the strategy and the config. No raw count (not even the
-number of input rows) reaches a release; the input is identified only by a fingerprint
-of its files.
+errors from the noise scale, the strategy, the config and the report (``report.html``:
+the expected errors, their targets and the answers' error bars, drawn from the same
+published figures). No raw count (not even the number of input rows) reaches a release;
+the input is identified only by a fingerprint of its files.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import json
 import platform
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dpmm import __version__
 from dpmm.config import ReleaseConfig
@@ -35,6 +37,9 @@ from dpmm.release.manifest import EXPECTED_ERROR_BASIS, measurement_sections
 from dpmm.release.parts import answer_part_tasks, measurement_part_tasks, write_parts
 from dpmm.targets import group_target
 from dpmm.workload.labels import query_parts
+
+if TYPE_CHECKING:
+    from dpmm.report import ReportContent, ReportFigure
 
 __all__ = ["HISTOGRAM_LIMIT", "ReleaseInput", "build_manifest", "write_release"]
 
@@ -162,12 +167,35 @@ class ReleaseInput:
     record: MeasurementRecord
     reconstruction: Reconstruction
 
+    @cached_property
+    def report(self) -> tuple[ReportContent, tuple[ReportFigure, ...]]:
+        """The release report's content and figures (rendered once: the release flow
+        leaves the same figures as artifacts)."""
+        from dpmm.report import release_content, report_figures  # matplotlib, when written
+
+        content = release_content(
+            self.config,
+            self.strategy,
+            self.reconstruction,
+            self.record.privacy,
+            release_id=self.record.release_id,
+        )
+        return content, report_figures(content)
+
     def write_files(self, folder: Path) -> None:
-        """Write answers, measurements, strategy and (where allowed) the histogram."""
+        """Write answers, measurements, strategy, the report and (where allowed) the
+        histogram."""
         save_matrix(self.strategy.quantized.integer, folder / "strategy.npz")
         if self.record.chunks is not None:
             self._write_parts(folder)
-            return
+        else:
+            self._write_tables(folder)
+        from dpmm.report import REPORT_NAME, write_report
+
+        write_report(folder / REPORT_NAME, *self.report)
+
+    def _write_tables(self, folder: Path) -> None:
+        """Answers, measurements and (where allowed) the histogram as one file each."""
         parts = [
             AnswerColumns.for_group(
                 g.name,

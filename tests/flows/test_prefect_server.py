@@ -8,6 +8,7 @@ SQLAlchemy 2.1 the scheduler fails on every loop and creates no run; with fastap
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -260,6 +261,14 @@ def test_a_cli_release_logs_and_leaves_labelled_artifacts_and_no_data_value(
     folder = (tmp_path / "releases" / "good" / "v0001").resolve()
     assert str(folder) in artifacts["dpmm-release-good"]["data"]
     assert "Dask cluster's dashboard was at <http://" in artifacts["dpmm-release-good"]["data"]
+    # The report's figures, as PNG image artifacts: the very images of its report.html.
+    images = {a["key"]: a["data"] for a in every if a["type"] == "image"}
+    figures = ("error-vs-budget", "budget-shares", "answers")
+    assert set(images) == {f"dpmm-report-good-{figure}" for figure in figures}
+    page = (folder / "report.html").read_text(encoding="utf-8")
+    for image in images.values():
+        assert image.startswith("data:image/png;base64,") and f'src="{image}"' in page
+        assert base64.b64decode(image.split(",", 1)[1]).startswith(b"\x89PNG\r\n\x1a\n")
     # The stages are task runs of the release's flow run itself.
     body = {"flow_runs": {"id": {"any_": [run]}}}
     stages = {t["name"].rsplit("-", 1)[0] for t in _api(url, "/task_runs/filter", body)}

@@ -39,6 +39,7 @@ def test_demo_release_through_the_flow_audits(demo: tuple[Path, str]) -> None:
         "histogram.parquet",
         "manifest.json",
         "measurements.parquet",
+        "report.html",
         "strategy.npz",
     ]
     assert main(["audit", str(first)]) == 0

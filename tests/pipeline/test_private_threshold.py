@@ -294,6 +294,12 @@ def test_post_processing_again_reuses_theta_and_spends_nothing(tmp_path, people)
     spec = again.manifest["workload"]["groups"][0]["spec"]
     assert spec["truncation"]["threshold"] == first.manifest["thresholds"]["groups"][0]["threshold"]
     assert audit_release(again.path).ok
+    # Both reports state the errors at the whole budget, θ's share drawn as spent first.
+    for version in (first.path, again.path):
+        page = (version / "report.html").read_text(encoding="utf-8")
+        assert "<dt>budget</dt><dd>ε = 1</dd>" in page
+        assert "<dt>measurement</dt><dd>ε = 9/10</dd>" in page
+        assert "private truncation thresholds θ take their shares" in page
 
 
 def test_show_and_list_give_the_whole_spend_theta_and_nothing_for_post_processing(
