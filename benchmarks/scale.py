@@ -1,8 +1,8 @@
 """A release at 10⁷, 10⁸ (and 10⁹) cells: in the flow's process and on a 2-worker cluster.
 
-The same release — a Kronecker (hierarchical) strategy over a two-attribute grid, zCDP
-ρ = 1/2, every prefix of attribute ``a`` within each value of ``b`` (as many answers as
-cells), least squares — runs through :func:`dpmm.pipeline.run_release` (the flow's
+The same release — a Kronecker (hierarchical) strategy over a three-attribute grid, zCDP
+ρ = 1/2, every prefix of attribute ``a`` within each value of ``b`` and ``c`` (as many
+answers as cells), least squares — runs through :func:`dpmm.pipeline.run_release` (the flow's
 stages without Prefect's engine):
 
 * ``flow``: ``cluster.arrays: flow``, counting on a threaded LocalCluster in this process
@@ -17,8 +17,8 @@ of wall times. A cost model fitted on the workers' runs — seconds and worker m
 linear in cells per worker — then predicts 10¹⁰–10¹² cells on k workers.
 
 Synthetic data: ``--rows`` records (default: cells / 10, at most 10⁸) with ``a`` a
-rounded normal over its range and ``b`` uniform, written as Parquet parts once per size
-under ``--data`` (reused by later runs).
+rounded normal over its range, ``b`` uniform and ``c`` binomial, written as Parquet parts
+once per size under ``--data`` (reused by later runs).
 
 Usage:
     OMP_NUM_THREADS=1 python benchmarks/scale.py [--cells 1e7 1e8] [--modes flow workers]
@@ -52,13 +52,14 @@ from dpmm.privacy.params import ZCDP
 ROWS_PER_PART = 5_000_000
 
 
-def grid(cells: int) -> tuple[int, int]:
-    """``(a, b)`` sizes with a·b ≈ cells, ``a`` the longer (prefixes run along it)."""
-    b = 2 ** max(1, round(math.log2(cells) / 2) - 2)
-    return cells // b, b
+def grid(cells: int) -> tuple[int, int, int]:
+    """``(a, b, c)`` sizes with a·b·c ≈ cells, about a cube (``b = c`` powers of two): a
+    strategy's factors stay small enough for its selection to be quick."""
+    side = 2 ** max(1, round(math.log2(cells) / 3))
+    return cells // side**2, side, side
 
 
-def make_data(folder: Path, shape: tuple[int, int], rows: int, seed: int = 7) -> Path:
+def make_data(folder: Path, shape: tuple[int, int, int], rows: int, seed: int = 7) -> Path:
     """Parquet parts of synthetic records over ``shape`` (made once per folder)."""
     done = folder / "DONE"
     if done.exists():
@@ -70,21 +71,28 @@ def make_data(folder: Path, shape: tuple[int, int], rows: int, seed: int = 7) ->
         count = min(ROWS_PER_PART, rows - start)
         a = np.clip(rng.normal(shape[0] / 2, shape[0] / 6, count), 0, shape[0] - 1)
         table = pa.table(
-            {"a": a.astype(np.int64), "b": rng.integers(0, shape[1], count, dtype=np.int64)}
+            {
+                "a": a.astype(np.int64),
+                "b": rng.integers(0, shape[1], count, dtype=np.int64),
+                "c": rng.binomial(shape[2] - 1, 0.3, count).astype(np.int64),
+            }
         )
         pq.write_table(table, folder / f"part-{part:04d}.parquet")
     done.write_text("")
     return folder
 
 
-def write_config(folder: Path, data: Path, shape: tuple[int, int], arrays: str, **cluster) -> Path:
+def write_config(
+    folder: Path, data: Path, shape: tuple[int, int, int], arrays: str, **cluster
+) -> Path:
     folder.mkdir(parents=True)
     with Ledger.init(folder / "budget.db") as ledger:
         ledger.grant("scale", ZCDP(10))
     options = "".join(f", {key}: {value}" for key, value in cluster.items())
     text = (
-        f"name: scale\ndomain: {{a: {shape[0]}, b: {shape[1]}}}\nprivacy: {{rho: 1/2}}\n"
-        "workload: [{name: a-by-b, kind: prefix, attribute: a, by: [b]}]\n"
+        f"name: scale\ndomain: {{a: {shape[0]}, b: {shape[1]}, c: {shape[2]}}}\n"
+        "privacy: {rho: 1/2}\n"
+        "workload: [{name: a-by-b-c, kind: prefix, attribute: a, by: [b, c]}]\n"
         "strategy: {method: hierarchical}\n"
         f"data: {{path: '{data}'}}\n"
         f"ledger: {{path: '{folder / 'budget.db'}', dataset: scale}}\n"
@@ -119,7 +127,7 @@ def run_one(cells: int, mode: str, args: argparse.Namespace, work: Path) -> dict
 
     shape = grid(cells)
     rows = args.rows or min(cells // 10, 10**8)
-    data = make_data(Path(args.data) / f"{shape[0]}x{shape[1]}-{rows}", shape, rows)
+    data = make_data(Path(args.data) / ("x".join(map(str, shape)) + f"-{rows}"), shape, rows)
     config_path = write_config(work / f"{mode}-{cells}", data, shape, mode)
     config = load_config(config_path)
     if mode == "workers":
@@ -158,10 +166,10 @@ def _gib(size: float) -> str:
 
 def print_runs(runs: list[dict[str, Any]], flush: bool = False) -> None:
     print(
-        "| cells | grid | rows | mode | seconds | ingest | measure | reconstruct | write | "
+        "| cells | grid | rows | mode | seconds | plan | ingest | measure | reconstruct | write | "
         "flow peak GiB | worker peaks GiB | answers | workers/flow time |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     by_size = {}
     for run in runs:
         by_size.setdefault(run["cells"], {})[run["mode"]] = run
@@ -172,8 +180,9 @@ def print_runs(runs: list[dict[str, Any]], flush: bool = False) -> None:
             f"{run['seconds'] / flow['seconds']:.2f}" if run["mode"] == "workers" and flow else ""
         )
         print(
-            f"| {run['cells']:.2e} | {run['shape'][0]}×{run['shape'][1]} | {run['rows']:.1e} "
+            f"| {run['cells']:.2e} | {'×'.join(map(str, run['shape']))} | {run['rows']:.1e} "
             f"| {run['mode']} | {run['seconds']:.1f} | "
+            f"{stages.get('plan-strategy', 0) + stages.get('select-strategy', 0):.1f} | "
             f"{stages.get('ingest-histogram', 0):.1f} | {stages.get('measure-strategy', 0):.1f} "
             f"| {stages.get('reconstruct', 0):.1f} | {stages.get('write-release', 0):.1f} | "
             f"{_gib(run['flow_rss'])} | {', '.join(_gib(r) for r in run['worker_rss'])} | "
@@ -215,9 +224,14 @@ def fit_model(runs: list[dict[str, Any]], workers: int) -> None:
         )
 
 
-def _in_own_process(cells: int, mode: str, scratch: str) -> dict[str, Any]:
+def _in_own_process(cells: int, mode: str, scratch: str) -> dict[str, Any] | None:
+    """One run in a fresh process; None (its last error line printed) if it failed."""
     command = [sys.executable, __file__, "--one", str(cells), mode, scratch, *sys.argv[1:]]
-    done = subprocess.run(command, check=True, capture_output=True, text=True)
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        print(f"| {cells:.2e} | {mode}: failed: {last} |", flush=True)
+        return None
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -243,8 +257,10 @@ def main() -> None:
             for mode in args.modes:
                 if mode == "flow" and cells > VECTOR_LIMIT:
                     continue
-                runs.append(_in_own_process(cells, mode, scratch))
-                print_runs(runs[-1:], flush=True)
+                run = _in_own_process(cells, mode, scratch)
+                if run is not None:
+                    runs.append(run)
+                    print_runs(runs[-1:], flush=True)
     print()
     print_runs(runs)
     fit_model(runs, args.workers)

@@ -209,11 +209,16 @@ def _release_lines(report: PlanReport) -> list[str]:
     """How the release will run this plan: what it counts, its solver, what it needs."""
     if report.footprint is None:
         return []
-    counted = "the data vector" if report.counting == "vector" else "marginal tables"
+    counted = {
+        "vector": "the data vector",
+        "tables": "marginal tables",
+        "chunked": "the data vector, kept on the Dask workers with what is made from it",
+    }[report.counting]
     solver = SOLVERS.get(report.reconstruction, report.reconstruction)
+    where = " on the workers together" if report.counting == "chunked" else ""
     return [
         f"release: counts {counted}; reconstructs by {solver}",
-        f"  needs about {_size(report.footprint.memory)} of memory, writes about "
+        f"  needs about {_size(report.footprint.memory)} of memory{where}, writes about "
         f"{_size(report.footprint.disk)}",
     ]
 

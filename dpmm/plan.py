@@ -48,8 +48,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from dpmm import __version__
 from dpmm.blas_threads import blas_limit
 from dpmm.config import ReleaseConfig
@@ -388,9 +386,7 @@ def _plan(config: ReleaseConfig, progress: Progress | None) -> PlanReport:
     variance = _noise_variance(config, chosen)
     targets = _targets(config, chosen, checked.reconstruction.groups, variance)
     # Each group's expected error as the release computes it.
-    errors = [
-        math.fsum(np.square(group.standard_errors)) for group in checked.reconstruction.groups
-    ]
+    errors = [group.squared_error_sum() for group in checked.reconstruction.groups]
     A = chosen.quantized.matrix  # what the release measures and reconstructs with
     # The exact discrete noise an identity release's record would state (the continuous
     # noise's where the samplers could not draw an identity release's).

@@ -73,8 +73,16 @@ class ClusterAnswers:
     group, its answers and standard errors."""
 
     def __init__(
-        self, strategy: Matrix, record: MeasurementRecord, domain: Domain, method: str
+        self,
+        strategy: Matrix,
+        record: MeasurementRecord,
+        domain: Domain,
+        method: str,
+        *,
+        dry_run: bool = False,
     ) -> None:
+        """``dry_run``: the plan's post-processing of a planned record, which only states
+        the standard errors: the estimate is left a recipe, never computed."""
         self.shape = tuple(domain.shape)
         self.factors = axis_factors(strategy, self.shape)
         assert self.factors is not None  # checked by the plan
@@ -82,11 +90,13 @@ class ClusterAnswers:
         answers = record.values.astype(np.float64).reshape(rows)
         kron = Kron(self.factors) if len(self.factors) > 1 else self.factors[0]
         self.noise_variance = record.noise_variance()
-        if method == "nnls":
-            fit = nnls(kron, answers, noise_std=math.sqrt(self.noise_variance), total="estimated")
-            self.estimate = fit.x
-        else:
+        if dry_run:
             self.estimate = chunked_least_squares(kron, answers)
+        elif method == "nnls":
+            fit = nnls(kron, answers, noise_std=math.sqrt(self.noise_variance), total="estimated")
+            self.estimate = fit.x.persist()
+        else:  # computed once, kept on the workers for every group's answers
+            self.estimate = chunked_least_squares(kron, answers).persist()
         self.method = method
         self.errors = EXACT if method == "least_squares" else STATED_LEAST_SQUARES
         self._pinvs = [f.gram_pinv() for f in self.factors]

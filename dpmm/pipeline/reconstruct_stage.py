@@ -89,6 +89,14 @@ class GroupAnswers:
         """The workload group's kind."""
         return self.group.kind
 
+    def squared_error_sum(self) -> float:
+        """The sum of the squared standard errors (for answers on the cluster, whose
+        least-squares standard errors have mean square ``least_squares_rmse²`` exactly,
+        from that: not by gathering them)."""
+        if hasattr(self.standard_errors, "dask"):
+            return self.expected_rmse**2 * int(self.values.size)
+        return math.fsum(np.square(self.standard_errors))
+
     @property
     def expected_rmse(self) -> float:
         """The group's expected RMSE under least squares, data-free: what the plan shows
@@ -241,11 +249,13 @@ def _on_cluster(
     record: MeasurementRecord,
     method: str,
     progress: Progress,
+    dry_run: bool,
 ) -> tuple[list[GroupAnswers], str]:
     """The answers of a measurement drawn on the cluster, as Dask arrays (the estimate is
     never gathered into this process)."""
     progress(0, 1 + len(config.workload), method)
-    solved = ClusterAnswers(strategy.quantized.integer, record, config.domain, method)
+    integer = strategy.quantized.integer
+    solved = ClusterAnswers(integer, record, config.domain, method, dry_run=dry_run)
     groups = []
     for done, group in enumerate(config.workload, start=1):
         progress(done, 1 + len(config.workload), group.name)
@@ -317,7 +327,8 @@ def reconstruct(
             groups = _from_tables(config, strategy, measured.answers, measured.noise_std, progress)
             histogram = None
         elif plan == "chunked":
-            groups, errors = _on_cluster(config, strategy, record, method, progress)
+            dry_run = replicates == 0  # the plan's: nothing is solved
+            groups, errors = _on_cluster(config, strategy, record, method, progress, dry_run)
             histogram = None
         else:
             groups, histogram, method, errors = _from_vector(
