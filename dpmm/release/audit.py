@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import numpy as np
 
@@ -51,7 +52,7 @@ from dpmm.privacy.ledger import Entry, Ledger, LedgerTampered
 from dpmm.privacy.params import ZCDP, PureDP, privacy_from_config
 from dpmm.reconstruct.choice import EXACT
 from dpmm.release.catalog import load_manifest
-from dpmm.release.tables import read_answers, read_measurements
+from dpmm.release.tables import PART, part_files, read_answers, read_measurements
 from dpmm.release.writer import MANIFEST_NAME, file_digests, leftovers
 from dpmm.workload.prefix_sum import bucket_values, value_error_bound
 
@@ -382,7 +383,6 @@ def _check_answers(state: _State) -> str:
 
     manifest = _need_manifest(state)
     path = _member(state.folder, "answers.parquet")
-    published = read_answers(path, ("group", "query", "estimate", "standard_error")).to_pydict()
     recomputed_release = recompute_answers(_manifest_config(manifest, state.folder), state.folder)
     # Standard errors are compared when this dpmm makes them the way the version says its
     # were made (an earlier dpmm's bootstrap drew differently). Versions before the key
@@ -391,9 +391,25 @@ def _check_answers(state: _State) -> str:
     linear = EXACT if solved.get("method") == "least_squares" else None
     stated_method = solved.get("standard_errors", linear)
     same_errors = stated_method == recomputed_release.standard_errors
+    if path.is_dir():
+        count = _compare_parts(path, recomputed_release.groups, same_errors)
+    else:
+        count = _compare_table(path, recomputed_release.groups, same_errors)
+    if not same_errors:
+        return (
+            f"{path.name}: all {count} estimates recomputed from the measurement; standard "
+            f"errors made by {stated_method or 'an earlier dpmm'}, not by this dpmm's "
+            f"{recomputed_release.standard_errors}: not compared"
+        )
+    return f"{path.name}: all {count} answers recomputed from the measurement"
+
+
+def _compare_table(path: Path, groups: list[Any], same_errors: bool) -> int:
+    """Compare ``answers.parquet`` with the recomputed groups; the rows compared."""
+    published = read_answers(path, ("group", "query", "estimate", "standard_error")).to_pydict()
     names = np.asarray(published["group"])
     count = 0
-    for group in recomputed_release.groups:
+    for group in groups:
         rows = names == group.name
         order = np.argsort(np.asarray(published["query"])[rows])
         columns = [("estimate", group.values)]
@@ -410,13 +426,51 @@ def _check_answers(state: _State) -> str:
         count += int(rows.sum())
     if count != names.size:
         raise _FailedCheckError(f"{path.name} holds answers of groups the release does not have")
-    if not same_errors:
-        return (
-            f"{path.name}: all {count} estimates recomputed from the measurement; standard "
-            f"errors made by {stated_method or 'an earlier dpmm'}, not by this dpmm's "
-            f"{recomputed_release.standard_errors}: not compared"
-        )
-    return f"{path.name}: all {count} answers recomputed from the measurement"
+    return count
+
+
+def _compare_parts(folder: Path, groups: list[Any], same_errors: bool) -> int:
+    """Compare a folder of answer parts with the recomputed groups (Dask arrays), each part
+    against its block by a task that reads only that part; the rows compared."""
+    import dask
+
+    parts = {path.name: path for path in part_files(folder)}
+    tasks = []
+    for number, group in enumerate(groups):
+        errors = group.standard_errors.rechunk(group.values.chunks)
+        starts = np.cumsum((0, *group.values.chunks[0]))
+        blocks = zip(group.values.to_delayed().ravel(), errors.to_delayed().ravel(), strict=True)
+        for index, (values, stated_errors) in enumerate(blocks):
+            name = PART.format(f"{number:04d}-{index:06d}")
+            if name not in parts:
+                raise _FailedCheckError(f"{folder.name}/{name} is missing")
+            span = (int(starts[index]), int(starts[index + 1]))
+            compared = stated_errors if same_errors else None
+            tasks.append(
+                dask.delayed(_compare_part)(parts.pop(name), group.name, span, values, compared)
+            )
+    if parts:
+        raise _FailedCheckError(f"{folder.name} holds parts the release does not have")
+    return sum(dask.compute(*tasks))
+
+
+def _compare_part(
+    path: Path, group: str, span: tuple[int, int], values: np.ndarray, errors: np.ndarray | None
+) -> int:
+    table = read_answers(path, ("group", "query", "estimate", "standard_error"))
+    queries = table.column("query").to_numpy()
+    names = set(table.column("group").to_pylist())
+    if names != {group} or not np.array_equal(queries, np.arange(*span)):
+        raise _FailedCheckError(f"{path.name} does not hold queries {span} of group '{group}'")
+    columns = [("estimate", values)] + ([("standard_error", errors)] if errors is not None else [])
+    for column, recomputed in columns:
+        stated = table.column(column).to_numpy().astype(np.float64)
+        if not np.allclose(stated, recomputed, rtol=ANSWER_TOLERANCE, atol=ANSWER_TOLERANCE):
+            raise _FailedCheckError(
+                f"the {column.replace('_', ' ')}s of group '{group}' in {path.name} "
+                "are not what its measurement and strategy give"
+            )
+    return len(queries)
 
 
 def _check_ledger(state: _State) -> str:

@@ -90,6 +90,15 @@ def test_the_release_on_the_workers_is_the_flow_s_reconstruction_of_its_measurem
     report = audit_release(folder)
     assert report.ok, report.failed()
 
+    # An answer changed in one part fails the audit's recomputation (and the files' sha256).
+    part = sorted((folder / "answers.parquet").glob("part-0000-*.parquet"))[0]
+    table = pq.read_table(part)
+    estimates = table.column("estimate").to_numpy().copy()
+    estimates[3] += 1.0
+    index = table.schema.get_field_index("estimate")
+    pq.write_table(table.set_column(index, "estimate", pa.array(estimates)), part)
+    assert set(audit_release(folder).failed()) == {"files", "answers"}
+
 
 @pytest.mark.slow
 def test_nnls_on_the_workers_is_non_negative_and_states_its_error_bars(tmp_path: Path) -> None:
