@@ -20,9 +20,12 @@ Synthetic data: ``--rows`` records (default: cells / 10, at most 10⁸) with ``a
 rounded normal over its range, ``b`` uniform and ``c`` binomial, written as Parquet parts
 once per size under ``--data`` (reused by later runs).
 
+``--workload tables`` answers a few tables instead (``a``, ``b × c``, the total): the
+measurement and the estimate are as large, the answers small.
+
 Usage:
     OMP_NUM_THREADS=1 python benchmarks/scale.py [--cells 1e7 1e8] [--modes flow workers]
-        [--workers 2] [--memory-limit 8GiB] [--data /tmp/dpmm-scale]
+        [--workers 2] [--memory-limit 8GiB] [--data /tmp/dpmm-scale] [--workload tables]
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ def grid(cells: int) -> tuple[int, int, int]:
 
 def make_data(folder: Path, shape: tuple[int, int, int], rows: int, seed: int = 7) -> Path:
     """Parquet parts of synthetic records over ``shape`` (made once per folder)."""
-    done = folder / "DONE"
+    done = folder / ".complete"  # hidden: not read as data
     if done.exists():
         return folder
     shutil.rmtree(folder, ignore_errors=True)
@@ -82,8 +85,22 @@ def make_data(folder: Path, shape: tuple[int, int, int], rows: int, seed: int = 
     return folder
 
 
+#: The workloads: every prefix of ``a`` within each (b, c) (as many answers as cells), or
+#: a few tables (``a``, ``b × c`` and the total).
+WORKLOADS = {
+    "prefixes": "[{name: a-by-b-c, kind: prefix, attribute: a, by: [b, c]}]",
+    "tables": "[{name: a, kind: marginal, attributes: [a]}, "
+    "{name: b-c, kind: marginal, attributes: [b, c]}, {name: people, kind: total}]",
+}
+
+
 def write_config(
-    folder: Path, data: Path, shape: tuple[int, int, int], arrays: str, **cluster
+    folder: Path,
+    data: Path,
+    shape: tuple[int, int, int],
+    arrays: str,
+    workload: str = "prefixes",
+    **cluster,
 ) -> Path:
     folder.mkdir(parents=True)
     with Ledger.init(folder / "budget.db") as ledger:
@@ -92,7 +109,7 @@ def write_config(
     text = (
         f"name: scale\ndomain: {{a: {shape[0]}, b: {shape[1]}, c: {shape[2]}}}\n"
         "privacy: {rho: 1/2}\n"
-        "workload: [{name: a-by-b-c, kind: prefix, attribute: a, by: [b, c]}]\n"
+        f"workload: {WORKLOADS[workload]}\n"
         "strategy: {method: hierarchical}\n"
         f"data: {{path: '{data}'}}\n"
         f"ledger: {{path: '{folder / 'budget.db'}', dataset: scale}}\n"
@@ -128,7 +145,7 @@ def run_one(cells: int, mode: str, args: argparse.Namespace, work: Path) -> dict
     shape = grid(cells)
     rows = args.rows or min(cells // 10, 10**8)
     data = make_data(Path(args.data) / ("x".join(map(str, shape)) + f"-{rows}"), shape, rows)
-    config_path = write_config(work / f"{mode}-{cells}", data, shape, mode)
+    config_path = write_config(work / f"{mode}-{cells}", data, shape, mode, args.workload)
     config = load_config(config_path)
     if mode == "workers":
         cluster = LocalCluster(
@@ -147,7 +164,9 @@ def run_one(cells: int, mode: str, args: argparse.Namespace, work: Path) -> dict
         seconds = time.perf_counter() - started
         workers = sorted(client.run(_peak_rss).values()) if mode == "workers" else []
     answers = sum(int(group.values.size) for group in result.reconstruction.groups)
+    errors = _table_errors(result, data, shape) if args.workload == "tables" else {}
     return {
+        "errors": errors,
         "cells": cells,
         "shape": shape,
         "rows": rows,
@@ -157,6 +176,33 @@ def run_one(cells: int, mode: str, args: argparse.Namespace, work: Path) -> dict
         "flow_rss": _peak_rss(),
         "worker_rss": workers,
         "answers": answers,
+    }
+
+
+def _table_errors(result: Any, data: Path, shape: tuple[int, int, int]) -> dict[str, Any]:
+    """Per group of the ``tables`` workload: the published answers' RMSE against the true
+    tables (counted here from the records) and the expected RMSE the manifest states."""
+    from dpmm.release import read_answers
+
+    rows = pq.read_table(data, columns=["a", "b", "c"])
+    a, b, c = (rows.column(name).to_numpy() for name in ("a", "b", "c"))
+    truth = {
+        "a": np.bincount(a, minlength=shape[0]),
+        "b-c": np.bincount(b * shape[2] + c, minlength=shape[1] * shape[2]),
+        "people": np.array([a.size]),
+    }
+    published = read_answers(result.path / "answers.parquet").to_pandas()
+    stated = {g["name"]: g["expected_rmse"] for g in result.manifest["error"]["groups"]}
+    return {
+        name: {
+            "measured": float(
+                np.sqrt(
+                    np.mean((published[published.group == name].estimate.to_numpy() - true) ** 2)
+                )
+            ),
+            "expected": stated[name],
+        }
+        for name, true in truth.items()
     }
 
 
@@ -242,6 +288,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--memory-limit", default="8GiB")
     parser.add_argument("--rows", type=int, default=None)
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="prefixes")
     parser.add_argument("--data", default=str(Path(tempfile.gettempdir()) / "dpmm-scale"))
     parser.add_argument(
         "--one", nargs=3, metavar=("CELLS", "MODE", "SCRATCH"), help=argparse.SUPPRESS
@@ -263,6 +310,12 @@ def main() -> None:
                     print_runs(runs[-1:], flush=True)
     print()
     print_runs(runs)
+    for run in runs:
+        for name, error in run.get("errors", {}).items():
+            print(
+                f"{run['cells']:.0e} cells, group {name}: measured RMSE "
+                f"{error['measured']:.3f}, expected {error['expected']:.3f}"
+            )
     fit_model(runs, args.workers)
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -85,8 +86,13 @@ class ExactStrategy:
         """sha256 of the shape, both sensitivities and ``A @ probe`` for a fixed probe.
 
         It identifies the strategy well enough to tell a stored measurement from a request
-        with a different one; it is not a cryptographic commitment to the matrix.
+        with a different one; it is not a cryptographic commitment to the matrix. Computed
+        once per analyzed strategy (a noise model asks for it at every budget it prices).
         """
+        return self._fingerprint
+
+    @cached_property
+    def _fingerprint(self) -> str:
         rows, cols = self.matrix.shape
         if isinstance(self.matrix, HelmertBlocks):  # its integers are its identity
             return self.matrix.digest()
