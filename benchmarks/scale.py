@@ -125,7 +125,9 @@ def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _stage_timer(times: dict[str, float]):
+def _stage_timer(times: dict[str, float], peaks: dict[str, int]):
+    """Times each stage, and the flow's peak RSS when it ends (which stage raised it)."""
+
     def stage(name: str, function):
         def run(*args: Any, **kwargs: Any) -> Any:
             started = time.perf_counter()
@@ -133,6 +135,7 @@ def _stage_timer(times: dict[str, float]):
                 return function(*args, **kwargs)
             finally:
                 times[name] = times.get(name, 0.0) + time.perf_counter() - started
+                peaks[name] = _peak_rss()
 
         return run
 
@@ -158,9 +161,10 @@ def run_one(cells: int, mode: str, args: argparse.Namespace, work: Path) -> dict
     else:
         cluster = LocalCluster(n_workers=1, threads_per_worker=2, processes=False)
     times: dict[str, float] = {}
+    peaks: dict[str, int] = {}
     with cluster, Client(cluster) as client:
         started = time.perf_counter()
-        result = run_release(config, client=client, stage=_stage_timer(times))
+        result = run_release(config, client=client, stage=_stage_timer(times, peaks))
         seconds = time.perf_counter() - started
         workers = sorted(client.run(_peak_rss).values()) if mode == "workers" else []
     answers = sum(int(group.values.size) for group in result.reconstruction.groups)
@@ -173,6 +177,7 @@ def run_one(cells: int, mode: str, args: argparse.Namespace, work: Path) -> dict
         "mode": mode,
         "seconds": seconds,
         "stages": times,
+        "flow_rss_after": peaks,
         "flow_rss": _peak_rss(),
         "worker_rss": workers,
         "answers": answers,

@@ -23,6 +23,10 @@ from dpmm.linalg.trace import trace_of_product
 
 __all__ = ["Kron", "KronTerm", "kron_rows", "kron_terms"]
 
+#: Columns above which a product's exact column norms are summarized by their largest
+#: (2²⁴ int64 per norm: 128 MiB; a 10⁹-cell product's would be 8 GB each).
+NORMS_PER_COLUMN_LIMIT = 2**24
+
 #: A factor without a closed-form Gram inverse gets a dense one up to this many columns.
 SMALL_FACTOR = 4096
 
@@ -109,11 +113,17 @@ class Kron(Matrix):
         return None if any(part is None for part in parts) else math.prod(parts)
 
     def _integer_column_norms(self) -> IntegerNorms:
+        """Per column; beyond :data:`NORMS_PER_COLUMN_LIMIT` columns, only the largest of
+        each (exact: the product of the factors' largest, the norms being non-negative),
+        which a stack of such products adds up to a bound."""
+        huge = self.shape[1] > NORMS_PER_COLUMN_LIMIT
         l1, l2_squared, bound = np.ones(1, np.int64), np.ones(1, np.int64), 1
         for factor in self.factors:
             f_l1, f_l2, f_bound = factor.integer_column_norms()
             _guard_integer(int(l1.max(initial=0)) * int(f_l1.max(initial=0)), self)
             _guard_integer(int(l2_squared.max(initial=0)) * int(f_l2.max(initial=0)), self)
+            if huge:
+                f_l1, f_l2 = f_l1.max(initial=0, keepdims=True), f_l2.max(initial=0, keepdims=True)
             l1, l2_squared, bound = np.kron(l1, f_l1), np.kron(l2_squared, f_l2), bound * f_bound
             _guard_integer(bound, self)
         return l1, l2_squared, bound

@@ -46,6 +46,10 @@ ANSWER_BYTES = 200
 MEASUREMENT_BYTES = 32
 #: Bytes per counted cell of the vector: int64 counts and the solver's float vectors.
 VECTOR_BYTES = 64
+#: Bytes per cell the workers of a ``chunked`` release hold together at their peak: the
+#: counts, the estimate and the blocks in flight (benchmarks/scale.py: 76-81 bytes per
+#: cell at 10⁷ and 10⁸ cells on 2 workers).
+CLUSTER_CELL_BYTES = 80
 #: Bytes per cell of a counted marginal table (int64, and a float copy).
 TABLE_BYTES = 16
 #: Bytes written per measured row (the run's record and the release's copy), per answer
@@ -93,8 +97,11 @@ def footprint(config: ReleaseConfig, chosen: ChosenStrategy, counting: str) -> F
     answers = sum(group.matrix.shape[0] for group in config.workload)
     histogram = config.domain.size if wants_histogram(config) else 0
     cells = _counted_cells(config, chosen, counting)
-    counted = cells * (TABLE_BYTES if counting == "tables" else VECTOR_BYTES)
-    memory = counted + rows * MEASUREMENT_BYTES + answers * ANSWER_BYTES + histogram * 8
+    if counting == "chunked":  # the workers hold the counts and estimate, not the rest
+        memory = cells * CLUSTER_CELL_BYTES
+    else:
+        counted = cells * (TABLE_BYTES if counting == "tables" else VECTOR_BYTES)
+        memory = counted + rows * MEASUREMENT_BYTES + answers * ANSWER_BYTES + histogram * 8
     disk = rows * DISK_PER_ROW + answers * DISK_PER_ANSWER + histogram * DISK_PER_CELL
     return Footprint(memory, disk)
 
