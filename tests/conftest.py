@@ -32,6 +32,8 @@ from dpmm.linalg import (
     VStack,
     Weighted,
 )
+from dpmm.privacy.ledger import Ledger, Reservation
+from dpmm.privacy.params import ZCDP, PureDP
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "config" / "examples").glob("*.yaml"))
@@ -158,3 +160,31 @@ def helmert_integer(n: int) -> np.ndarray:
         H[k - 1, :k] = 1
         H[k - 1, k] = -k
     return H
+
+
+#: The datasets the measurement tests' ledger funds: pure ε, and ρ-zCDP.
+MEASURED_PURE, MEASURED_ZCDP = "survey", "zcdp-data"
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Iterator[Ledger]:
+    """A ledger funding :data:`MEASURED_PURE` and :data:`MEASURED_ZCDP` (modules that
+    need another define their own)."""
+    with Ledger.init(tmp_path / "ledger.sqlite") as opened:
+        opened.grant(MEASURED_PURE, PureDP(1000))
+        opened.grant(MEASURED_ZCDP, ZCDP(1000))
+        yield opened
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    """An empty measurement store."""
+    folder = tmp_path / "measurements"
+    folder.mkdir()
+    return folder
+
+
+def reserve(ledger: Ledger, privacy: PureDP | ZCDP, release: str = "r1") -> Reservation:
+    """A reservation of ``privacy`` on the :func:`ledger` fixture's dataset for its kind."""
+    dataset = MEASURED_PURE if isinstance(privacy, PureDP) else MEASURED_ZCDP
+    return ledger.reserve(dataset, privacy, release_id=release)

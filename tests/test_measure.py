@@ -41,9 +41,9 @@ from dpmm.privacy.ledger import Ledger
 from dpmm.privacy.params import ZCDP, PureDP
 from dpmm.privacy.randomness import RandomSource
 
-from .conftest import INTEGER_STRATEGIES
+from .conftest import INTEGER_STRATEGIES, MEASURED_PURE, reserve
 
-DATASET = "survey"
+DATASET = MEASURED_PURE
 
 
 class ExplodingRandom(RandomSource):
@@ -58,26 +58,6 @@ class Untouchable:
 
     def __getattr__(self, name: str) -> object:
         raise AssertionError(f"the ledger was used ({name})")
-
-
-@pytest.fixture
-def ledger(tmp_path: Path):
-    with Ledger.init(tmp_path / "ledger.sqlite") as opened:
-        opened.grant(DATASET, PureDP(1000))
-        opened.grant("zcdp-data", ZCDP(1000))
-        yield opened
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Path:
-    folder = tmp_path / "measurements"
-    folder.mkdir()
-    return folder
-
-
-def reserve(ledger: Ledger, privacy: PureDP | ZCDP, release: str = "r1"):
-    dataset = DATASET if isinstance(privacy, PureDP) else "zcdp-data"
-    return ledger.reserve(dataset, privacy, release_id=release)
 
 
 def retake(store, A, x, privacy, measurement_id, reservation):

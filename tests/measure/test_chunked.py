@@ -19,25 +19,8 @@ from dpmm.measure import MeasurementError, MeasurementMismatch, load_measurement
 from dpmm.measure import chunked as chunked_module
 from dpmm.measure.chunk_files import chunk_folder, write_chunk
 from dpmm.measure.quantize import QuantizedStrategy
-from dpmm.privacy.ledger import Ledger
 from dpmm.privacy.params import ZCDP, PureDP
-
-DATASET = "big"
-
-
-@pytest.fixture
-def ledger(tmp_path: Path):
-    with Ledger.init(tmp_path / "ledger.sqlite") as opened:
-        opened.grant(DATASET, ZCDP(1000))
-        opened.grant("pure", PureDP(1000))
-        yield opened
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Path:
-    folder = tmp_path / "measurements"
-    folder.mkdir()
-    return folder
+from tests.conftest import reserve
 
 
 def _counts(shape: tuple[int, ...], seed: int = 1) -> np.ndarray:
@@ -66,7 +49,7 @@ def test_answers_are_exact_and_the_noise_has_the_recorded_variance(store, ledger
     monkeypatch.setattr(chunked_module, "CHUNK_ANSWERS", 1000)
     A = Kron([Hierarchical(16), Prefix(8), Identity(32)])
     x = _counts((16, 8, 32))
-    reservation = ledger.reserve(DATASET, ZCDP(Fraction(1, 50)), release_id="r1")
+    reservation = reserve(ledger, ZCDP(Fraction(1, 50)))
     record = measure(
         QuantizedStrategy(A, 1),
         da.from_array(x, chunks=1024),
@@ -91,7 +74,7 @@ def test_answers_are_exact_and_the_noise_has_the_recorded_variance(store, ledger
 
 def test_chunks_are_whole_rows_of_about_the_requested_size(store, ledger):
     A = Kron([Identity(40), Prefix(25)])
-    reservation = ledger.reserve("pure", PureDP(1), release_id="r1")
+    reservation = reserve(ledger, PureDP(1))
     x = da.from_array(_counts((40, 25)), chunks=100)
     record = measure(
         QuantizedStrategy(A, 1),
@@ -111,7 +94,7 @@ def test_a_measurement_is_drawn_once_and_reused(store, ledger, monkeypatch):
     monkeypatch.setattr(chunked_module, "CHUNK_ANSWERS", 64)
     A = Kron([Prefix(8), Identity(64)])
     x = da.from_array(_counts((8, 64)), chunks=128)
-    reservation = ledger.reserve(DATASET, ZCDP(1), release_id="r1")
+    reservation = reserve(ledger, ZCDP(1))
     first = _measure(store, ledger, A, x, ZCDP(1), reservation)
     stored = _chunk_bytes(store)
     assert len(stored) == 8
@@ -123,7 +106,7 @@ def test_a_measurement_is_drawn_once_and_reused(store, ledger, monkeypatch):
     again = _measure(store, ledger, A, x, ZCDP(1), reservation)
     np.testing.assert_array_equal(again.values.compute(), first.values.compute())
     assert _chunk_bytes(store) == stored
-    rerun = ledger.reserve(DATASET, ZCDP(1), release_id="r1")
+    rerun = reserve(ledger, ZCDP(1))
     _measure(store, ledger, A, x, ZCDP(1), rerun)  # a re-run's fresh reservation is freed
     assert ledger.status(rerun) == "cancelled"
 
@@ -132,7 +115,7 @@ def test_a_crash_after_spending_resumes_with_the_persisted_chunks(store, ledger,
     monkeypatch.setattr(chunked_module, "CHUNK_ANSWERS", 32)
     A = Kron([Prefix(16), Identity(32)])
     x = da.from_array(_counts((16, 32)), chunks=64)
-    reservation = ledger.reserve(DATASET, ZCDP(1), release_id="r1")
+    reservation = reserve(ledger, ZCDP(1))
     real = chunked_module.add_noise
     calls = iter(range(100))
     lock = threading.Lock()
@@ -159,7 +142,7 @@ def test_a_crash_after_spending_resumes_with_the_persisted_chunks(store, ledger,
 
 def test_a_spent_reservation_without_a_plan_is_refused(store, ledger):
     A = Kron([Prefix(4), Identity(4)])
-    reservation = ledger.reserve(DATASET, ZCDP(1), release_id="r1")
+    reservation = reserve(ledger, ZCDP(1))
     ledger.mark_spent(reservation)
     with pytest.raises(MeasurementError, match="is spent and no record"):
         _measure(store, ledger, A, da.from_array(_counts((4, 4))), ZCDP(1), reservation)
@@ -168,7 +151,7 @@ def test_a_spent_reservation_without_a_plan_is_refused(store, ledger):
 def test_chunks_of_another_plan_are_refused(store, ledger):
     A = Kron([Prefix(4), Identity(4)])
     x = da.from_array(_counts((4, 4)))
-    first = ledger.reserve(DATASET, ZCDP(1), release_id="r1")
+    first = reserve(ledger, ZCDP(1))
     folder = chunk_folder(store, "strategy")
     folder.mkdir()
     (folder / "plan.json").write_text("{}\n")
@@ -181,7 +164,7 @@ def test_a_damaged_chunk_is_refused_on_reading(store, ledger, monkeypatch):
     monkeypatch.setattr(chunked_module, "CHUNK_ANSWERS", 16)
     A = Kron([Prefix(8), Identity(8)])
     x = da.from_array(_counts((8, 8)))
-    reservation = ledger.reserve(DATASET, ZCDP(1), release_id="r1")
+    reservation = reserve(ledger, ZCDP(1))
     _measure(store, ledger, A, x, ZCDP(1), reservation)
     path = sorted(chunk_folder(store, "strategy").glob("*.values"))[1]
     data = bytearray(path.read_bytes())
@@ -210,7 +193,7 @@ def test_two_attempts_at_one_chunk_persist_one(tmp_path):
 
 def test_counts_that_do_not_fit_are_refused_before_spending(store, ledger):
     A = Kron([Prefix(4), Identity(4)])
-    reservation = ledger.reserve(DATASET, ZCDP(1), release_id="r1")
+    reservation = reserve(ledger, ZCDP(1))
     with pytest.raises(MeasurementError, match="15 cells but the strategy has 16"):
         _measure(store, ledger, A, da.from_array(np.ones(15, np.int64)), ZCDP(1), reservation)
     negative = da.from_array(-np.ones(16, np.int64))
@@ -227,7 +210,7 @@ def test_a_killed_worker_does_not_draw_a_persisted_chunk_again(store, ledger, mo
 
     A = Kron([Prefix(64), Identity(2**18)])
     x = (np.arange(2**24, dtype=np.int64) * 7919 + 13) % 7
-    reservation = ledger.reserve(DATASET, ZCDP(1), release_id="r1")
+    reservation = reserve(ledger, ZCDP(1))
     monkeypatch.setattr(chunked_module, "CHUNK_ANSWERS", 2**19)
     folder = chunk_folder(store, "strategy")
     outcome: dict[str, object] = {}
