@@ -32,6 +32,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.linalg import cho_solve
+from scipy.linalg.lapack import dpocon, dpotrf
 
 from dpmm.errors import DpmmError, UnsupportedQueryError
 
@@ -41,6 +43,7 @@ __all__ = [
     "check_ldp",
     "check_strategy",
     "per_user_variance",
+    "per_user_variance_from_gram",
     "randomized_response",
     "reconstruction",
     "sample_complexity",
@@ -50,6 +53,10 @@ __all__ = [
 
 #: Relative slack allowed when checking a floating-point strategy (rounding only).
 FLOAT_TOLERANCE = 1e-9
+#: Above this reciprocal condition number (LAPACK's estimate) ``QᵀD⁻¹Q`` is inverted by
+#: Cholesky; below it, by its eigendecomposition, whose cut-off (10·n·eps) it stays well
+#: above, so both give the same variances.
+WELL_CONDITIONED = 1e-10
 
 
 class LdpViolationError(DpmmError, ValueError):
@@ -132,6 +139,24 @@ def strategy_gram(Q: np.ndarray) -> np.ndarray:
     return Q[used].T @ scaled  # O(m n²)
 
 
+def _gram_pinv(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(X⁺, Π)`` of a symmetric PSD Gram: its pseudo-inverse and the projector onto its range.
+
+    Eigenvalues below 10·n·eps of the largest are the rounding noise of a singular Gram.
+    """
+    values, vectors = np.linalg.eigh(X)
+    kept = values > 10 * X.shape[0] * np.finfo(np.float64).eps * max(values.max(), 0.0)
+    basis = vectors[:, kept]
+    return (basis / values[kept]) @ basis.T, basis @ basis.T
+
+
+def _unsupported(residual: float) -> UnsupportedQueryError:
+    return UnsupportedQueryError(
+        "The workload is not in the row space of the strategy matrix, so the mechanism "
+        f"cannot estimate it without bias (max |VQ − W| = {residual:.3g})."
+    )
+
+
 def reconstruction(W: object, Q: np.ndarray) -> np.ndarray:
     """The variance-optimal unbiased reconstruction ``V = W (QᵀD⁻¹Q)⁺ QᵀD⁻¹`` (p × m).
 
@@ -143,26 +168,59 @@ def reconstruction(W: object, Q: np.ndarray) -> np.ndarray:
     Q = check_strategy(Q)
     totals = Q.sum(axis=1)
     inv_totals = np.divide(1.0, totals, out=np.zeros_like(totals), where=totals > 0)
-    X = strategy_gram(Q)
-    # Eigenvalues below 10·n·eps of the largest are the rounding noise of a singular Gram.
-    X_pinv = np.linalg.pinv(X, rcond=10 * X.shape[0] * np.finfo(np.float64).eps, hermitian=True)
+    X_pinv, _ = _gram_pinv(strategy_gram(Q))
     V = (W @ X_pinv) @ (Q.T * inv_totals)
     # Unbiasedness V Q = W fails exactly when W leaves the row space of Q.
     residual = np.abs(V @ Q - W).max()
     if residual > 1e-6 * max(1.0, np.abs(W).max()):
-        raise UnsupportedQueryError(
-            "The workload is not in the row space of the strategy matrix, so the mechanism "
-            f"cannot estimate it without bias (max |VQ − W| = {residual:.3g})."
-        )
+        raise _unsupported(residual)
     return V
 
 
-def per_user_variance(W: object, Q: np.ndarray, V: np.ndarray | None = None) -> np.ndarray:
-    """``z_u = Σ_j [Σ_o V[j,o]² Q[o,u] − W[j,u]²]``: the variance one user of type u adds."""
-    W = as_dense_workload(W)
+def per_user_variance_from_gram(gram_W: np.ndarray, Q: np.ndarray) -> np.ndarray:
+    """The per-user variances ``z_u`` of the optimal reconstruction from ``WᵀW`` alone.
+
+    Column o of V has ``‖V e_o‖² = p_oᵀ X⁺ WᵀW X⁺ p_o`` with ``p_o = Q[o]/D_o`` and
+    ``X = QᵀD⁻¹Q``, so ``z_u = Σ_o Q[o,u] ‖V e_o‖² − (WᵀW)_uu`` costs O(m n² + n³) and
+    never forms the p × m matrix V (AllRange at n = 256 has p = 32,896).
+
+    Raises:
+        UnsupportedQueryError: W is not in the row space of Q: ``W(I − Π) ≠ 0`` for Π the
+            projector onto the row space, read off ``diag((I − Π) WᵀW (I − Π))``.
+    """
+    gram_W = np.asarray(gram_W, dtype=np.float64)
     Q = check_strategy(Q)
-    V = reconstruction(W, Q) if V is None else np.asarray(V, dtype=np.float64)
-    return (V**2).sum(axis=0) @ Q - (W**2).sum(axis=0)
+    totals = Q.sum(axis=1)
+    used = totals > 0
+    P = Q[used] / totals[used, None]
+    X = Q[used].T @ P
+    upper, info = dpotrf(X, lower=0)
+    if info == 0 and dpocon(upper, float(np.abs(X).sum(axis=0).max()))[0] > WELL_CONDITIONED:
+        # Invertible: Q has full column rank, every W is in its row space; X⁻¹ by Cholesky.
+        PX = cho_solve((upper, False), P.T, check_finite=False).T
+    else:
+        X_pinv, projector = _gram_pinv(X)
+        outside = gram_W - projector @ gram_W
+        outside -= outside @ projector  # (I − Π) WᵀW (I − Π)
+        residual = math.sqrt(max(0.0, float(np.diag(outside).max())))  # max column norm
+        if residual > 1e-6 * max(1.0, math.sqrt(float(np.diag(gram_W).max()))):
+            raise _unsupported(residual)
+        PX = P @ X_pinv
+    column_norms = np.einsum("ou,ou->o", PX @ gram_W, PX)  # ‖V e_o‖², O(m n²)
+    return column_norms @ Q[used] - np.diag(gram_W)
+
+
+def per_user_variance(W: object, Q: np.ndarray, V: np.ndarray | None = None) -> np.ndarray:
+    """``z_u = Σ_j [Σ_o V[j,o]² Q[o,u] − W[j,u]²]``: the variance one user of type u adds.
+
+    Without V, the optimal reconstruction's, computed from ``WᵀW``
+    (:func:`per_user_variance_from_gram`).
+    """
+    W = as_dense_workload(W)
+    if V is None:
+        return per_user_variance_from_gram(W.T @ W, Q)
+    Q = check_strategy(Q)
+    return (np.asarray(V, dtype=np.float64) ** 2).sum(axis=0) @ Q - (W**2).sum(axis=0)
 
 
 def worst_case_variance(W: object, Q: np.ndarray, users: int = 1) -> float:

@@ -18,6 +18,7 @@ from dpmm.local import (
     optimize_strategy,
     per_user_matrix_mechanism_variance,
     per_user_variance,
+    per_user_variance_from_gram,
     randomized_response,
     reconstruction,
     worst_case_lower_bound,
@@ -112,6 +113,22 @@ def test_variance_matches_dense_formula() -> None:
         q = Q[:, u]
         cov = np.diag(q) - np.outer(q, q)  # covariance of one user's one-hot report
         assert per_user_variance(W, Q)[u] == pytest.approx(np.trace(V @ cov @ V.T))
+
+
+@pytest.mark.parametrize("name", list(WORKLOADS))
+def test_variance_from_the_gram_matches_the_explicit_reconstruction(name: str) -> None:
+    """``per_user_variance`` never forms V; it agrees with ``Σ_j V[j,o]² Q[o,u] − W[j,u]²``."""
+    W = build_workload(name, N)
+    for label, Q in baseline_strategies(N, 1.0).items():
+        try:
+            V = reconstruction(W, Q)
+        except UnsupportedQueryError:
+            with pytest.raises(UnsupportedQueryError):
+                per_user_variance_from_gram(W.T @ W, Q)
+            continue
+        explicit = (V**2).sum(axis=0) @ Q - (W**2).sum(axis=0)
+        assert np.allclose(per_user_variance(W, Q), explicit, rtol=1e-9, atol=0), label
+        assert np.allclose(per_user_variance_from_gram(W.T @ W, Q), explicit, rtol=1e-9), label
 
 
 def test_randomized_response_variance_closed_form() -> None:
