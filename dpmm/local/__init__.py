@@ -41,6 +41,7 @@ from dpmm.local.mechanism import (
     worst_case_variance,
 )
 from dpmm.local.optimize import (
+    Objective,
     OptimizedStrategy,
     loss_and_gradient,
     optimize_strategy,
@@ -61,6 +62,7 @@ from dpmm.local.workloads import WORKLOADS, build_workload
 __all__ = [
     "WORKLOADS",
     "LdpViolationError",
+    "Objective",
     "OptimizedStrategy",
     "QuantizedStrategy",
     "WnnlsResult",

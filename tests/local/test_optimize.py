@@ -6,10 +6,20 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dpmm.errors import ArgumentError
-from dpmm.local import build_workload, loss_and_gradient, optimize_strategy, project_columns
+from dpmm.local import (
+    Objective,
+    build_workload,
+    loss_and_gradient,
+    optimize,
+    optimize_strategy,
+    project_columns,
+)
 from dpmm.local.mechanism import strategy_gram
+from dpmm.local.optimize import PATIENCE
 
 
 def random_strategy(rng: np.random.Generator, m: int, n: int, eps: float) -> np.ndarray:
@@ -77,9 +87,7 @@ def test_projection_rejects_infeasible_bounds() -> None:
 
 def test_descent_is_monotone_and_improves() -> None:
     W = build_workload("AllRange", 8)
-    result = optimize_strategy(
-        W, 1.0, iterations=40, rng=np.random.default_rng(7), search_iterations=2
-    )
+    result = optimize_strategy(W, 1.0, iterations=40, tolerance=0, rng=np.random.default_rng(7))
     history = np.array(result.history)
     assert (np.diff(history) <= 1e-9 * history[:-1]).all()
     assert history[-1] < history[0]
@@ -90,10 +98,8 @@ def test_descent_is_monotone_and_improves() -> None:
 
 def test_outputs_default_to_four_n_and_can_be_set() -> None:
     W = np.eye(5)
-    assert optimize_strategy(
-        W, 1.0, iterations=2, rng=np.random.default_rng(0), search_iterations=3
-    ).Q.shape == (20, 5)
-    assert optimize_strategy(W, 1.0, outputs=7, iterations=2, search_iterations=0).Q.shape == (7, 5)
+    assert optimize_strategy(W, 1.0, iterations=2, rng=np.random.default_rng(0)).Q.shape == (20, 5)
+    assert optimize_strategy(W, 1.0, outputs=7, iterations=2).Q.shape == (7, 5)
     with pytest.raises(ArgumentError):
         optimize_strategy(W, 1.0, outputs=3)
     with pytest.raises(ArgumentError):
@@ -102,6 +108,68 @@ def test_outputs_default_to_four_n_and_can_be_set() -> None:
 
 def test_without_rng_each_run_differs() -> None:
     """No default seed: two runs without a generator start from different points."""
-    a = optimize_strategy(np.eye(4), 1.0, iterations=0, search_iterations=0)
-    b = optimize_strategy(np.eye(4), 1.0, iterations=0, search_iterations=0)
+    a = optimize_strategy(np.eye(4), 1.0, iterations=0)
+    b = optimize_strategy(np.eye(4), 1.0, iterations=0)
     assert not np.allclose(a.Q, b.Q)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    newton_passes=st.sampled_from([0, 1, optimize.NEWTON_PASSES]),
+    m=st.integers(2, 40),
+    n=st.integers(1, 6),
+    eps=st.floats(0.05, 8.0),
+    magnitude=st.sampled_from([1e-4, 0.01, 1.0, 100.0]),
+    warm=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_vectorized_projection_equals_the_per_column_projection(
+    newton_passes: int, m: int, n: int, eps: float, magnitude: float, warm: bool, seed: int
+) -> None:
+    """All columns at once equal each column by bisection, from far away or one step away,
+    whether Newton or the sorted breakpoints settle them."""
+    rng = np.random.default_rng(seed)
+    z = rng.uniform(0.1, 1.0, size=m)
+    z *= rng.uniform(math.exp(-eps), 1.0) / z.sum()  # any feasible Σz in [e^-ε, 1]
+    if warm:  # the optimizer's case: a gradient step from a feasible Q
+        start = project_columns(rng.uniform(size=(m, n)), z, eps)[0]
+        R = start - magnitude / m * rng.normal(size=(m, n))
+    else:
+        R = rng.normal(size=(m, n)) * magnitude
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(optimize, "NEWTON_PASSES", newton_passes)
+        Q, lower, upper = project_columns(R, z, eps)
+    for u in range(n):
+        expected = bisection_projection(R[:, u], z, eps)
+        assert np.allclose(Q[:, u], expected, rtol=0, atol=1e-12 * max(1.0, magnitude))
+    assert np.allclose(Q.sum(axis=0), 1.0, rtol=0, atol=1e-13)
+    assert (z[:, None] <= Q).all() and (math.exp(eps) * z[:, None] >= Q).all()
+    assert not (lower & upper).any()
+
+
+@pytest.mark.parametrize("rank", [2, 8])
+def test_gradient_matches_finite_differences_at_any_rank(rank: int) -> None:
+    """The objective factors WᵀW; below half rank it multiplies through the factor."""
+    rng = np.random.default_rng(8)
+    W = rng.normal(size=(rank, 8))
+    objective = Objective.from_gram(W.T @ W)
+    assert objective.factor.shape == (8, rank)
+    Q = random_strategy(rng, 24, 8, 0.7)
+    loss, G = objective.evaluate(Q)
+    assert loss == pytest.approx(np.trace(np.linalg.inv(strategy_gram(Q)) @ W.T @ W))
+    direction = rng.normal(size=Q.shape)
+    h = 1e-6
+    slope = (
+        objective.evaluate(Q + h * direction)[0] - objective.evaluate(Q - h * direction)[0]
+    ) / (2 * h)
+    assert slope == pytest.approx(np.sum(G * direction), rel=1e-5)
+
+
+def test_early_stop_and_iteration_cap() -> None:
+    W = build_workload("Prefix", 8)
+    capped = optimize_strategy(W, 1.0, iterations=5, tolerance=0, rng=np.random.default_rng(10))
+    assert capped.iterations == 5 and len(capped.history) == 6
+    loose = optimize_strategy(W, 1.0, tolerance=0.9, rng=np.random.default_rng(10))
+    assert loose.iterations == PATIENCE  # 90 % gained over 20 iterations: never
+    with pytest.raises(ArgumentError):
+        optimize_strategy(W, 1.0, tolerance=-1.0)

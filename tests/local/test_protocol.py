@@ -36,9 +36,7 @@ def test_exp_lower_bound_is_below_and_close() -> None:
 
 def test_quantized_optimized_strategy_is_certified_exactly() -> None:
     eps = 1.0
-    result = optimize_strategy(
-        np.eye(6), eps, iterations=20, rng=np.random.default_rng(0), search_iterations=2
-    )
+    result = optimize_strategy(np.eye(6), eps, iterations=20, rng=np.random.default_rng(0))
     strategy = quantize_strategy(result.Q, eps)
     counts = strategy.counts
     assert (counts.sum(axis=0) == 1 << strategy.bits).all()
