@@ -5,9 +5,11 @@ probability ``Q[o, u]``); the server counts reports and answers the workload wit
 variance-optimal unbiased reconstruction ``V = W (QᵀD⁻¹Q)⁺ QᵀD⁻¹``.
 
 * :mod:`~dpmm.local.mechanism` — LDP check, reconstruction, per-user variances, sample complexity.
-* :mod:`~dpmm.local.optimize` — the optimized strategy (projected gradient descent).
-* :mod:`~dpmm.local.baselines` — randomized response, Hadamard, hierarchical, Fourier,
-  and the per-user matrix mechanism's analytic variance.
+* :mod:`~dpmm.local.optimize` — the optimized strategy (projected gradient descent),
+  returned only where it beats every baseline on the worst-case variance.
+* :mod:`~dpmm.local.baselines` — randomized response, Hadamard, hierarchical, Fourier
+  (:func:`~dpmm.local.baselines.baseline_strategies`: all of them for one n and ε), and
+  the per-user matrix mechanism's analytic variance.
 * :mod:`~dpmm.local.protocol` — exact client sampling from the OS CSPRNG on a certified
   quantized strategy; server aggregation, estimates and WNNLS.
 * :mod:`~dpmm.local.bounds` — the singular-value lower bound.
@@ -21,9 +23,12 @@ Example:
     >>> check_ldp(result.Q, 1.0)
     >>> worst_case_variance(np.eye(4), result.Q) >= worst_case_lower_bound(np.eye(4), 1.0)
     True
+    >>> result.worst_case == min(result.candidates.values())
+    True
 """
 
 from dpmm.local.baselines import (
+    baseline_strategies,
     fourier,
     hadamard,
     hierarchical,
@@ -67,6 +72,7 @@ __all__ = [
     "QuantizedStrategy",
     "WnnlsResult",
     "aggregate",
+    "baseline_strategies",
     "build_workload",
     "check_ldp",
     "estimate_workload",

@@ -42,6 +42,7 @@ from dpmm.local.mechanism import as_dense_workload, randomized_response
 from dpmm.local.workloads import subset_bits
 
 __all__ = [
+    "baseline_strategies",
     "fourier",
     "hadamard",
     "hierarchical",
@@ -104,6 +105,32 @@ def fourier(n: int, epsilon: float, k: int) -> np.ndarray:
         rows.append(np.where(odd == 0, report_truth, 1.0 - report_truth))  # output +1
         rows.append(np.where(odd == 1, report_truth, 1.0 - report_truth))  # output −1
     return np.vstack(rows) / len(subsets)
+
+
+def baseline_strategies(n: int, epsilon: float) -> dict[str, np.ndarray]:
+    """Every finite-output baseline over n types, by name: the competitors of the optimizer.
+
+    Randomized response; Hadamard response and the hierarchical mechanism (branching 4)
+    with every block count B = 1, 2, 4, … ≤ n; Fourier with every order k = 1…d when
+    n = 2^d. The matrix mechanism run per user is not among them: its reports are
+    continuous, so it has no strategy matrix the protocol could sample.
+
+    Example:
+        >>> names = list(baseline_strategies(8, 1.0))
+        >>> len(names), names[:3], names[-1]
+        (12, ['randomized response', 'Hadamard (B=1)', 'hierarchical (b=4, B=1)'], 'Fourier (k=3)')
+    """
+    strategies = {"randomized response": randomized_response(n, epsilon)}
+    blocks = 1
+    while blocks <= n:
+        strategies[f"Hadamard (B={blocks})"] = hadamard(n, epsilon, blocks)
+        strategies[f"hierarchical (b=4, B={blocks})"] = hierarchical(n, epsilon, 4, blocks)
+        blocks *= 2
+    d = int(n).bit_length() - 1
+    if n >= 2 and 1 << d == n:
+        for k in range(1, d + 1):
+            strategies[f"Fourier (k={k})"] = fourier(n, epsilon, k)
+    return strategies
 
 
 #: Relative cut-off below which singular values (eigenvalues of WᵀW) count as zero.

@@ -1,5 +1,10 @@
 """Running a strategy with real users: exact client sampling, server aggregation and estimates.
 
+The strategy is usually ``optimize_strategy(W, ε).Q``: the best, by worst-case variance,
+of the optimized strategy and every baseline for the workload (the returned
+:class:`~dpmm.local.optimize.OptimizedStrategy` records the comparison), so a deployment
+samples whichever won, randomized response included.
+
 Client: a user of type u reports output o with probability ``Q[o, u]``. Floating-point
 probabilities are never sampled directly: :func:`quantize_strategy` turns ``Q`` into
 integers ``K`` whose every column sums to ``2^bits``, and certifies with exact integer

@@ -1,4 +1,4 @@
-"""The optimizer: its gradient, its projection and its descent."""
+"""The optimizer: its gradient, projection and descent, and the comparison with the baselines."""
 
 from __future__ import annotations
 
@@ -9,14 +9,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpmm.errors import ArgumentError
+from dpmm.errors import ArgumentError, UnsupportedQueryError
 from dpmm.local import (
     Objective,
+    baseline_strategies,
     build_workload,
+    check_ldp,
     loss_and_gradient,
     optimize,
     optimize_strategy,
+    per_user_variance,
     project_columns,
+    randomized_response,
+    reconstruction,
 )
 from dpmm.local.mechanism import strategy_gram
 from dpmm.local.optimize import PATIENCE
@@ -46,6 +51,11 @@ def test_gradient_matches_finite_differences(name: str) -> None:
 def test_singular_strategy_has_infinite_loss() -> None:
     Q = np.full((4, 3), 0.25)  # every type reports the same distribution
     assert loss_and_gradient(np.eye(3), Q)[0] == math.inf
+
+
+def exact_ratio_ok(Q: np.ndarray, eps: float) -> bool:
+    logs = np.log(Q)
+    return bool(((logs.max(axis=1) - logs.min(axis=1)) <= eps + 1e-12).all())
 
 
 def bisection_projection(r: np.ndarray, z: np.ndarray, eps: float) -> np.ndarray:
@@ -87,7 +97,9 @@ def test_projection_rejects_infeasible_bounds() -> None:
 
 def test_descent_is_monotone_and_improves() -> None:
     W = build_workload("AllRange", 8)
-    result = optimize_strategy(W, 1.0, iterations=40, tolerance=0, rng=np.random.default_rng(7))
+    result = optimize_strategy(
+        W, 1.0, iterations=40, tolerance=0, rng=np.random.default_rng(7), baselines=False
+    )
     history = np.array(result.history)
     assert (np.diff(history) <= 1e-9 * history[:-1]).all()
     assert history[-1] < history[0]
@@ -98,8 +110,10 @@ def test_descent_is_monotone_and_improves() -> None:
 
 def test_outputs_default_to_four_n_and_can_be_set() -> None:
     W = np.eye(5)
-    assert optimize_strategy(W, 1.0, iterations=2, rng=np.random.default_rng(0)).Q.shape == (20, 5)
-    assert optimize_strategy(W, 1.0, outputs=7, iterations=2).Q.shape == (7, 5)
+    assert optimize_strategy(
+        W, 1.0, iterations=2, rng=np.random.default_rng(0), baselines=False
+    ).Q.shape == (20, 5)
+    assert optimize_strategy(W, 1.0, outputs=7, iterations=2, baselines=False).Q.shape == (7, 5)
     with pytest.raises(ArgumentError):
         optimize_strategy(W, 1.0, outputs=3)
     with pytest.raises(ArgumentError):
@@ -108,8 +122,8 @@ def test_outputs_default_to_four_n_and_can_be_set() -> None:
 
 def test_without_rng_each_run_differs() -> None:
     """No default seed: two runs without a generator start from different points."""
-    a = optimize_strategy(np.eye(4), 1.0, iterations=0)
-    b = optimize_strategy(np.eye(4), 1.0, iterations=0)
+    a = optimize_strategy(np.eye(4), 1.0, iterations=0, baselines=False)
+    b = optimize_strategy(np.eye(4), 1.0, iterations=0, baselines=False)
     assert not np.allclose(a.Q, b.Q)
 
 
@@ -163,6 +177,41 @@ def test_gradient_matches_finite_differences_at_any_rank(rank: int) -> None:
         objective.evaluate(Q + h * direction)[0] - objective.evaluate(Q - h * direction)[0]
     ) / (2 * h)
     assert slope == pytest.approx(np.sum(G * direction), rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("name", "eps"), [("Histogram", 4.0), ("Parity", 4.0), ("Prefix", 1.0), ("Parity", 0.5)]
+)
+def test_returned_mechanism_is_never_worse_than_a_baseline(name: str, eps: float) -> None:
+    """At ε = 4 randomized response beats the optimizer on Histogram and Parity: it is returned."""
+    n = 16
+    W = build_workload(name, n)
+    result = optimize_strategy(W, eps, rng=np.random.default_rng(9))
+    check_ldp(result.Q, eps)
+    assert exact_ratio_ok(result.Q, eps)
+    # Every baseline, judged independently with its explicit reconstruction V.
+    strategies = baseline_strategies(n, eps)
+    assert set(result.candidates) == {"optimized", *strategies}
+    for label, Q in strategies.items():
+        try:
+            V = reconstruction(W, Q)
+        except UnsupportedQueryError:
+            assert result.candidates[label] == math.inf
+            continue
+        worst = per_user_variance(W, Q, V).max()
+        assert result.candidates[label] == pytest.approx(worst, rel=1e-8)
+        assert result.worst_case <= worst * (1 + 1e-12), label
+    assert (
+        result.worst_case == result.candidates[result.mechanism] == min(result.candidates.values())
+    )
+    assert per_user_variance(W, result.Q).max() == pytest.approx(result.worst_case, rel=1e-8)
+    assert result.loss == pytest.approx(
+        np.trace(np.linalg.pinv(strategy_gram(result.Q), hermitian=True) @ W.T @ W), rel=1e-8
+    )
+    if name != "Prefix" and eps == 4.0:
+        assert result.mechanism == "randomized response"
+        assert np.allclose(result.Q, randomized_response(n, eps))
+        assert result.candidates["optimized"] > result.worst_case  # the comparison mattered
 
 
 def test_early_stop_and_iteration_cap() -> None:

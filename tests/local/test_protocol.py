@@ -36,7 +36,9 @@ def test_exp_lower_bound_is_below_and_close() -> None:
 
 def test_quantized_optimized_strategy_is_certified_exactly() -> None:
     eps = 1.0
-    result = optimize_strategy(np.eye(6), eps, iterations=20, rng=np.random.default_rng(0))
+    result = optimize_strategy(
+        np.eye(6), eps, iterations=20, rng=np.random.default_rng(0), baselines=False
+    )
     strategy = quantize_strategy(result.Q, eps)
     counts = strategy.counts
     assert (counts.sum(axis=0) == 1 << strategy.bits).all()
@@ -44,6 +46,24 @@ def test_quantized_optimized_strategy_is_certified_exactly() -> None:
     for row in counts:
         assert Fraction(int(row.max()), int(row.min())) <= bound
     assert np.abs(strategy.Q - result.Q).max() < 1e-9
+
+
+def test_protocol_runs_the_strategy_the_optimizer_chose() -> None:
+    """At ε = 4 on Histogram the chosen strategy is randomized response: the client samples
+    it, certified, and the server's estimate has the variance the comparison promised."""
+    eps, n = 4.0, 8
+    W = build_workload("Histogram", n)
+    result = optimize_strategy(W, eps, rng=np.random.default_rng(11))
+    assert result.mechanism == "randomized response"
+    strategy = quantize_strategy(result.Q, eps)
+    assert np.abs(strategy.Q - randomized_response(n, eps)).max() < 1e-12
+    assert per_user_variance(W, strategy.Q).max() == pytest.approx(result.worst_case, rel=1e-9)
+    source = as_random_source(np.random.default_rng(12))
+    types = np.repeat(np.arange(n), 500)
+    counts = aggregate(randomize_users(types, strategy, source), strategy.outputs)
+    estimate = estimate_workload(W, strategy, counts)
+    # Unbiased, and no cell's variance exceeds the total, at most N · max_u z_u.
+    assert np.abs(estimate - 500).max() < 6 * math.sqrt(types.size * result.worst_case)
 
 
 def test_quantization_refuses_a_non_private_strategy() -> None:
