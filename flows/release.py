@@ -56,8 +56,9 @@ from flows.crashed_runs import mark_crashed_runs
 __all__ = ["release_flow"]
 
 
-#: Stages whose data-parallel counting is submitted to the config's Dask cluster.
-_ON_CLUSTER = frozenset({"ingest-histogram", COUNT_STAGE})
+#: Stages given the cluster's client: the counting ones, and the measurement (drawn on
+#: the workers, chunk by chunk, when the counts stay there).
+_ON_CLUSTER = frozenset({"ingest-histogram", COUNT_STAGE, "measure-strategy"})
 
 
 @contextmanager

@@ -175,7 +175,7 @@ def _measurement(
     )
     _record_ingest(run, counts, ledger)
     measured = stage("measure-strategy", _measure_counts)
-    return measured(config, strategy, counts, run, ledger, rng, client)
+    return measured(config, strategy, counts, run, ledger, rng, client=client)
 
 
 def _checked_plan(config: ReleaseConfig, progress: Progress | None = None) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from dpmm.cli import main
 from dpmm.privacy.ledger import Ledger
-from dpmm.privacy.params import PureDP
+from dpmm.privacy.params import ZCDP, PureDP
 
 pytestmark = [pytest.mark.filterwarnings("ignore"), pytest.mark.usefixtures("restore_logging")]
 
@@ -139,3 +139,33 @@ def test_bad_data_in_the_flow_is_one_line_on_the_terminal(tmp_path: Path) -> Non
     assert done.stderr.startswith("dpmm: error: File ") and "[1 row, e.g. 42]" in done.stderr
     with Ledger.open(tmp_path / "budget.db") as ledger:
         assert ledger.remaining("r") == 2  # the reservation was given back
+
+
+@pytest.mark.slow
+def test_a_release_on_two_worker_processes_through_the_flow(tmp_path: Path) -> None:
+    """``cluster.arrays: workers`` through Prefect's engine: the measurement stage gets the
+    cluster's client (the counts are futures on its workers), and the version audits."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    counts = np.random.default_rng(3).poisson(5.0, size=(64, 32))
+    a, b = np.nonzero(counts)
+    (tmp_path / "data").mkdir()
+    rows = pa.table({"a": np.repeat(a, counts[a, b]), "b": np.repeat(b, counts[a, b])})
+    pq.write_table(rows, tmp_path / "data" / "part-0.parquet")
+    config = tmp_path / "grid.yaml"
+    config.write_text(
+        "name: grid\ndomain: {a: 64, b: 32}\nprivacy: {rho: 1/2}\n"
+        "workload: [{name: a-by-b, kind: prefix, attribute: a, by: [b]}]\n"
+        f"strategy: {{method: hierarchical}}\ndata: {{path: '{tmp_path / 'data'}'}}\n"
+        f"ledger: {{path: '{tmp_path / 'budget.db'}'}}\n"
+        f"release: {{root: '{tmp_path / 'releases'}'}}\n"
+        "cluster: {arrays: workers, n_workers: 2, processes: true, threads_per_worker: 1}\n"
+    )
+    with Ledger.init(tmp_path / "budget.db") as ledger:
+        ledger.grant("grid", ZCDP(1))
+    assert main(["release", str(config)]) == 0
+    version = tmp_path / "releases" / "grid" / "v0001"
+    assert (version / "answers.parquet").is_dir() and (version / "measurements.parquet").is_dir()
+    assert main(["audit", str(version)]) == 0
