@@ -426,6 +426,24 @@ def _worst_case(gram_W: np.ndarray, Q: np.ndarray) -> float:
         return math.inf
 
 
+#: Random starts drawn before giving up on one whose ``QᵀD⁻¹Q`` is not singular.
+START_DRAWS = 20
+
+
+def _start(
+    objective: Objective, generator: np.random.Generator, z: np.ndarray, epsilon: float
+) -> np.ndarray:
+    """The projection of a uniform random matrix whose ``QᵀD⁻¹Q`` is invertible: with few
+    outputs (m = 7 for n = 5 at ε = 1) about one draw in 40 clips to a singular one, and
+    is drawn again."""
+    n = objective.factor.shape[0]
+    for _ in range(START_DRAWS):
+        Q, _, _ = project_columns(generator.uniform(size=(z.size, n)), z, epsilon)
+        if objective.evaluate(Q)[1] is not None:
+            return Q
+    return Q  # _descend names the singular start
+
+
 def optimize_strategy(
     W: object,
     epsilon: float,
@@ -476,7 +494,7 @@ def optimize_strategy(
         objective = Objective.from_gram(gram_W)
         # Start strictly inside the feasible z range: Σz = (1 + e^{-ε}) / 2.
         z0 = np.full(m, (1.0 + math.exp(-epsilon)) / (2.0 * m))
-        Q0, _, _ = project_columns(generator.uniform(size=(m, n)), z0, epsilon)
+        Q0 = _start(objective, generator, z0, epsilon)
         Q, z, loss, history = _descend(objective, Q0, z0, epsilon, iterations, tolerance)
         candidates = {"optimized": _worst_case(gram_W, Q)}
         strategies = {"optimized": Q}

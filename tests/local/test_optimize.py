@@ -120,6 +120,15 @@ def test_outputs_default_to_four_n_and_can_be_set() -> None:
         optimize_strategy(W, -1.0)
 
 
+def test_a_singular_random_start_is_drawn_again() -> None:
+    # With 7 outputs for 5 inputs at ε = 1 about one start in 40 clips to a singular
+    # QᵀD⁻¹Q; this seed's first draw does.
+    result = optimize_strategy(
+        np.eye(5), 1.0, outputs=7, iterations=2, rng=np.random.default_rng(257), baselines=False
+    )
+    assert result.Q.shape == (7, 5) and np.isfinite(result.history[-1])
+
+
 def test_without_rng_each_run_differs() -> None:
     """No default seed: two runs without a generator start from different points."""
     a = optimize_strategy(np.eye(4), 1.0, iterations=0, baselines=False)
