@@ -65,7 +65,7 @@ def test_answers_are_exact_and_the_noise_has_the_recorded_variance(store, ledger
     variance = record.noise_variance()
     assert record.sigma2 == Fraction((A.dense() ** 2).sum(axis=0).max()) / 2 * 50
     assert abs(noise.mean()) < 4 * np.sqrt(variance / noise.size)
-    assert noise.var() == pytest.approx(variance, rel=0.05)
+    assert noise.var() == pytest.approx(variance, rel=0.12)  # 7 sd of 7,936 draws' variance
     # Read back through the store: the record names each chunk, and every chunk is checked.
     again = load_measurement(store, "strategy")
     assert again == record
