@@ -53,7 +53,9 @@ def _assert_close_to_the_truth(release: Path, truth: np.ndarray) -> None:
     errors = answers.column("standard_error").to_numpy()
     estimates = answers.column("estimate").to_numpy()
     assert np.all(errors > 0)
-    assert np.all(np.abs(estimates - exact) <= 4 * errors), "answers off by more than 4 s.e."
+    # 5 s.e.: 216 answers a release, several releases (4 failed about once in 30 runs);
+    # the grid this test guards against put answers 2⁹ times off.
+    assert np.all(np.abs(estimates - exact) <= 5 * errors), "answers off by more than 5 s.e."
 
 
 def test_resumed_and_repeated_releases_measure_the_selected_grid(release_config) -> None:
