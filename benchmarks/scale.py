@@ -26,6 +26,7 @@ measurement and the estimate are as large, the answers small.
 Usage:
     OMP_NUM_THREADS=1 python benchmarks/scale.py [--cells 1e7 1e8] [--modes flow workers]
         [--workers 2] [--memory-limit 8GiB] [--data /tmp/dpmm-scale] [--workload tables]
+        [--reconstruction nnls]
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ def write_config(
     shape: tuple[int, int, int],
     arrays: str,
     workload: str = "prefixes",
+    reconstruction: str = "least_squares",
     **cluster,
 ) -> Path:
     folder.mkdir(parents=True)
@@ -113,7 +115,7 @@ def write_config(
         "strategy: {method: hierarchical}\n"
         f"data: {{path: '{data}'}}\n"
         f"ledger: {{path: '{folder / 'budget.db'}', dataset: scale}}\n"
-        "release: {root: releases, reconstruction: least_squares, histogram: never}\n"
+        f"release: {{root: releases, reconstruction: {reconstruction}, histogram: never}}\n"
         f"cluster: {{arrays: {arrays}{options}}}\n"
     )
     path = folder / "release.yaml"
@@ -148,7 +150,9 @@ def run_one(cells: int, mode: str, args: argparse.Namespace, work: Path) -> dict
     shape = grid(cells)
     rows = args.rows or min(cells // 10, 10**8)
     data = make_data(Path(args.data) / ("x".join(map(str, shape)) + f"-{rows}"), shape, rows)
-    config_path = write_config(work / f"{mode}-{cells}", data, shape, mode, args.workload)
+    config_path = write_config(
+        work / f"{mode}-{cells}", data, shape, mode, args.workload, args.reconstruction
+    )
     config = load_config(config_path)
     if mode == "workers":
         cluster = LocalCluster(
@@ -294,6 +298,9 @@ def main() -> None:
     parser.add_argument("--memory-limit", default="8GiB")
     parser.add_argument("--rows", type=int, default=None)
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="prefixes")
+    parser.add_argument(
+        "--reconstruction", choices=["least_squares", "nnls"], default="least_squares"
+    )
     parser.add_argument("--data", default=str(Path(tempfile.gettempdir()) / "dpmm-scale"))
     parser.add_argument(
         "--one", nargs=3, metavar=("CELLS", "MODE", "SCRATCH"), help=argparse.SUPPRESS

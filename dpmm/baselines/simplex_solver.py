@@ -94,7 +94,7 @@ POLISH_ROUNDS = 20
 Vector = np.ndarray
 
 
-#: The exact Euclidean projection onto ``{z ≥ 0, Σz = total}`` (Michelot's fixed point),
+#: The exact Euclidean projection onto ``{z ≥ 0, Σz = total}``,
 #: shared with NNLS: :func:`~dpmm.reconstruct.projected_gradient.project`.
 project_simplex = project
 

@@ -5,11 +5,10 @@ domain ``(n_1, …, n_d)``, chunked along one axis, and the products with the st
 are :class:`~dpmm.linalg.chunked_kron.ChunkedKron`'s (no task holds more than one
 block). This computes ``Aᵀy`` and the warm start.
 
-Without a total (and with the first factor's Gram small enough to be dense) the
-iterations run in :mod:`~dpmm.reconstruct.chunked_loop`: blocks along the first
-axis, the other factors applied inside a block, many iterations per scheduler
-round trip. With a total, the projection onto the scaled simplex needs driver-side
-reductions, so the loop of :mod:`~dpmm.reconstruct.projected_gradient` runs
+With the first factor's Gram small enough to be dense, the iterations run in
+:mod:`~dpmm.reconstruct.chunked_loop` (with or without a total): blocks along the
+first axis, the other factors applied inside a block, many iterations per scheduler
+round trip. Otherwise the loop of :mod:`~dpmm.reconstruct.projected_gradient` runs
 unchanged on the Dask arrays (elementwise operations, sums, persisted iterates).
 
 The Hessian is the Kronecker product of the factors' Grams (one pass, factor
@@ -137,11 +136,11 @@ def chunked_nnls(
         (estimated,) = scalars(start.sum())
         known_total = resolve_total(known_total, estimated)
     grams = [_factor_gram(f) for f in factors]
-    if known_total is None and isinstance(grams[0], Dense):
+    if isinstance(grams[0], Dense):
         solution = _solve_on_blocks(
-            grams, linear, start, largest_gram_eigenvalue(A), tolerance, max_iterations
+            grams, linear, start, largest_gram_eigenvalue(A), known_total, tolerance, max_iterations
         )
-        return nonnegative_estimate(solution, "nnls", scales, total, None)
+        return nonnegative_estimate(solution, "nnls", scales, total, known_total)
     solution = minimize_nonnegative_quadratic(
         ChunkedKron(Kron(grams)).apply,
         linear,
@@ -159,6 +158,7 @@ def _solve_on_blocks(
     linear: Any,
     start: Any,
     lipschitz: float,
+    total: float | None,
     tolerance: float,
     max_iterations: int | None,
 ) -> Solution:
@@ -183,6 +183,7 @@ def _solve_on_blocks(
         split(linear),
         split(start),
         lipschitz,
+        total=total,
         tolerance=tolerance,
         max_iterations=max_iterations,
     )

@@ -18,8 +18,12 @@ The domain is split along its first axis into blocks. For ``H = G_0 ⊗ R`` (R t
 Kronecker product of the other axes' factors) block c of ``H z`` is
 ``Σ_c' G_0[c, c'] ×_0 (R z_c')``: R is applied inside each block, and the first
 axis needs one small product per pair of blocks (skipped where ``G_0[c, c']`` is
-zero, so a diagonal ``G_0`` needs no communication at all). An iteration is three
-tasks per block: a restart share, the momentum point with its products, the step.
+zero, so a diagonal ``G_0`` needs no communication at all). An iteration is four
+tasks per block: a restart share, the momentum point with its products, the gradient
+step, its projection. With a known total the projection onto ``{x ≥ 0, Σx = T}`` needs
+the threshold τ of all blocks together: its fixed passes
+(:mod:`~dpmm.reconstruct.simplex_threshold`) are tasks of the same graph, four small
+ones per block and three combines, so a total adds no round trip to the driver.
 """
 
 from __future__ import annotations
@@ -36,6 +40,15 @@ import numpy as np
 
 from dpmm.linalg import Matrix
 from dpmm.reconstruct.projected_gradient import CHECK_EVERY, DEFAULT_MAX_ITERATIONS, Solution
+from dpmm.reconstruct.simplex_threshold import (
+    HISTOGRAM_PASSES,
+    exact,
+    first_bracket,
+    histogram,
+    inside,
+    narrow,
+    summary,
+)
 
 __all__ = ["BlockKron", "minimize_on_blocks"]
 
@@ -162,28 +175,40 @@ def _gather(products: list[list], c: int) -> list[np.ndarray]:
     return [p for p in (row[c] for row in products) if p is not None]
 
 
-def _descend(
-    own: tuple, advanced: list[tuple], linear: np.ndarray, step: tuple, c: int, size: float
-) -> tuple:
-    """Block c's projected step from its momentum point: ``(x_new, share, x, momentum)``."""
+def _moved(own: tuple, advanced: list[tuple], linear: np.ndarray, c: int, size: float) -> Any:
+    """Block c's gradient step from its momentum point, before the projection."""
+    z, _, _ = own
+    moved = _gradient(_gather([a[1] for a in advanced], c), linear)
+    moved *= -size  # in place from here on: one temporary per block
+    moved += z
+    return moved
+
+
+def _descend(own: tuple, moved: np.ndarray, threshold: float, step: tuple) -> tuple:
+    """Block c's projected step: ``(x_new, share, x, momentum)``."""
     z, _, momentum = own
     x = step[0]
-    x_new = _gradient(_gather([a[1] for a in advanced], c), linear)
-    x_new *= -size  # in place from here on: one temporary per block
-    x_new += z
-    np.maximum(x_new, 0.0, out=x_new)
+    x_new = np.maximum(moved - threshold, 0.0)
     return x_new, _dot(z - x_new, x_new - x), x, momentum
 
 
-def _kkt_share(products: list[list], linear: np.ndarray, step: tuple, c: int, size: float) -> float:
+def _kkt_point(products: list[list], linear: np.ndarray, step: tuple, c: int, size: float) -> Any:
+    """Block c's ``x − ∇f(x)/L``, which the KKT residual projects."""
+    point = _gradient(_gather(products, c), linear)
+    point *= -size
+    point += step[0]
+    return point
+
+
+def _kkt_share(point: np.ndarray, threshold: float, step: tuple) -> float:
     """Block c's share of ``‖x − Π(x − ∇f(x)/L)‖²``."""
-    x = step[0]
-    mapped = _gradient(_gather(products, c), linear)
-    mapped *= -size
-    mapped += x
-    np.maximum(mapped, 0.0, out=mapped)
-    np.subtract(x, mapped, out=mapped)
+    mapped = np.maximum(point - threshold, 0.0)
+    np.subtract(step[0], mapped, out=mapped)
     return _dot(mapped, mapped)
+
+
+def _shifted(block: np.ndarray, threshold: float) -> np.ndarray:
+    return np.maximum(block - threshold, 0.0)
 
 
 class _Graph:
@@ -195,10 +220,11 @@ class _Graph:
     point comes along): moving a few more megabytes is cheaper than one more task.
     """
 
-    def __init__(self, operator: BlockKron, step: float) -> None:
+    def __init__(self, operator: BlockKron, step: float, total: float | None) -> None:
         self.prefix = f"pg-{uuid.uuid4().hex}"
         self.count = 0
         self.step = step
+        self.total = total
         self.pending: dict[str, Any] = {}
         # Shipped once; tasks refer to these keys instead of embedding the arrays.
         self.others = self.literal(list(operator.others))
@@ -230,6 +256,22 @@ class _Graph:
         done = dask.persist(*[Delayed(key, graph) for key in keys])
         return {d.key: dict(d.__dask_graph__())[d.key] for d in done}
 
+    def threshold(self, blocks: list[str]) -> str | float:
+        """The projection's threshold τ over ``blocks``: 0 without a total, else the key of
+        the passes of :mod:`~dpmm.reconstruct.simplex_threshold` as tasks."""
+        if self.total is None:
+            return 0.0
+        total = self.total
+        bracket = self.task(first_bracket, [self.task(summary, b) for b in blocks], total)
+        for _ in range(HISTOGRAM_PASSES):
+            parts = [self.task(histogram, b, bracket) for b in blocks]
+            bracket = self.task(narrow, parts, bracket, total)
+        return self.task(exact, [self.task(inside, b, bracket) for b in blocks], bracket, total)
+
+    def project(self, blocks: list[str]) -> list[str]:
+        threshold = self.threshold(blocks)
+        return [self.task(_shifted, block, threshold) for block in blocks]
+
     def iterate(self, linear: list[str], steps: list[str]) -> list[str]:
         """The blocks' ``(x_new, share, x, momentum)`` one iteration after ``steps``."""
         shares = [self.task(itemgetter(1), step) for step in steps]
@@ -237,9 +279,14 @@ class _Graph:
             self.task(_advance, step, shares, self.others, column)
             for step, column in zip(steps, self.columns, strict=True)
         ]
+        moved = [
+            self.task(_moved, own, advanced, b, c, self.step)
+            for c, (own, b) in enumerate(zip(advanced, linear, strict=True))
+        ]
+        threshold = self.threshold(moved)
         return [
-            self.task(_descend, own, advanced, b, step, c, self.step)
-            for c, (own, b, step) in enumerate(zip(advanced, linear, steps, strict=True))
+            self.task(_descend, own, point, threshold, step)
+            for own, point, step in zip(advanced, moved, steps, strict=True)
         ]
 
     def residual(self, linear: list[str], steps: list[str], factor: float) -> str:
@@ -248,9 +295,14 @@ class _Graph:
             self.task(_inside_x, step, self.others, column)
             for step, column in zip(steps, self.columns, strict=True)
         ]
-        shares = [
-            self.task(_kkt_share, products, b, step, c, self.step)
+        points = [
+            self.task(_kkt_point, products, b, step, c, self.step)
             for c, (b, step) in enumerate(zip(linear, steps, strict=True))
+        ]
+        threshold = self.threshold(points)
+        shares = [
+            self.task(_kkt_share, point, threshold, step)
+            for point, step in zip(points, steps, strict=True)
         ]
         return self.task(_residual, shares, factor)
 
@@ -283,16 +335,19 @@ def minimize_on_blocks(
     start: list[Any],
     lipschitz: float,
     *,
+    total: float | None = None,
     tolerance: float,
     max_iterations: int | None,
 ) -> tuple[Solution, list[Any]]:
-    """Minimize ``½ xᵀH x − bᵀx`` over ``x ≥ 0`` with ``H`` a :class:`BlockKron`.
+    """Minimize ``½ xᵀH x − bᵀx`` over ``x ≥ 0`` (and ``Σx = total`` when given) with
+    ``H`` a :class:`BlockKron`.
 
     Args:
         operator: H, split as the blocks are.
         linear: The blocks of b (Dask delayed values split along the first axis).
         start: The blocks of the warm start (projected onto ``x ≥ 0`` first).
         lipschitz: An upper bound on the largest eigenvalue of H.
+        total: The known total, or ``None``.
         tolerance: Relative gradient-mapping residual to stop at.
         max_iterations: Iteration limit (``None``: the in-memory loop's default).
 
@@ -303,9 +358,9 @@ def minimize_on_blocks(
     from dask.delayed import Delayed
 
     limit = DEFAULT_MAX_ITERATIONS if max_iterations is None else int(max_iterations)
-    graph = _Graph(operator, 1.0 / lipschitz)
+    graph = _Graph(operator, 1.0 / lipschitz, total)
     b = [graph.task(_identity, block.key) for block in linear]
-    x = [graph.task(np.maximum, block.key, 0.0) for block in start]
+    x = graph.project([block.key for block in start])
     steps = [graph.task(_start, block) for block in x]
     scale = graph.task(_residual, [graph.task(_dot, block, block) for block in b], 1.0)
     constants = graph.persist(

@@ -25,14 +25,12 @@ from typing import Any
 
 import numpy as np
 
+from dpmm.reconstruct.simplex_threshold import threshold
+
 __all__ = ["Solution", "minimize_nonnegative_quadratic", "project", "scalars", "settle"]
 
 #: Iterations between two checks of the stopping rule (each check costs one extra H x).
 CHECK_EVERY = 10
-
-#: Grid passes and points per pass when bracketing a Dask array's simplex threshold.
-BRACKET_ROUNDS = 3
-BRACKET_POINTS = 34
 
 #: Iteration limit when the caller gives none.
 DEFAULT_MAX_ITERATIONS = 20_000
@@ -55,10 +53,8 @@ def settle(array: Any) -> Any:
 def project(v: Any, total: float | None) -> Any:
     """The Euclidean projection of v onto ``{x ≥ 0}``, or onto ``{x ≥ 0, Σx = total}``.
 
-    The simplex-like case uses Michelot's fixed point: the threshold τ with
-    ``Σ max(v − τ, 0) = total`` is found by averaging over the entries still above
-    the previous threshold; the set only shrinks, so it ends in at most n passes
-    (a handful in practice), each one reduction.
+    The second is ``max(v − τ, 0)``, its threshold τ found exactly in a fixed few passes
+    (:mod:`~dpmm.reconstruct.simplex_threshold`), over a Dask array's blocks where they are.
 
     Example:
         >>> project(np.array([3.0, -1.0, 1.0]), total=None)
@@ -68,39 +64,12 @@ def project(v: Any, total: float | None) -> Any:
     """
     if total is None:
         return np.maximum(v, 0.0)
-    if total == 0:
-        return np.zeros_like(v)
-    v = settle(v)  # every pass below reads v: compute it once, not once per pass
-    count, mass, largest = scalars(v.size, v.sum(), v.max())
-    threshold = (mass - total) / count  # τ* lies in [threshold, largest]
     if hasattr(v, "dask"):
-        threshold = _bracket(v, total, threshold, largest)
-        count, mass = scalars((v > threshold).sum(), np.where(v > threshold, v, 0.0).sum())
-        threshold = (mass - total) / count
-    while True:
-        above = v > threshold
-        new_count, new_mass = scalars(above.sum(), np.where(above, v, 0.0).sum())
-        threshold = (new_mass - total) / new_count
-        if new_count == count:
-            return np.maximum(v - threshold, 0.0)
-        count = new_count
-
-
-def _bracket(v: Any, total: float, low: float, high: float) -> float:
-    """A threshold at most τ* and close to it, in few passes over a chunked array.
-
-    Michelot's passes can be many on skewed data, and each is a scheduler round trip
-    for a Dask array; evaluating ``Σ max(v − τ, 0)`` at a grid of τ in one pass
-    narrows ``[low, high]`` by the grid size per pass instead.
-    """
-    for _ in range(BRACKET_ROUNDS):
-        grid = np.linspace(low, high, BRACKET_POINTS)
-        masses = _grid_masses(v, grid[1:-1])
-        below = [tau for tau, m in zip(grid[1:-1], masses, strict=True) if m >= total]
-        above = [tau for tau, m in zip(grid[1:-1], masses, strict=True) if m < total]
-        low = max(below, default=low)
-        high = min(above, default=high)
-    return low
+        v = settle(v)  # every pass reads v: compute it once, not once per pass
+        blocks = v.to_delayed().ravel().tolist()
+    else:
+        blocks = [np.asarray(v)]
+    return np.maximum(v - threshold(blocks, total), 0.0)
 
 
 @dataclass(frozen=True)
@@ -171,17 +140,6 @@ def minimize_nonnegative_quadratic(
             if residual <= tolerance:
                 return Solution(x, iteration, residual, True)
     return Solution(x, iteration, residual, residual <= tolerance)
-
-
-def _grid_masses(v: Any, grid: np.ndarray) -> list[float]:
-    """``Σ max(v − τ, 0)`` for every τ in grid: one task per block, not one graph per τ."""
-    import dask
-
-    def masses(block: np.ndarray) -> np.ndarray:
-        return np.array([np.maximum(block - tau, 0.0).sum() for tau in grid])
-
-    parts = dask.compute(*[dask.delayed(masses)(b) for b in v.to_delayed().ravel()])
-    return [float(m) for m in np.sum(parts, axis=0)]
 
 
 def _norm(v: Any) -> Any:

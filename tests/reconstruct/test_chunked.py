@@ -146,3 +146,25 @@ def test_block_loop_on_a_local_cluster() -> None:
     assert chunked.converged == memory.converged
     assert chunked.residual == pytest.approx(memory.residual, rel=1e-6)
     np.testing.assert_allclose(x, memory.x, atol=1e-9 * max(memory.x.max(), 1.0))
+
+
+def test_block_loop_with_a_total_persists_once_per_batch(monkeypatch) -> None:
+    """The total's projection is part of the batch's graph: the driver persists once per
+    batch of iterations, not once per projection pass (it used to be several per step)."""
+    rng = np.random.default_rng(56)
+    A = Kron([Hierarchical(8, 2), Hierarchical(5, 2)])
+    y = _noisy(A, rng)
+    tensor = da.from_array(y.reshape(15, 9), chunks=(4, 9))
+    persists = []
+    original = chunked_loop._Graph.persist
+    monkeypatch.setattr(
+        chunked_loop._Graph, "persist", lambda *a: persists.append(1) or original(*a)
+    )
+    monkeypatch.setattr(chunked_loop, "BATCH_ITERATIONS", 20)
+    memory = nnls(A, y, total="estimated", tolerance=1e-14, max_iterations=60)
+    chunked = nnls(A, tensor, total="estimated", tolerance=1e-14, max_iterations=60)
+    assert chunked.iterations == memory.iterations == 60
+    assert len(persists) == 2 + 60 // 20  # constants, the first check, one per batch
+    x = chunked.x.compute().reshape(-1)
+    np.testing.assert_allclose(x, memory.x, atol=1e-9)
+    assert x.min() >= 0 and x.sum() == pytest.approx(memory.x.sum(), rel=1e-12)
