@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -141,31 +142,79 @@ def test_bad_data_in_the_flow_is_one_line_on_the_terminal(tmp_path: Path) -> Non
         assert ledger.remaining("r") == 2  # the reservation was given back
 
 
-@pytest.mark.slow
-def test_a_release_on_two_worker_processes_through_the_flow(tmp_path: Path) -> None:
-    """``cluster.arrays: workers`` through Prefect's engine: the measurement stage gets the
-    cluster's client (the counts are futures on its workers), and the version audits."""
+def _grid_release(tmp_path: Path, shape: tuple[int, int], strategy: str) -> Path:
+    """A ``cluster.arrays: workers`` config over an ``a × b`` grid of Poisson(5) counts
+    (every prefix of ``a`` within each ``b``) on 2 worker processes, its budget granted."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    counts = np.random.default_rng(3).poisson(5.0, size=(64, 32))
+    counts = np.random.default_rng(3).poisson(5.0, size=shape)
     a, b = np.nonzero(counts)
     (tmp_path / "data").mkdir()
     rows = pa.table({"a": np.repeat(a, counts[a, b]), "b": np.repeat(b, counts[a, b])})
     pq.write_table(rows, tmp_path / "data" / "part-0.parquet")
     config = tmp_path / "grid.yaml"
     config.write_text(
-        "name: grid\ndomain: {a: 64, b: 32}\nprivacy: {rho: 1/2}\n"
+        f"name: grid\ndomain: {{a: {shape[0]}, b: {shape[1]}}}\nprivacy: {{rho: 1/2}}\n"
         "workload: [{name: a-by-b, kind: prefix, attribute: a, by: [b]}]\n"
-        f"strategy: {{method: hierarchical}}\ndata: {{path: '{tmp_path / 'data'}'}}\n"
+        f"strategy: {{method: {strategy}}}\ndata: {{path: '{tmp_path / 'data'}'}}\n"
         f"ledger: {{path: '{tmp_path / 'budget.db'}'}}\n"
         f"release: {{root: '{tmp_path / 'releases'}'}}\n"
         "cluster: {arrays: workers, n_workers: 2, processes: true, threads_per_worker: 1}\n"
     )
     with Ledger.init(tmp_path / "budget.db") as ledger:
         ledger.grant("grid", ZCDP(1))
+    return config
+
+
+@pytest.mark.slow
+def test_a_release_on_two_worker_processes_through_the_flow(tmp_path: Path) -> None:
+    """``cluster.arrays: workers`` through Prefect's engine: the measurement stage gets the
+    cluster's client (the counts are futures on its workers), and the version audits."""
+    config = _grid_release(tmp_path, (64, 32), "hierarchical")
     assert main(["release", str(config)]) == 0
     version = tmp_path / "releases" / "grid" / "v0001"
     assert (version / "answers.parquet").is_dir() and (version / "measurements.parquet").is_dir()
+    assert main(["audit", str(version)]) == 0
+
+
+@pytest.mark.slow
+def test_a_worker_killed_while_the_flow_measures_draws_nothing_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGKILL one worker process while the flow's measurement stage writes its chunks:
+    the nanny restarts it, the release completes with one spend, every chunk persisted
+    before the kill is byte-identical in the release, and the version audits."""
+    import os
+    import signal
+    import threading
+    import time
+
+    import psutil
+
+    from dpmm.measure import chunked
+
+    monkeypatch.setattr(chunked, "CHUNK_ANSWERS", 2**16)  # 64 chunks of 2²² answers
+    config = _grid_release(tmp_path, (64, 2**16), "identity")
+    outcome: dict[str, int] = {}
+    thread = threading.Thread(target=lambda: outcome.update(code=main(["release", str(config)])))
+    thread.start()
+    deadline = time.monotonic() + 300
+    chunks: list[Path] = []
+    while len(chunks) < 2 and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+        chunks = list(tmp_path.rglob("*.values"))
+    children = psutil.Process().children(recursive=True)
+    workers = [p for p in children if "spawn_main" in " ".join(p.cmdline())]
+    assert chunks and workers, "the measurement ended before a worker could be killed"
+    os.kill(workers[0].pid, signal.SIGKILL)
+    before = {path: path.read_bytes() for path in tmp_path.rglob("*.values")}
+    thread.join(timeout=600)
+    assert outcome == {"code": 0}
+    assert 2 <= len(before) < 64, "the worker was killed after the measurement ended"
+    assert {path: path.read_bytes() for path in before} == before
+    with Ledger.open(tmp_path / "budget.db") as ledger:
+        assert ledger.remaining("grid") == Fraction(1, 2)  # one spend of ρ = 1/2
+    version = tmp_path / "releases" / "grid" / "v0001"
     assert main(["audit", str(version)]) == 0
