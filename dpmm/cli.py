@@ -170,13 +170,15 @@ def _target_lines(report: PlanReport) -> list[str]:
             [
                 group.name,
                 group.target.describe(),
-                number_text(group.achieved),
+                group.target.figure_text(group.achieved)
+                if group.target.reference
+                else number_text(group.achieved),
                 met,
                 least_budget_text(group.needed),
             ]
         )
     met = sum(group.met for group in targets.groups)
-    binding = f" (binding: '{targets.binding}')" if targets.binding else ""
+    binding = f" (binding: {targets.binding_text()})" if targets.binding else ""
     budget = budget_text(report.privacy.to_dict())
     return [
         "",

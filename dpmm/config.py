@@ -38,6 +38,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import math
 import re
@@ -70,6 +71,7 @@ from dpmm.settings import (
 from dpmm.strategy import STRATEGY_METHODS
 from dpmm.workload import WorkloadGroup, from_config
 from dpmm.workload.prefix_sum import PrivateTruncation, private_truncation
+from dpmm.workload.reference import read_reference
 
 __all__ = [
     "DEFAULT_METHOD",
@@ -338,10 +340,21 @@ class _Reader:
             self.wrap(error)
 
     def workload(self, value: object, domain: Domain) -> tuple[WorkloadGroup, ...]:
+        """The groups, each relative target's reference file read (public input)."""
         try:
-            return tuple(from_config(value, domain))
+            groups = from_config(value, domain)
         except DpmmError as error:
             self.wrap(error)
+        for index, group in enumerate(groups):
+            reference = group.target.reference if group.target else None
+            if reference is not None and "file" in reference.source:
+                try:
+                    groups[index] = dataclasses.replace(
+                        group, target=read_reference(group, domain, self.path.parent)
+                    )
+                except ConfigError as error:
+                    self.wrap(error, f"workload[{index}].target.relative_to")
+        return tuple(groups)
 
     def thresholds(self, workload: tuple[WorkloadGroup, ...], privacy: PureDP | ZCDP) -> None:
         """Private truncation thresholds spend pure ε, and leave budget for the measurement."""

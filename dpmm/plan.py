@@ -72,8 +72,9 @@ from dpmm.release.catalog import shorten
 from dpmm.release.manifest import EXPECTED_ERROR_BASIS
 from dpmm.strategy import Candidate
 from dpmm.strategy.selection import Progress
-from dpmm.targets import Budget, TargetReport, budget_noise, check_targets, group_target
+from dpmm.targets import Budget, TargetReport, budget_noise, check_targets
 from dpmm.workload import WorkloadGroup, stack
+from dpmm.workload.labels import query_parts
 from dpmm.workload.prefix_sum import SUM_KINDS
 
 __all__ = ["GroupReport", "PlanReport", "plan"]
@@ -316,18 +317,24 @@ def _targets(
     answers: Sequence[GroupAnswers],
     variance: Callable[[Budget], float],
 ) -> TargetReport | None:
-    """The groups' accuracy targets at the config's budget, and the least budget meeting
-    them (for the whole budget: with private thresholds, their shares come first)."""
-    targets = [group_target(group.spec) for group in config.workload]
+    """The groups' accuracy targets at the config's budget and the least budget meeting
+    them (for the whole budget: with private thresholds, their shares come first), each
+    group's binding query named by its label (public: made from the config alone)."""
     wanted = [
-        (group.name, target, a.standard_errors)
-        for group, target, a in zip(config.workload, targets, answers, strict=True)
-        if target is not None
+        (group.name, group.target, a.standard_errors)
+        for group, a in zip(config.workload, answers, strict=True)
+        if group.target is not None
     ]
     if not wanted:
         return None
+    groups = {group.name: group for group in config.workload}
+
+    def label(name: str, index: int) -> str:
+        (found,) = query_parts(groups[name], config.domain).between(index, index + 1).labels()
+        return found
+
     constant = NoiseModel.of(chosen.quantized).gaussian_constant
-    return check_targets(wanted, config.privacy, variance, gaussian_constant=constant)
+    return check_targets(wanted, config.privacy, variance, gaussian_constant=constant, label=label)
 
 
 def _binning_note(group: WorkloadGroup) -> str:

@@ -6,6 +6,12 @@ A workload group may state a ``target``:
 * ``{half_width: H, confidence: C}``: every query's ``C``-level interval within ``±H``, by
   the normal approximation (``z_C`` standard errors: 1.96 at ``C = 0.95``).
 
+Either may be relative to a public reference (``relative_to``): one published number, or a
+public file with one value per query of the group (:mod:`dpmm.workload.reference` reads it).
+``R`` and ``H`` are then fractions of each query's reference: query ``q`` needs
+``z_C · se_q ≤ H · |ref_q|`` (or ``se_q ≤ R · |ref_q|``, its RMSE being its standard error),
+so the figure is the largest ``z_C · se_q / |ref_q|`` and the query reaching it binds.
+
 Every standard error of a release scales with the standard deviation of its noise, whose
 exact variance follows from the strategy and the budget alone. So the plan's dry run at
 the config's budget gives each group's figure at any budget, and :func:`check_targets`
@@ -26,8 +32,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,21 +45,63 @@ from dpmm.privacy.params import LARGEST, ZCDP, PureDP
 
 __all__ = [
     "GroupTarget",
+    "Reference",
     "Target",
     "TargetReport",
     "budget_noise",
     "check_targets",
     "error_factor",
-    "group_target",
     "least_budget_text",
     "parse_target",
 ]
 
-TARGET_KEYS = {"rmse": ("rmse",), "half_width": ("half_width", "confidence")}
+TARGET_KEYS = {
+    "rmse": ("rmse", "relative_to"),
+    "half_width": ("half_width", "confidence", "relative_to"),
+}
+#: The keys of a reference file (``relative_to: {file: ..., column: ...}``), and the
+#: column read when none is named.
+REFERENCE_KEYS = ("file", "column")
+REFERENCE_COLUMN = "value"
 #: Significant digits of the least budget the plan states.
 DIGITS = 4
 #: Under ρ, the four-digit budget is stated unless an exact σ² costs less by this share.
 PRECISION = 1e-3
+
+
+@dataclass(frozen=True, eq=False)
+class Reference:
+    """What a relative target is relative to: public input, never the data.
+
+    Attributes:
+        source: Its config form: ``{"value": N}`` for one published number, or
+            ``{"file": PATH, "column": NAME}`` (``PATH`` as the config gives it) with the
+            ``sha256`` of the file's bytes once it is read.
+        magnitudes: ``|ref_q|`` per query of the group, in row order (one value for a
+            number; None for a file not read yet).
+    """
+
+    source: Mapping[str, Any]
+    magnitudes: np.ndarray | None = None
+
+    def of(self, standard_errors: np.ndarray) -> np.ndarray:
+        """The standard errors over their queries' references."""
+        if self.magnitudes is None:
+            raise DpmmError(
+                f"the reference file {self.source['file']} was not read (load the config "
+                "with dpmm.config.load_config)"
+            )
+        return standard_errors / self.magnitudes
+
+    def describe(self) -> str:
+        """``48,842`` or the file's name."""
+        if "value" in self.source:
+            return f"{self.source['value']:,.6g}"
+        return Path(str(self.source["file"])).name
+
+    def to_dict(self) -> float | dict[str, Any]:
+        """The config form: the number, or ``{file, column[, sha256]}``."""
+        return self.source["value"] if "value" in self.source else dict(self.source)
 
 
 @dataclass(frozen=True)
@@ -61,34 +110,67 @@ class Target:
 
     Attributes:
         kind: ``rmse`` or ``half_width``.
-        value: The largest RMSE per query, or half-width of any query's interval.
+        value: The largest RMSE per query, or half-width of any query's interval (a fraction
+            of each query's reference, for a relative target).
         confidence: The intervals' level (``half_width`` only).
+        reference: What the target is relative to (None: an absolute target).
     """
 
     kind: str
     value: float
     confidence: float | None = None
+    reference: Reference | None = field(default=None, compare=False)
+
+    def _scaled(self, standard_errors: np.ndarray) -> np.ndarray:
+        """Each query's figure: its standard error (over its reference), times ``z_C``."""
+        errors = standard_errors if self.reference is None else self.reference.of(standard_errors)
+        if self.kind == "half_width":
+            errors = float(norm.ppf((1 + self.confidence) / 2)) * errors
+        return errors
 
     def figure(self, standard_errors: np.ndarray) -> float:
         """What the target bounds, for answers with these standard errors."""
         if not standard_errors.size:
             return 0.0
-        if self.kind == "rmse":
+        if self.kind == "rmse" and self.reference is None:
             return float(np.sqrt(np.mean(np.square(standard_errors))))
-        z = float(norm.ppf((1 + self.confidence) / 2))
-        return z * float(np.max(standard_errors))
+        return float(np.max(self._scaled(standard_errors)))
+
+    def binding_query(self, standard_errors: np.ndarray) -> int | None:
+        """The index of the query whose figure is the group's (None for an absolute RMSE,
+        which is a mean over the group's queries)."""
+        if not standard_errors.size or (self.kind == "rmse" and self.reference is None):
+            return None
+        return int(np.argmax(self._scaled(standard_errors)))
 
     def describe(self) -> str:
-        """``RMSE ≤ 50`` or ``±10 at 95 %``."""
+        """``RMSE ≤ 50``, ``±10 at 95 %`` or ``±5 % of counties.csv at 95 %``."""
+        if self.reference is not None:
+            share = f"{100 * self.value:,.6g} % of {self.reference.describe()}"
+            if self.kind == "rmse":
+                return f"RMSE ≤ {share}"
+            return f"±{share} at {100 * self.confidence:g} %"
         if self.kind == "rmse":
             return f"RMSE ≤ {self.value:,.6g}"
         return f"±{self.value:,.6g} at {100 * self.confidence:g} %"
 
-    def to_dict(self) -> dict[str, float]:
-        """The config form: ``{rmse: R}`` or ``{half_width: H, confidence: C}``."""
-        if self.kind == "rmse":
-            return {"rmse": self.value}
-        return {"half_width": self.value, "confidence": self.confidence}
+    def figure_text(self, figure: float) -> str:
+        """A figure as the target states it: a number, or a percentage of the reference."""
+        if self.reference is not None:
+            return f"{100 * figure:.4g} %"
+        return f"{figure:,.4g}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config form: ``{rmse: R}`` or ``{half_width: H, confidence: C}``, with
+        ``relative_to`` for a relative target."""
+        found: dict[str, Any] = (
+            {"rmse": self.value}
+            if self.kind == "rmse"
+            else {"half_width": self.value, "confidence": self.confidence}
+        )
+        if self.reference is not None:
+            found["relative_to"] = self.reference.to_dict()
+        return found
 
 
 def _positive(value: object, path: str) -> float:
@@ -100,7 +182,8 @@ def _positive(value: object, path: str) -> float:
 
 
 def parse_target(value: object, path: str) -> Target:
-    """A group's ``target`` section.
+    """A group's ``target`` section (a reference file is named here, read by
+    :func:`dpmm.workload.reference.read_reference`).
 
     Raises:
         ConfigError: one sentence naming the bad key.
@@ -119,8 +202,11 @@ def parse_target(value: object, path: str) -> Target:
             allowed = ", ".join(TARGET_KEYS[kind])
             raise ConfigError(f"{path}.{key}: unknown key for a {kind} target (allowed: {allowed})")
     target = _positive(value[kind], f"{path}.{kind}")
+    reference = None
+    if "relative_to" in value:
+        reference = _reference(value["relative_to"], f"{path}.relative_to")
     if kind == "rmse":
-        return Target("rmse", target)
+        return Target("rmse", target, reference=reference)
     if "confidence" not in value:
         raise ConfigError(f"{path}.confidence: is required with half_width (e.g. 0.95)")
     confidence = value["confidence"]
@@ -128,12 +214,29 @@ def parse_target(value: object, path: str) -> Target:
         raise ConfigError(f"{path}.confidence: must be a number between 0 and 1")
     if not 0 < confidence < 1:
         raise ConfigError(f"{path}.confidence: must be between 0 and 1, got {confidence!r}")
-    return Target("half_width", target, float(confidence))
+    return Target("half_width", target, float(confidence), reference)
 
 
-def group_target(spec: Mapping[str, Any]) -> Target | None:
-    """The target a workload group's spec holds (checked when its config was read), or None."""
-    return parse_target(spec["target"], "target") if "target" in spec else None
+def _reference(value: object, path: str) -> Reference:
+    """``relative_to``: a published number, or a file named (and read later)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if not math.isfinite(value) or value == 0:
+            raise ConfigError(
+                f"{path}: a reference must be a finite number other than 0, got {value!r}"
+            )
+        return Reference({"value": value}, np.array([abs(float(value))]))
+    if not isinstance(value, Mapping) or not isinstance(value.get("file"), str):
+        raise ConfigError(
+            f"{path}: must be a published number or {{file: PATH, column: NAME}}, got "
+            f"{describe_value(value)}"
+        )
+    for key in value:
+        if key not in REFERENCE_KEYS:
+            raise ConfigError(f"{path}.{key}: unknown key (allowed: {', '.join(REFERENCE_KEYS)})")
+    column = value.get("column", REFERENCE_COLUMN)
+    if not isinstance(column, str) or not column:
+        raise ConfigError(f"{path}.column: must be a column name, got {describe_value(column)}")
+    return Reference({"file": value["file"], "column": column})
 
 
 Budget = PureDP | ZCDP
@@ -148,12 +251,15 @@ class GroupTarget:
         target: Its target.
         achieved: The target's figure at the plan's budget.
         needed: The least budget meeting it (None: none the samplers can draw).
+        query: The label of the query whose figure is the group's (None for an absolute
+            RMSE target, a mean over the group): public, made from the config alone.
     """
 
     name: str
     target: Target
     achieved: float
     needed: Budget | None
+    query: str | None = None
 
     @property
     def met(self) -> bool:
@@ -168,6 +274,7 @@ class GroupTarget:
             "achieved": self.achieved,
             "met": self.met,
             "needed_budget": self.needed.to_dict() if self.needed else None,
+            "binding_query": self.query,
         }
 
 
@@ -185,11 +292,23 @@ class TargetReport:
     least: Budget | None
     binding: str | None
 
+    @property
+    def binding_query(self) -> str | None:
+        """The label of the query that binds in the binding group (None: see GroupTarget)."""
+        found = [group.query for group in self.groups if group.name == self.binding]
+        return found[0] if found else None
+
+    def binding_text(self) -> str:
+        """``'pairs'`` or ``'counties', query 'county=7'``: what binds, for a sentence."""
+        query = self.binding_query
+        return f"'{self.binding}'" + (f", query '{query}'" if query is not None else "")
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
         return {
             "least_budget": self.least.to_dict() if self.least else None,
             "binding_group": self.binding,
+            "binding_query": self.binding_query,
             "groups": [group.to_dict() for group in self.groups],
         }
 
@@ -255,6 +374,7 @@ def check_targets(
     noise_variance: Callable[[Budget], float],
     *,
     gaussian_constant: Fraction | None = None,
+    label: Callable[[str, int], str] | None = None,
 ) -> TargetReport:
     """The targets met at ``privacy`` and the least budget meeting each and all.
 
@@ -266,6 +386,8 @@ def check_targets(
             The sampler draws a σ² of few digits exactly but rounds most others up (by up
             to ``1/σ``), so where that matters (a small σ²) the least ρ is ``c/σ²`` for such
             a σ², an exact rational; otherwise it has four significant digits.
+        label: ``label(group name, query index)``: the query's label, to name the query
+            that binds in each group (None: queries are not named).
 
     Example:
         >>> from dpmm.privacy import PureDP
@@ -278,7 +400,10 @@ def check_targets(
     base = noise_variance(privacy)
     groups = []
     for name, target, errors in targets:
-        achieved = target.figure(np.asarray(errors, dtype=np.float64))
+        errors = np.asarray(errors, dtype=np.float64)
+        achieved = target.figure(errors)
+        worst = target.binding_query(errors)
+        query = label(name, worst) if label is not None and worst is not None else None
         allowed = base * (target.value / achieved) ** 2 if achieved > 0 else math.inf
         needed = _least_budget(privacy, allowed, noise_variance)
         if isinstance(privacy, ZCDP) and gaussian_constant is not None:
@@ -286,7 +411,7 @@ def check_targets(
             # Four digits, unless a σ² the sampler draws exactly costs clearly less.
             if needed is None or (exact is not None and exact.rho * (1 + PRECISION) < needed.rho):
                 needed = exact
-        groups.append(GroupTarget(name, target, achieved, needed))
+        groups.append(GroupTarget(name, target, achieved, needed, query))
     reachable = [group for group in groups if group.needed is not None]
     if len(reachable) < len(groups) or not groups:
         return TargetReport(tuple(groups), None, None)

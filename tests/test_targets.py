@@ -3,10 +3,12 @@ and the least budget it states meets every target, exactly at the binding one.""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -85,7 +87,8 @@ def test_the_plan_says_which_targets_its_budget_meets(tmp_path: Path, capsys) ->
     assert report.targets.binding == "age-cdf-by-sex"
     text = format_plan(report)
     assert "accuracy targets: 1 of 2 met at ε = 1" in text
-    assert "±1 at 90 %" in text and "(binding: 'age-cdf-by-sex')" in text
+    # The binding group's binding query is named by its label (public: from the config).
+    assert "±1 at 90 %" in text and "(binding: 'age-cdf-by-sex', query 'sex=" in text
     assert main(["plan", str(config), "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["targets"]["binding_group"] == "age-cdf-by-sex"
@@ -133,7 +136,6 @@ def test_weights_toward_the_binding_target_lower_the_least_budget(
 
 
 def test_a_release_states_its_targets_and_meets_them_as_its_plan_said(tmp_path: Path) -> None:
-    import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -160,3 +162,88 @@ def test_a_release_states_its_targets_and_meets_them_as_its_plan_said(tmp_path: 
         assert stated[name]["target_figure"] == pytest.approx(group.achieved, rel=1e-9)
         assert stated[name]["target_met"] is group.met
     assert {stated["cdf"]["target_met"], stated["pairs"]["target_met"]} == {True, False}
+
+
+def _reference_file(folder: Path) -> dict:
+    """A public reference of the age CDFs: one row per query, by label, in no set order
+    (the smallest prefixes have the smallest references, so one of them binds)."""
+    rows = [f'"sex={s},age<={a}",{(a + 1) * (60 + 20 * s)}' for a in range(16) for s in (1, 0)]
+    (folder / "cdf-reference.csv").write_text("label,people\n" + "\n".join(rows) + "\n")
+    return {"file": "cdf-reference.csv", "column": "people"}
+
+
+def _binding_figure(report, config, budget) -> tuple[float, float]:
+    """The binding query's figure at ``budget``, recomputed from the strategy alone (the
+    per-query variance of least squares, times the exact discrete noise over the
+    continuous noise of the same sensitivity), and what its target allows there."""
+    from dpmm.error import noise_variance, per_query_variance
+    from dpmm.measure.mechanism import planned_noise_variance
+    from dpmm.workload.labels import query_labels
+
+    group = next(g for g in config.workload if g.name == report.targets.binding)
+    index = query_labels(group, config.domain).index(report.targets.binding_query)
+    quantized = report.decision.quantized
+    A = quantized.matrix
+    variances = per_query_variance(group.matrix, A, budget)
+    variances = variances * planned_noise_variance(quantized, budget) / noise_variance(A, budget)
+    target = group.target
+    z = 1.959963984540054 if target.kind == "half_width" else 1.0
+    magnitudes = target.reference.magnitudes
+    reference = magnitudes[index] if magnitudes.size > 1 else magnitudes[0]
+    return z * float(np.sqrt(variances[index])), target.value * reference
+
+
+@pytest.mark.parametrize("privacy", [{"epsilon": 1}, {"rho": "1/2"}])
+@pytest.mark.parametrize("reference", ["file", "number"])
+def test_the_least_budget_meets_every_relative_target_exactly_at_the_binding_query(
+    tmp_path: Path, privacy: dict, reference: str
+) -> None:
+    relative_to = _reference_file(tmp_path) if reference == "file" else 2000
+    targets = {
+        "age-cdf-by-sex": {"half_width": 0.1, "confidence": 0.95, "relative_to": relative_to},
+        "pairs": {"rmse": 0.02, "relative_to": 5000},
+    }
+    config = load_config(_config(tmp_path, privacy, targets))
+    report = plan(config).targets
+    assert report.binding == "age-cdf-by-sex" and report.least is not None
+    # The query that binds is named by its label: the smallest reference's, or (one number
+    # for every query) the query with the largest standard error.
+    assert report.binding_query.startswith("sex=")
+    if reference == "file":
+        assert report.binding_query in ("sex=0,age<=0", "sex=1,age<=0")
+    least = _amount(report.least)
+
+    again_config = load_config(_config(tmp_path, _privacy(report.least, least), targets))
+    again = plan(again_config)
+    assert all(group.met for group in again.targets.groups)
+    binding = next(g for g in again.targets.groups if g.name == report.binding)
+    assert binding.achieved >= binding.target.value * (1 - 1e-3)  # met, and only just
+    figure, allowed = _binding_figure(again, again_config, again.privacy)
+    assert allowed * (1 - 1e-3) <= figure <= allowed  # recomputed: within 0.1 % of its target
+
+    short = load_config(_config(tmp_path, _privacy(report.least, least * 9 / 10), targets))
+    missed = plan(short)
+    assert not next(g for g in missed.targets.groups if g.name == report.binding).met
+    figure, allowed = _binding_figure(missed, short, missed.privacy)
+    assert figure > allowed
+
+
+def test_a_relative_target_is_stated_with_its_reference_in_the_plan(tmp_path: Path, capsys) -> None:
+    relative_to = _reference_file(tmp_path)
+    targets = {
+        "age-cdf-by-sex": {"half_width": 0.1, "confidence": 0.95, "relative_to": relative_to}
+    }
+    config = _config(tmp_path, {"epsilon": 1}, targets)
+    text = format_plan(plan(load_config(config)))
+    assert "±10 % of cdf-reference.csv at 95 %" in text
+    assert "(binding: 'age-cdf-by-sex', query 'sex=0,age<=0')" in text
+    assert main(["plan", str(config), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    digest = hashlib.sha256((tmp_path / "cdf-reference.csv").read_bytes()).hexdigest()
+    (stated,) = document["targets"]["groups"]
+    assert stated["target"]["relative_to"] == {
+        "file": "cdf-reference.csv",
+        "column": "people",
+        "sha256": digest,
+    }
+    assert document["targets"]["binding_query"] == stated["binding_query"] == "sex=0,age<=0"

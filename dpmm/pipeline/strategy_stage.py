@@ -42,7 +42,6 @@ from dpmm.pipeline.target_weights import select_for_targets
 from dpmm.privacy.params import PrivacyParameter
 from dpmm.strategy import AUTO_CANDIDATES, METHODS, select_strategy
 from dpmm.strategy.selection import Candidate, Progress, Selection, select
-from dpmm.targets import group_target
 from dpmm.workload import stack
 
 __all__ = [
@@ -283,7 +282,7 @@ def _target_ratios(config: ReleaseConfig, chosen: ChosenStrategy) -> dict[str, f
     answers = preflight(config, chosen).reconstruction.groups
     ratios = {}
     for group, answered in zip(config.workload, answers, strict=True):
-        if (target := group_target(group.spec)) is not None:
+        if (target := group.target) is not None:
             ratios[group.name] = target.figure(answered.standard_errors) / target.value
     return ratios
 
@@ -295,11 +294,19 @@ def plan_folder(config: ReleaseConfig) -> Path:
 
 def _plan_facts(config: ReleaseConfig) -> dict[str, Any]:
     """What a decision was made from: a release refuses it when any of these changed."""
-    return {
+    facts = {
         "config_sha256": config.sha256,
         "domain": config.domain.to_dict(),
         "dpmm_version": __version__,
     }
+    references = {
+        group.name: group.target.reference.source["sha256"]
+        for group in config.workload
+        if group.target and group.target.reference and "sha256" in group.target.reference.source
+    }
+    if references:  # the public files relative targets are relative to
+        facts["references"] = references
+    return facts
 
 
 def _workload_digest(config: ReleaseConfig) -> str:
@@ -336,9 +343,10 @@ def planned_strategy(config: ReleaseConfig) -> ChosenStrategy | None:
         for key, what in (
             ("domain", "its domain"),
             ("config_sha256", "the config file"),
+            ("references", "a reference file of its accuracy targets"),
             ("dpmm_version", f"dpmm's version ({facts.get('dpmm_version')} → {__version__})"),
         )
-        if facts.get(key) != now[key]
+        if facts.get(key) != now.get(key)
     ]
     if changed:
         raise ConfigError(

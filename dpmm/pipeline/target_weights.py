@@ -18,7 +18,7 @@ release: RMSE, or ``z_C`` times the largest standard error).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -77,7 +77,7 @@ def select_for_targets(
     kept: tuple[object, Selection, TargetWeights] | None = None
     for round_ in range(ROUNDS):
         groups = [
-            WorkloadGroup(g.name, g.kind, weighted(weights[g.name], g.matrix), g.spec)
+            replace(g, matrix=weighted(weights[g.name], g.matrix))
             if weights.get(g.name, 1.0) != 1.0
             else g
             for g in workload

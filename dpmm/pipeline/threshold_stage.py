@@ -179,11 +179,15 @@ def apply_thresholds(
     for index, _ in private:
         theta = entries[config.workload[index].name]["threshold"]
         section[index]["truncation"] = {"threshold": theta}
-    rebuilt = list(from_config(section, config.domain))
+    # The targets as the config read them (their reference files are not read again).
+    rebuilt = [
+        dataclasses.replace(new, target=old.target)
+        for new, old in zip(from_config(section, config.domain), config.workload, strict=True)
+    ]
     for index, choice in private:
         group = rebuilt[index]
         spec = {**group.spec, "truncation": {**choice.to_dict(), **group.spec["truncation"]}}
-        rebuilt[index] = WorkloadGroup(group.name, group.kind, group.matrix, spec)
+        rebuilt[index] = dataclasses.replace(group, spec=spec)
     return dataclasses.replace(config, workload=tuple(rebuilt))
 
 

@@ -35,7 +35,6 @@ from dpmm.release import AnswerColumns, write_answers, write_histogram, write_me
 from dpmm.release import write_release as write_version
 from dpmm.release.manifest import EXPECTED_ERROR_BASIS, measurement_sections
 from dpmm.release.parts import answer_part_tasks, measurement_part_tasks, write_parts
-from dpmm.targets import group_target
 from dpmm.workload.labels import query_parts
 
 if TYPE_CHECKING:
@@ -150,7 +149,7 @@ def build_manifest(
 
 def _target_entry(answers: GroupAnswers) -> dict[str, Any]:
     """A group's accuracy target and whether its published standard errors meet it."""
-    target = group_target(answers.group.spec)
+    target = answers.group.target
     if target is None:
         return {}
     figure = target.figure(answers.standard_errors)

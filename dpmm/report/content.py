@@ -26,7 +26,7 @@ import numpy as np
 from dpmm.config import ReleaseConfig
 from dpmm.measure.mechanism import NoiseModel
 from dpmm.release.catalog import shorten
-from dpmm.targets import Budget, GroupTarget, budget_noise, check_targets, group_target
+from dpmm.targets import Budget, GroupTarget, budget_noise, check_targets
 from dpmm.workload.labels import query_parts
 
 if TYPE_CHECKING:  # the plan and the pipeline import this module's callers
@@ -224,7 +224,7 @@ def release_content(
     wanted = [
         (g.name, target, g.standard_errors)
         for g in reconstruction.groups
-        if (target := group_target(g.group.spec)) is not None
+        if (target := g.group.target) is not None
     ]
     report = (
         check_targets(wanted, budget, variance, gaussian_constant=noise.gaussian_constant)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -113,6 +114,20 @@ def _curve_range(content: ReportContent) -> tuple[float, float]:
     return max(low, base / 10**4), min(high, base * 10**4)
 
 
+def _mark(axes: Axes, needed: Budget, height: float, color: str, prefix: str = "") -> None:
+    """The least budget meeting a target, as a point at ``height`` on the curves."""
+    amount = _amount(needed)
+    axes.plot(amount, height, "o", color=color, mfc="white", ms=7, mew=1.6)
+    axes.annotate(
+        f"{prefix}{_symbol(needed)} ≥ {amount:.4g}",
+        (amount, height),
+        textcoords="offset points",
+        xytext=(6, 6),
+        fontsize=8,
+        color=color,
+    )
+
+
 def error_curve(content: ReportContent) -> ReportFigure | None:
     """Each group's expected RMSE against the budget, with the targets (None: the report
     has no noise model, or no group has an error to draw)."""
@@ -139,6 +154,13 @@ def error_curve(content: ReportContent) -> ReportFigure | None:
         if target is None:
             continue
         described = target.target.describe()
+        if target.target.reference is not None:
+            # A fraction of each query's reference: not on the RMSE's axis. Marked where the
+            # group's RMSE curve is when the target is just met (errors all move together).
+            if target.needed is not None and target.achieved > 0:
+                met_at = group.rmse * target.target.value / target.achieved
+                _mark(axes, target.needed, met_at, color, f"{described}: ")
+            continue
         if target.target.kind == "half_width":
             axes.plot(
                 grid,
@@ -152,16 +174,7 @@ def error_curve(content: ReportContent) -> ReportFigure | None:
             target.target.value, color=color, lw=1.2, ls=":", label=f"{group.name}: {described}"
         )
         if target.needed is not None:
-            needed = _amount(target.needed)
-            axes.plot(needed, target.target.value, "o", color=color, mfc="white", ms=7, mew=1.6)
-            axes.annotate(
-                f"{_symbol(target.needed)} ≥ {needed:.4g}",
-                (needed, target.target.value),
-                textcoords="offset points",
-                xytext=(6, 6),
-                fontsize=8,
-                color=color,
-            )
+            _mark(axes, target.needed, target.target.value, color)
     base = _amount(content.budget)
     axes.axvline(base, color="0.35", lw=1, ls="-.")
     axes.annotate(

@@ -90,7 +90,12 @@ def _row(content: ReportContent, group: GroupAccuracy) -> str:
         else:
             cells += [
                 _cell(target.target.describe()),
-                _cell(number_text(target.achieved), "n"),
+                _cell(
+                    target.target.figure_text(target.achieved)
+                    if target.target.reference
+                    else number_text(target.achieved),
+                    "n",
+                ),
                 _cell("yes", "met") if target.met else _cell("no", "unmet"),
                 _cell(least_budget_text(target.needed)),
             ]

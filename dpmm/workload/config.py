@@ -54,14 +54,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from numbers import Real
 from typing import Any, NoReturn
 
 from dpmm.domain import Domain
 from dpmm.errors import ConfigError, describe_value
 from dpmm.linalg import Matrix
-from dpmm.targets import parse_target
+from dpmm.targets import Target, parse_target
 from dpmm.workload import builders
 from dpmm.workload.builders import _is_int, _is_list
 from dpmm.workload.census import census_domain, census_sf1
@@ -94,13 +94,16 @@ class WorkloadGroup:
 
     ``spec`` is the config entry with defaults filled in (``name``, ``weight``)
     and attribute lists in domain order; it is JSON-ready and reads back through
-    :func:`from_config` to the same group.
+    :func:`from_config` to the same group. ``target`` is its accuracy target, parsed (a
+    reference file's values are read by :func:`dpmm.config.load_config`, which knows the
+    config's folder).
     """
 
     name: str
     kind: str
     matrix: Matrix
     spec: dict[str, Any]
+    target: Target | None = field(default=None, compare=False)
 
 
 def _fail(path: str, message: str) -> NoReturn:
@@ -295,7 +298,9 @@ def _census(entry: Mapping, domain: Domain, path: str) -> tuple[Matrix, dict]:
     return census_sf1(), {}
 
 
-def _group(entry: object, index: int, domain: Domain) -> tuple[str | None, str, Matrix, dict]:
+def _group(
+    entry: object, index: int, domain: Domain
+) -> tuple[str | None, str, Matrix, dict, Target | None]:
     path = f"workload[{index}]"
     if not isinstance(entry, Mapping):
         _fail(path, f"must be a mapping with a 'kind' key, got {describe_value(entry)}")
@@ -332,9 +337,11 @@ def _group(entry: object, index: int, domain: Domain) -> tuple[str | None, str, 
         matrix, details = build(entry, domain, path)
     if weight != 1.0:
         matrix = builders.weighted(weight, matrix)
+    target = None
     if "target" in entry:  # checked by the plan, not used to build anything
-        details["target"] = parse_target(entry["target"], f"{path}.target").to_dict()
-    return name, kind, matrix, {"weight": weight, **details}
+        target = parse_target(entry["target"], f"{path}.target")
+        details["target"] = target.to_dict()
+    return name, kind, matrix, {"weight": weight, **details}, target
 
 
 def from_config(section: object, domain: Domain) -> list[WorkloadGroup]:
@@ -366,7 +373,7 @@ def from_config(section: object, domain: Domain) -> list[WorkloadGroup]:
     for index, entry in enumerate(section):
         path = f"workload[{index}]"
         try:
-            name, kind, matrix, details = _group(entry, index, domain)
+            name, kind, matrix, details, target = _group(entry, index, domain)
         except ConfigError:
             raise
         except ValueError as error:  # a builder's check the schema did not anticipate
@@ -381,7 +388,7 @@ def from_config(section: object, domain: Domain) -> list[WorkloadGroup]:
         if matrix.shape[1] != domain.size:
             _fail(path, f"has {matrix.shape[1]} columns but the domain has {domain.size} cells")
         spec = {"name": name, "kind": kind, **details}
-        groups.append(WorkloadGroup(name=name, kind=kind, matrix=matrix, spec=spec))
+        groups.append(WorkloadGroup(name, kind, matrix, spec, target))
     return groups
 
 
