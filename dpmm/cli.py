@@ -92,9 +92,20 @@ def _row(group: GroupReport) -> list[str]:
 
 
 def _privacy(report: PlanReport) -> str:
-    budget = report.privacy.to_dict()
+    # A derived budget is stated whole (private thresholds' shares included), as it is spent.
+    spent = report.budget if report.least and report.budget else report.privacy
+    budget = spent.to_dict()
     noise = report.privacy.noise.capitalize()
-    return f"{KINDS[budget['kind']].description}, {budget_text(budget)} ({noise} noise)"
+    text = f"{KINDS[budget['kind']].description}, {budget_text(budget)} ({noise} noise)"
+    return text + (f", {_derived(report)}" if report.least else "")
+
+
+def _derived(report: PlanReport) -> str:
+    """``the least meeting every target (at most ε = 2)``: where a derived budget came from."""
+    cap = report.least.cap if report.least else None
+    return "the least meeting every target" + (
+        f" (at most {budget_text(cap.to_dict())})" if cap else ""
+    )
 
 
 def _cells(size: int) -> str:
@@ -179,7 +190,8 @@ def _target_lines(report: PlanReport) -> list[str]:
         )
     met = sum(group.met for group in targets.groups)
     binding = f" (binding: {targets.binding_text()})" if targets.binding else ""
-    budget = budget_text(report.privacy.to_dict())
+    budget = budget_text((report.budget or report.privacy).to_dict())
+    spends = [f"the release spends exactly {budget}, {_derived(report)}"] if report.least else []
     return [
         "",
         f"accuracy targets: {met} of {len(targets.groups)} met at {budget}",
@@ -187,6 +199,7 @@ def _target_lines(report: PlanReport) -> list[str]:
         f"every target is met from {least_budget_text(targets.least)}{binding}, with this strategy"
         if targets.least
         else "no budget whose noise the samplers draw meets every target with this strategy",
+        *spends,
     ]
 
 

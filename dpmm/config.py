@@ -7,7 +7,7 @@ query groups to answer and how to pick the strategy (the schema is in
     name: adult-marginals             # letters, digits, '.', '_', '-'
     description: One- and two-way tables of the Adult data.
     domain: {file: adult-domain.json} # or {attributes: [...]} or {age: 85, sex: 2}
-    privacy: {epsilon: 1}             # or {rho: 0.5}
+    privacy: {epsilon: 1}             # or {rho: 0.5}, or {epsilon: least, at_most: 2}
     workload:
       - {name: one-way, kind: marginals, k: 1}
     strategy: {method: auto}          # optional; default auto (time_budget: 600 seconds)
@@ -59,7 +59,8 @@ from dpmm.errors import (
     PrivacyParameterError,
     describe_value,
 )
-from dpmm.privacy import ZCDP, PureDP, privacy_from_config
+from dpmm.privacy import ZCDP, PureDP
+from dpmm.privacy.params import KINDS, LEAST, LeastBudget, release_budget_from_config
 from dpmm.settings import (
     ClusterSettings,
     LedgerSettings,
@@ -119,7 +120,9 @@ class ReleaseConfig:
         name: The release name (letters, digits, ``.``, ``_``, ``-``).
         description: Free text; empty when the file has none.
         domain: The data domain.
-        privacy: The total privacy budget of the release.
+        privacy: The total privacy budget of the release. With ``least`` it is the budget
+            the config is planned at until its plan derives the one it spends (then that
+            one: :meth:`spending`).
         workload: The query groups, in file order.
         strategy_method: The strategy method :func:`dpmm.strategy.optimize` is called with.
         strategy_time_budget: Seconds ``auto``'s searches may take in all (the candidates
@@ -132,6 +135,9 @@ class ReleaseConfig:
         release: Where versions are written and how they are post-processed.
         ledger: The budget ledger and dataset charged.
         cluster: The Dask workers to use.
+        least: The config asks for the least budget meeting its targets, at most a cap
+            (None: it gives its budget).
+        budget_derived: ``privacy`` is the budget derived from the targets.
     """
 
     name: str
@@ -148,6 +154,12 @@ class ReleaseConfig:
     ledger: LedgerSettings | None = None
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
     strategy_time_budget: float = DEFAULT_TIME_BUDGET
+    least: LeastBudget | None = None
+    budget_derived: bool = False
+
+    def spending(self, budget: PureDP | ZCDP) -> ReleaseConfig:
+        """The config at the budget its plan derived from its targets (``least``)."""
+        return dataclasses.replace(self, privacy=budget, budget_derived=True)
 
     @property
     def private_thresholds(self) -> tuple[tuple[int, PrivateTruncation], ...]:
@@ -333,9 +345,9 @@ class _Reader:
         except DomainError as error:
             self.wrap(error, "domain")
 
-    def privacy(self, value: object) -> PureDP | ZCDP:
+    def privacy(self, value: object) -> PureDP | ZCDP | LeastBudget:
         try:
-            return privacy_from_config(value, where="privacy")
+            return release_budget_from_config(value, where="privacy")
         except PrivacyParameterError as error:
             self.wrap(error)
 
@@ -355,6 +367,15 @@ class _Reader:
                 except ConfigError as error:
                     self.wrap(error, f"workload[{index}].target.relative_to")
         return tuple(groups)
+
+    def least(self, least: LeastBudget, workload: tuple[WorkloadGroup, ...]) -> None:
+        """A budget derived from the targets needs a target."""
+        if not any(group.target is not None for group in workload):
+            self.fail(
+                f"privacy.{KINDS[least.kind].parameter}",
+                f"'{LEAST}' is the least budget meeting the workload's accuracy targets, and "
+                "no group has a target; give a group a target or give the budget",
+            )
 
     def thresholds(self, workload: tuple[WorkloadGroup, ...], privacy: PureDP | ZCDP) -> None:
         """Private truncation thresholds spend pure ε, and leave budget for the measurement."""
@@ -469,8 +490,12 @@ def load_config(path: str | Path) -> ReleaseConfig:
     name = reader.name(document["name"])
     description = reader.description(document.get("description"))
     domain = reader.domain(document["domain"])
-    privacy = reader.privacy(document["privacy"])
+    budget = reader.privacy(document["privacy"])
     workload = reader.workload(document["workload"], domain)
+    least = budget if isinstance(budget, LeastBudget) else None
+    if least is not None:
+        reader.least(least, workload)
+    privacy = least.planning if least is not None else budget
     reader.thresholds(workload, privacy)
     strategy_method, time_budget = reader.strategy(document.get("strategy"))
     sections = reader.sections(document, name)
@@ -486,5 +511,6 @@ def load_config(path: str | Path) -> ReleaseConfig:
         raw=copy.deepcopy(document),
         path=path,
         sha256=hashlib.sha256(data).hexdigest(),
+        least=least,
         **sections,
     )

@@ -45,7 +45,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dpmm import __version__
@@ -57,24 +57,25 @@ from dpmm.errors import ConfigError, TooLargeError, UnsupportedQueryError
 from dpmm.linalg import Identity, Matrix
 from dpmm.linalg.serialize import matrix_digest
 from dpmm.measure.exact import MeasurementError
-from dpmm.measure.mechanism import NoiseModel, planned_noise_variance
+from dpmm.measure.mechanism import planned_noise_variance
 from dpmm.measure.quantize import QuantizedStrategy
 from dpmm.mixed_units import mixing_note
+from dpmm.pipeline.budget_stage import derive_budget, noise_variance, target_report
 from dpmm.pipeline.preflight import Footprint, preflight
-from dpmm.pipeline.reconstruct_stage import GroupAnswers, solver
+from dpmm.pipeline.reconstruct_stage import solver
 from dpmm.pipeline.strategy_stage import (
     ChosenStrategy,
     save_decision,
     select_for_config,
 )
 from dpmm.privacy import ZCDP, PureDP
+from dpmm.privacy.params import LeastBudget
 from dpmm.release.catalog import shorten
 from dpmm.release.manifest import EXPECTED_ERROR_BASIS
 from dpmm.strategy import Candidate
 from dpmm.strategy.selection import Progress
-from dpmm.targets import Budget, TargetReport, budget_noise, check_targets
+from dpmm.targets import Budget, TargetReport
 from dpmm.workload import WorkloadGroup, stack
-from dpmm.workload.labels import query_parts
 from dpmm.workload.prefix_sum import SUM_KINDS
 
 __all__ = ["GroupReport", "PlanReport", "plan"]
@@ -187,6 +188,9 @@ class PlanReport:
     counting: str = ""
     reconstruction: str = ""
     targets: TargetReport | None = None
+    #: The config asked for the least budget meeting its targets (at most its cap): then
+    #: ``budget`` is that one, derived by this plan and spent by the release.
+    least: LeastBudget | None = None
     #: The config's whole budget (``privacy`` is the measurement's share of it, the same
     #: unless private thresholds take theirs).
     budget: PureDP | ZCDP | None = None
@@ -240,6 +244,9 @@ class PlanReport:
             "groups": [group.to_dict() for group in self.groups],
             "candidates": [candidate.to_dict() for candidate in self.candidates],
             "targets": self.targets.to_dict() if self.targets else None,
+            "budget": self.budget.to_dict() if self.budget else None,
+            "budget_derived_from_targets": self.least is not None,
+            "budget_at_most": self.least.cap.to_dict() if self.least and self.least.cap else None,
             "target_weights": self.decision.weights if self.decision else None,
         }
 
@@ -304,39 +311,6 @@ def _whole_bound(
     return total, f"SVD bound of the total: the sum of the groups' bounds ({why})"
 
 
-def _noise_variance(config: ReleaseConfig, chosen: ChosenStrategy) -> Callable[[Budget], float]:
-    """The exact variance of one noise draw of the chosen strategy at a whole budget (with
-    private thresholds, the measurement keeps its share of it)."""
-    noise = NoiseModel.of(chosen.quantized)
-    return budget_noise(noise.variance, config.privacy, config.measurement_privacy)
-
-
-def _targets(
-    config: ReleaseConfig,
-    chosen: ChosenStrategy,
-    answers: Sequence[GroupAnswers],
-    variance: Callable[[Budget], float],
-) -> TargetReport | None:
-    """The groups' accuracy targets at the config's budget and the least budget meeting
-    them (for the whole budget: with private thresholds, their shares come first), each
-    group's binding query named by its label (public: made from the config alone)."""
-    wanted = [
-        (group.name, group.target, a.standard_errors)
-        for group, a in zip(config.workload, answers, strict=True)
-        if group.target is not None
-    ]
-    if not wanted:
-        return None
-    groups = {group.name: group for group in config.workload}
-
-    def label(name: str, index: int) -> str:
-        (found,) = query_parts(groups[name], config.domain).between(index, index + 1).labels()
-        return found
-
-    constant = NoiseModel.of(chosen.quantized).gaussian_constant
-    return check_targets(wanted, config.privacy, variance, gaussian_constant=constant, label=label)
-
-
 def _binning_note(group: WorkloadGroup) -> str:
     """What a sum group's bucket valuation may cost each answer, besides its noise."""
     spec = group.spec
@@ -389,9 +363,17 @@ def _plan(config: ReleaseConfig, progress: Progress | None) -> PlanReport:
         config.strategy_method,
     )
     chosen, selection = select_for_config(config, progress=progress)
+    derived = None
+    if config.least is not None:  # the least budget meeting the targets, spent by the release
+        budget, derived = derive_budget(config, chosen)
+        chosen = replace(chosen, budget=budget)
+        config = config.spending(budget)
+        privacy = config.measurement_privacy
     checked = preflight(config, chosen)
-    variance = _noise_variance(config, chosen)
-    targets = _targets(config, chosen, checked.reconstruction.groups, variance)
+    variance = noise_variance(config, chosen)
+    targets = target_report(config, chosen, checked.reconstruction.groups, variance)
+    if derived is not None and targets is not None:  # the least and what binds, as derived
+        targets = replace(targets, least=derived.least, binding=derived.binding)
     # Each group's expected error as the release computes it.
     errors = [group.squared_error_sum() for group in checked.reconstruction.groups]
     A = chosen.quantized.matrix  # what the release measures and reconstructs with
@@ -463,6 +445,7 @@ def _plan(config: ReleaseConfig, progress: Progress | None) -> PlanReport:
         counting=checked.counting,
         reconstruction=solver(config, checked.counting),
         targets=targets,
+        least=config.least,
         budget=config.privacy,
         noise_variance=variance,
     )

@@ -92,7 +92,7 @@ def test_json_is_one_object_with_the_required_keys(tmp_path: Path, capsys) -> No
 
 
 #: Examples whose plan takes more than a few seconds (many candidates on large factors).
-SLOW_PLANS = {"ranges-1d.yaml", "census-sf1.yaml"}
+SLOW_PLANS = {"ranges-1d.yaml", "census-sf1.yaml", "adult-targets.yaml"}
 
 
 @pytest.mark.parametrize(

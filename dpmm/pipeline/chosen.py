@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dpmm.measure.quantize import QuantizedStrategy
+from dpmm.privacy.params import ZCDP, PureDP
 
 __all__ = ["ChosenStrategy"]
 
@@ -38,3 +39,6 @@ class ChosenStrategy:
     description: str
     #: With accuracy targets: the weight of each targeted group's queries in the selection.
     weights: dict[str, float] | None = None
+    #: With ``privacy: {epsilon: least}``: the budget the plan derived from the targets for
+    #: this strategy, which the release spends (:mod:`.budget_stage`).
+    budget: PureDP | ZCDP | None = None

@@ -39,6 +39,7 @@ from dpmm.measure import measure
 from dpmm.measure.exact import analyze_strategy
 from dpmm.measure.quantize import QuantizedStrategy
 from dpmm.measure.record import MeasurementRecord, load_measurement, record_path
+from dpmm.pipeline.budget_stage import at_planned_budget
 from dpmm.pipeline.ingest_stage import Counts, check_countable, count_input, counting_plan
 from dpmm.pipeline.preflight import preflight
 from dpmm.pipeline.reconstruct_stage import Reconstruction, check_reconstructable, reconstruct
@@ -55,6 +56,7 @@ from dpmm.pipeline.threshold_stage import (
 )
 from dpmm.pipeline.write_stage import ReleaseInput, build_manifest, write_release
 from dpmm.privacy.ledger import Ledger
+from dpmm.privacy.params import ZCDP, PureDP, privacy_from_config
 from dpmm.release import ReleaseError, load_manifest, read_measurements
 from dpmm.strategy.selection import Progress
 
@@ -178,11 +180,15 @@ def _measurement(
     return measured(config, strategy, counts, run, ledger, rng, client=client)
 
 
-def _checked_plan(config: ReleaseConfig, progress: Progress | None = None) -> None:
+def _checked_plan(config: ReleaseConfig, progress: Progress | None = None) -> ReleaseConfig:
     """The plan's decision (made now, candidate by candidate, if the config was never
     planned), checked end to end without data before anything is reserved (for a config
-    with private thresholds: at the bound its plan assumes)."""
-    preflight(config, choose_strategy(config, progress=progress))
+    with private thresholds: at the bound its plan assumes); returns the config at the
+    budget it spends (a ``least`` config's: the one its plan derived)."""
+    chosen = choose_strategy(config, progress=progress)
+    config = at_planned_budget(config, chosen)
+    preflight(config, chosen)
+    return config
 
 
 def _record_ingest(run: ReleaseRun, counts: Counts, ledger: Ledger) -> None:
@@ -230,12 +236,13 @@ def run_release(
     check_countable(config)
     ledger = open_ledger(config)
     try:
-        stage("plan-strategy", _checked_plan)(config)
+        config = stage("plan-strategy", _checked_plan)(config)
         run = stage("reserve-budget", open_run)(config, ledger)
         try:
             if config.private_thresholds:
                 config = _thresholds(config, run, ledger, stage, client, rng)
             strategy = stage("select-strategy", choose_strategy)(config, run_folder=run.folder)
+            config = at_planned_budget(config, strategy)  # a resumed run's: the one it kept
             plan = counting_plan(config, strategy)
             check_reconstructable(config, strategy, plan)
             record = _measurement(config, strategy, run, ledger, stage, client, progress, rng)
@@ -311,6 +318,8 @@ def _measured(
     if config.private_thresholds:
         config = _earlier_thresholds(config, manifest.get("thresholds"), folder)
     record = read_measurements(folder / manifest["measurement"]["file"])
+    if config.least is not None:  # the budget the version's plan derived, spent there
+        config = config.spending(_whole_budget(manifest, record))
     integer = load_matrix(folder / manifest["strategy"]["file"])
     quantized = QuantizedStrategy(integer, int(manifest["strategy"]["quantization_scale"]))
     strategy = ChosenStrategy(
@@ -322,6 +331,14 @@ def _measured(
         str(manifest["strategy"].get("description", "")),
     )
     return config, strategy, record, counting_plan(config, strategy)
+
+
+def _whole_budget(manifest: dict[str, Any], record: MeasurementRecord) -> PureDP | ZCDP:
+    """The whole budget a version spent: as its manifest records it, else (versions written
+    before it did) its thresholds' total or its measurement's."""
+    recorded = manifest["config"].get("budget") or {}
+    whole = recorded.get("total") or (manifest.get("thresholds") or {}).get("total_budget")
+    return privacy_from_config(whole, "budget") if whole else record.privacy
 
 
 def _check_measured_strategy(

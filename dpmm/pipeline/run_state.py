@@ -167,6 +167,11 @@ def _reserve(
     """The measurement's reservation and one per private threshold, or none of them, for
     the run in ``folder`` (named by its release id)."""
     dataset, release_id, held_by = config.ledger.dataset, folder.name, str(folder.resolve())
+    if config.least is not None and not config.budget_derived:
+        raise ConfigError(
+            f"{config.path}: privacy: the budget to reserve is derived from the targets by "
+            "the plan, and this config was not planned"
+        )
     thresholds: dict[str, Reservation] = {}
     try:
         for index, choice in config.private_thresholds:

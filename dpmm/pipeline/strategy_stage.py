@@ -28,18 +28,19 @@ from dpmm.blas_threads import blas_limit
 from dpmm.config import ReleaseConfig
 from dpmm.durable import atomic_write
 from dpmm.error import expected_error
-from dpmm.errors import ConfigError, DpmmError
+from dpmm.errors import ConfigError, DpmmError, PrivacyParameterError
 from dpmm.linalg import Marginals, Matrix
 from dpmm.linalg.residual_general import ResidualBlockStrategy
 from dpmm.linalg.serialize import SerializationError, load_matrix, matrix_digest, save_matrix
 from dpmm.measure.exact import MeasurementError
 from dpmm.measure.mechanism import planned_noise_variance
 from dpmm.measure.quantize import QuantizedStrategy, measurable
+from dpmm.pipeline.budget_stage import with_budget
 from dpmm.pipeline.chosen import ChosenStrategy
 from dpmm.pipeline.ingest_stage import VECTOR_LIMIT
 from dpmm.pipeline.preflight import preflight
 from dpmm.pipeline.target_weights import select_for_targets
-from dpmm.privacy.params import PrivacyParameter
+from dpmm.privacy.params import PrivacyParameter, privacy_from_config
 from dpmm.strategy import AUTO_CANDIDATES, METHODS, select_strategy
 from dpmm.strategy.selection import Candidate, Progress, Selection, select
 from dpmm.workload import stack
@@ -83,8 +84,17 @@ def _load(
             source,
             description,
             facts.get("weights"),
+            privacy_from_config(facts["budget"], "budget") if facts.get("budget") else None,
         )
-    except (SerializationError, MeasurementError, ValueError, KeyError, TypeError, OSError):
+    except (
+        SerializationError,
+        MeasurementError,
+        PrivacyParameterError,
+        ValueError,
+        KeyError,
+        TypeError,
+        OSError,
+    ):
         return None  # a damaged (or older) entry is selected again, never trusted
     return chosen, facts
 
@@ -98,6 +108,7 @@ def _store(folder: Path, stem: str, chosen: ChosenStrategy, **facts: Any) -> Non
         "quantization_scale": chosen.quantized.scale,
         "description": chosen.description,
         "weights": chosen.weights,
+        "budget": chosen.budget.to_dict() if chosen.budget else None,
     }
     atomic_write(folder / f"{stem}.json", [json.dumps(facts, sort_keys=True).encode()])
 
@@ -368,6 +379,7 @@ def choose_strategy(
     (which becomes the plan's decision when made before a run, as ``dpmm release`` does
     before it reserves anything).
 
+    A ``least`` config's decision holds its budget (:mod:`.budget_stage`).
     A config with private truncation thresholds decides after its thresholds are drawn:
     the plan's decision when the workload at those thresholds is the one planned (no θ
     was found below the bound), else a selection for that workload.
@@ -382,6 +394,7 @@ def choose_strategy(
         if kept is not None and kept[0].quantized.integer.shape[1] == config.domain.size:
             return kept[0]
     chosen = planned_strategy(config) or select_for_config(config, progress=progress)[0]
+    chosen = with_budget(config, chosen)  # least: the plan's budget, or derived now
     if chosen.source == "selected" and run_folder is None:
         save_decision(config, chosen)  # before a run: the plan of a config never planned
     if run_folder is not None:

@@ -92,6 +92,7 @@ def build_manifest(
             "file": config.path.name,
             "sha256": config.sha256,
             "document": json.loads(json.dumps(config.raw, default=str)),
+            "budget": _budget(config),
         },
         "domain": {"attributes": config.domain.to_dict(), "cells": int(config.domain.size)},
         "workload": _workload(config),
@@ -145,6 +146,17 @@ def build_manifest(
     if thresholds is not None:
         manifest["thresholds"] = thresholds
     return manifest
+
+
+def _budget(config: ReleaseConfig) -> dict[str, Any]:
+    """The whole budget the release spent, and whether its plan derived it from the targets
+    (``privacy: {epsilon: least}``) under a cap."""
+    cap = config.least.cap if config.least else None
+    return {
+        "total": config.privacy.to_dict(),
+        "derived_from_targets": config.least is not None,
+        "at_most": cap.to_dict() if cap else None,
+    }
 
 
 def _target_entry(answers: GroupAnswers) -> dict[str, Any]:

@@ -19,14 +19,17 @@ from dpmm.errors import PrivacyParameterError
 
 __all__ = [
     "KINDS",
+    "LEAST",
     "ZCDP",
     "BudgetKind",
+    "LeastBudget",
     "PrivacyParameter",
     "PureDP",
     "amount_text",
     "budget_text",
     "exact_fraction",
     "privacy_from_config",
+    "release_budget_from_config",
 ]
 
 #: The range of a privacy parameter. Beyond it no budget means anything, and the noise
@@ -220,3 +223,74 @@ def privacy_from_config(section: object, where: str = "privacy") -> PureDP | ZCD
         return make(value)
     except PrivacyParameterError as error:
         raise PrivacyParameterError(f"{where}.{error}") from None
+
+
+#: The value of ``epsilon`` or ``rho`` asking for the least budget meeting the targets.
+LEAST = "least"
+
+
+@dataclass(frozen=True)
+class LeastBudget:
+    """A release budget derived from its accuracy targets: ``{epsilon: least, at_most: 2}``.
+
+    The plan derives it (the least budget meeting every target with the strategy it chose,
+    :mod:`dpmm.targets`) and the release spends exactly that. Until then the config is
+    planned at :attr:`planning`: the cap, or 1.
+
+    Attributes:
+        kind: ``pure`` or ``zcdp``.
+        cap: The most the release may spend (None: no cap).
+    """
+
+    kind: str
+    cap: PureDP | ZCDP | None = None
+
+    @property
+    def planning(self) -> PureDP | ZCDP:
+        """The budget the strategy is selected and the targets first checked at."""
+        return self.cap if self.cap is not None else KINDS[self.kind].budget_type(1)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"kind": "pure", "epsilon": "least", "at_most": "2"}`` (``at_most`` null
+        without a cap)."""
+        parameter = KINDS[self.kind].parameter
+        cap = None if self.cap is None else str(getattr(self.cap, parameter))
+        return {"kind": self.kind, parameter: LEAST, "at_most": cap}
+
+
+def release_budget_from_config(
+    section: object, where: str = "privacy"
+) -> PureDP | ZCDP | LeastBudget:
+    """A release config's ``privacy`` section: a budget (:func:`privacy_from_config`), or
+    ``{epsilon: least}`` / ``{rho: least}`` with an optional ``at_most`` cap.
+
+    Example:
+        >>> release_budget_from_config({"epsilon": "least", "at_most": 2})
+        LeastBudget(kind='pure', cap=PureDP(epsilon=Fraction(2, 1)))
+    """
+    if not isinstance(section, Mapping):
+        return privacy_from_config(section, where)
+    least = [kind for kind, known in KINDS.items() if section.get(known.parameter) == LEAST]
+    if not least:
+        if "at_most" in section:
+            raise PrivacyParameterError(
+                f"{where}.at_most: caps a budget derived from the targets; give "
+                f"{{epsilon: {LEAST}, at_most: ...}} or drop it"
+            )
+        return privacy_from_config(section, where)
+    kind = least[0]
+    parameter = KINDS[kind].parameter
+    rest = {key: value for key, value in section.items() if key not in (parameter, "at_most")}
+    if rest.get("kind", kind) != kind:
+        raise PrivacyParameterError(f"{where}.kind: '{rest['kind']}' does not take {parameter}")
+    rest.pop("kind", None)
+    if rest:
+        raise PrivacyParameterError(f"{where}.{sorted(rest)[0]}: unknown key")
+    if "at_most" not in section:
+        return LeastBudget(kind)
+    try:
+        cap = KINDS[kind].budget_type(section["at_most"])
+    except PrivacyParameterError as error:
+        problem = str(error).removeprefix(f"{parameter} ")
+        raise PrivacyParameterError(f"{where}.at_most {problem}") from None
+    return LeastBudget(kind, cap)

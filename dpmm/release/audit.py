@@ -533,7 +533,11 @@ def _check_threshold_ledger(
     """Each private threshold's reservation is spent, and the split adds up to the budget."""
     if "thresholds" not in manifest:
         return ""
-    total = privacy_from_config(_field(manifest, "config.document.privacy"))
+    # The whole budget spent: as recorded (a derived one's config says `least`), or the
+    # config's own in versions written before it was recorded.
+    recorded = _field(manifest, "config").get("budget")
+    whole = recorded["total"] if recorded else _field(manifest, "config.document.privacy")
+    total = privacy_from_config(whole)
     where = "thresholds.total_budget"
     if privacy_from_config(_field(manifest, where), where) != total:
         raise _FailedCheckError("the manifest's thresholds.total_budget is not the config's")
