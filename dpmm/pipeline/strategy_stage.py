@@ -16,6 +16,7 @@ instead of deriving a grid again.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import time
@@ -262,19 +263,31 @@ def select_for_config(
     budget = config.strategy_time_budget
     deadline = time.monotonic() + budget  # for every round of a selection for targets
 
+    winner = method
+
     def select_on(workload: Matrix, *, first: bool = False) -> tuple[ChosenStrategy, Selection]:
+        # A weighted round selects only with the method that won the plain one (for
+        # `auto`: its winning candidate): the weights move the optimum within a family,
+        # and the other candidates were judged on the plain round.
+        nonlocal winner
         left = budget if first else max(0.0, deadline - time.monotonic())
-        return select_releasable(
-            workload, method, privacy, config.domain.size, progress=progress, budget=left
+        chosen, selection = select_releasable(
+            workload, winner, privacy, config.domain.size, progress=progress, budget=left
         )
+        if first and chosen.selected in METHODS:
+            winner = chosen.selected
+        return chosen, selection
 
     try:
         targeted = any("target" in group.spec for group in config.workload)
         if not targeted or len(config.workload) == 1:  # one group: weights change nothing
             return select_on(stack(config.workload), first=True)
         started = time.perf_counter()
+        rounds = itertools.count()
         chosen, selection, kept = select_for_targets(
-            config.workload, select_on, lambda chosen: _target_ratios(config, chosen)
+            config.workload,
+            lambda workload: select_on(workload, first=next(rounds) == 0),
+            lambda chosen: _target_ratios(config, chosen),
         )
         seconds = time.perf_counter() - started  # every round's
         return replace(chosen, seconds=seconds, weights=kept.weights), selection

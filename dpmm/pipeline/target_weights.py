@@ -6,8 +6,10 @@ target: ``max_g rmse_g / target_g`` (every error scales with the noise, so the l
 proportional to it, the least ρ to its square). The plain selection minimizes the total
 error, which can over-serve one group while another binds. Here the selection runs on the
 workload with each targeted group's queries weighted (HDMM's weighted workloads):
-multiplicative updates raise the weight of the groups furthest from their targets, for
-:data:`ROUNDS` selections in all, the plain one first; the strategy with the least
+multiplicative updates raise the weight of the groups furthest from their targets (a single
+targeted group's doubles each round, against the groups without a target), for at most
+:data:`ROUNDS` selections, the plain one first (the later ones with the plain one's winning
+method only: :func:`~dpmm.pipeline.strategy_stage.select_for_config`); the strategy with the least
 ``max_g rmse_g / target_g`` is kept, so targets never make a plan worse than the plain
 one by this measure. Groups without a target keep weight 1.
 
@@ -94,5 +96,11 @@ def select_for_targets(
             kept = (chosen, selection, found)
         # The furthest from its target weighs more: its error falls about as 1/weight.
         mean = float(np.exp(np.mean(np.log(list(ratios.values())))))
-        weights = {name: found.weights[name] * ratios[name] / mean for name in ratios}
+        following = {name: found.weights[name] * ratios[name] / mean for name in ratios}
+        if len(ratios) == 1 and len(workload) > 1:
+            # One target: nothing to balance it against but the groups without one.
+            following = {name: 2.0 * weight for name, weight in found.weights.items()}
+        if following == found.weights:
+            break  # the same weights again: the same selection
+        weights = following
     return kept  # type: ignore[return-value]  # the first round always sets it
