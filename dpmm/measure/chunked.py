@@ -52,8 +52,10 @@ from dpmm.privacy.ledger import Ledger, Reservation
 
 __all__ = ["CHUNK_ANSWERS", "answer_chunks", "draw_chunked", "is_chunked", "not_reserved"]
 
-#: Answers per chunk (2²⁴ int64: 128 MiB), rounded to whole rows of the first axis.
-CHUNK_ANSWERS = 2**24
+#: Answers per chunk (2²² int64: 32 MiB), rounded to whole rows of the first axis. Drawing
+#: a chunk holds a few copies of it (floats, integers, noise), so a worker of 1 GiB draws
+#: one with room to spare.
+CHUNK_ANSWERS = 2**22
 PLAN_FORMAT = "dpmm-measurement-plan/1"
 _PLAN_NAME = "plan.json"
 

@@ -168,3 +168,25 @@ def test_block_loop_with_a_total_persists_once_per_batch(monkeypatch) -> None:
     x = chunked.x.compute().reshape(-1)
     np.testing.assert_allclose(x, memory.x, atol=1e-9)
     assert x.min() >= 0 and x.sum() == pytest.approx(memory.x.sum(), rel=1e-12)
+
+
+def test_chunked_kron_cuts_growing_steps_into_small_blocks(monkeypatch) -> None:
+    """A hierarchy doubles the tensor at every axis; each step's blocks stay within
+    BLOCK_ELEMENTS where the other axes can be split, and the product is unchanged."""
+    from dpmm.linalg import chunked_kron
+
+    monkeypatch.setattr(chunked_kron, "BLOCK_ELEMENTS", 64)
+    rng = np.random.default_rng(57)
+    A = Kron([Hierarchical(8, 2), Hierarchical(8, 2), Hierarchical(4, 2)])
+    x = rng.normal(size=A.shape[1])
+    result = ChunkedKron(A).apply(da.from_array(x.reshape(8, 8, 4), chunks=(8, 8, 4)))
+    steps = [
+        layer.collection_annotations["chunks"]
+        for name, layer in result.dask.layers.items()
+        if name.startswith("transform")  # a factor's product (rechunks stay Dask's own)
+    ]
+    assert len(steps) == 3
+    for chunks in steps:
+        assert np.prod([max(c) for c in chunks]) <= 64, chunks
+    assert np.prod(result.numblocks) >= A.shape[0] // 64
+    np.testing.assert_allclose(result.compute().reshape(-1), A @ x)
