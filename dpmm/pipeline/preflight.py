@@ -47,9 +47,9 @@ MEASUREMENT_BYTES = 32
 #: Bytes per counted cell of the vector: int64 counts and the solver's float vectors.
 VECTOR_BYTES = 64
 #: Bytes per cell the workers of a ``chunked`` release hold together at their peak: the
-#: counts, the estimate and the blocks in flight (benchmarks/scale.py: 76-81 bytes per
-#: cell at 10⁷ and 10⁸ cells on 2 workers).
-CLUSTER_CELL_BYTES = 80
+#: counts, the estimate and the blocks in flight (benchmarks/scale.py: 35 bytes per cell
+#: at 10⁸ cells on 2 workers, their peaks summed; blocks of 2²² elements).
+CLUSTER_CELL_BYTES = 40
 #: Bytes per cell of a counted marginal table (int64, and a float copy).
 TABLE_BYTES = 16
 #: Bytes written per measured row (the run's record and the release's copy), per answer
