@@ -1,0 +1,494 @@
+"""Confidence intervals exact for the discrete noise a release draws.
+
+A linear (least-squares) answer's error is ``e = Σ_j c_j z_j``: ``z_j`` the independent
+integer noise on measured row j (discrete Laplace of scale t, or discrete Gaussian of
+parameter σ², in the measurement's integer units) and ``c`` the query's row of
+``W (BᵀB)⁺ Bᵀ``. The half-width ``h`` published with an answer is the least one with
+``P(|e| ≤ h) ≥ level`` that this module can certify, computed from the distribution of
+``e`` itself, not a normal approximation:
+
+* **convolution** (:func:`exact_half_width`): the coefficients are grouped by magnitude:
+  a group of r equal ``|c|`` contributes ``|c| S_r`` (the noise is symmetric), ``S_r`` the
+  sum of r draws, whose distribution on the integers is the r-fold convolution of the
+  noise's exact PMF (repeated squaring). ``e`` is dominated by ``U = Σ_groups δ⌈|c| S_r/δ⌉``,
+  which lives on the grid δ, so its distribution is the convolution of the groups';
+  ``P(|e| > h) ≤ 2 P(U > h)`` by symmetry. When the ``|c|`` are integer multiples of δ
+  (identity-like strategies, a single measurement, rational trees) ``U = e`` and ``h`` is
+  the exact least half-width; otherwise δ is ``RESOLUTION · s / g`` for g groups and
+  standard error s, and ``h`` exceeds the exact one by less than ``RESOLUTION`` standard
+  errors. Mass trimmed from the tails (:data:`TRIM` per convolution) only lowers the
+  certified coverage; :data:`NUMERICAL_SLACK` is charged for floating point.
+* **wide discrete Laplace** (t > 2¹²): a draw is ``⌊E₁⌋ − ⌊E₂⌋`` for exponentials of mean
+  t, within 1 of the continuous Laplace ``E₁ − E₂``; a group of r equal ``|c|`` is then
+  ``|c| t (G₁ − G₂)`` (G ~ Gamma(r, 1), binned exactly on the grid from the incomplete gamma
+  function) plus at most ``r|c|``, so ``h`` is the convolved groups' plus ``‖c‖₁``.
+* **wide discrete Gaussian** (σ² > 2²⁴): ``z`` is within Kolmogorov distance ``0.1/σ²`` of
+  ``round(Y)``, Y ~ N(0, σ²) (Euler–Maclaurin with its remainder: ``0.041/σ² + 0.063/σ³``),
+  distances add over independent terms, and ``Σ c_j round(Y_j) ≤ Σ c_j Y_j + ½‖c‖₁``; so
+  ``h = σ‖c‖₂ z' + ½‖c‖₁`` with ``z'`` the normal quantile at the level less
+  ``2k · 0.1/σ²``. It needs only ``‖c‖₂`` (the standard error) and ``‖c‖₁ ≤ √k ‖c‖₂``, so
+  releases that never form the rows (the cluster's, marginal tables) get it too.
+* **Chernoff bound** (discrete Laplace without rows, and multisets too costly to
+  convolve): ``P(e > h) ≤ min_u e^{−uh} Π_j M(c_j u)``. The discrete Gaussian is
+  σ²-subgaussian (Canonne, Kamath and Steinke 2020), so this is
+  ``exp(−h² / 2σ²‖c‖²)``. The discrete Laplace's log-MGF
+  ``−log(1 − 4q sinh²(u/2) / (1−q)²)`` (``q = e^{−1/t}``) is convex in ``u²`` and zero at 0,
+  hence superadditive in ``u²``: ``Σ_j log M(c_j u) ≤ log M(‖c‖₂ u)``, so from the standard
+  error alone one draw scaled by ``‖c‖₂`` bounds the sum. Rigorous, and wider than exact.
+
+Queries whose coefficient multisets agree (marginal cells, symmetric strategies) share one
+distribution: it is computed once per distinct multiset.
+
+Example:
+    >>> from fractions import Fraction
+    >>> intervals = Intervals(NoiseLaw("discrete_laplace", Fraction(1)), 0.95)
+    >>> h, exact = intervals.from_rows(np.array([[1.0, 0.0], [0.0, -1.0]]))
+    >>> h.tolist(), exact.tolist()  # one draw of scale 1: P(|z| ≤ 3) = 0.973, P(|z| ≤ 2) = 0.927
+    ([3.0, 3.0], [True, True])
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+from scipy import optimize, signal, special
+
+from dpmm.linalg import Matrix
+from dpmm.measure.record import MeasurementRecord, discrete_noise_variance
+from dpmm.reconstruct.answers import covariance_factor
+
+__all__ = [
+    "RESOLUTION",
+    "Intervals",
+    "NoiseLaw",
+    "coefficient_rows",
+    "exact_half_width",
+]
+
+#: Off the coefficients' lattice, published half-widths exceed the exact ones by less than
+#: this many standard errors (the grid's rounding).
+RESOLUTION = 0.05
+#: Longest grid (distribution support, in cells) an exact computation may use, and the most
+#: cells it may convolve for one multiset: beyond either the bound is published.
+GRID_LIMIT = 1 << 21
+WORK_LIMIT = 1 << 26
+#: Longest lattice grid used for an exact half-width: a finer lattice (large multiples of
+#: its step) is rounded like other coefficients, for speed.
+LATTICE_LIMIT = 1 << 16
+#: Work (queries × (cells + measured rows)) up to which the answers' coefficient rows are
+#: formed for exact intervals, and the entries formed at once.
+ROW_LIMIT = 1 << 27
+BLOCK_ENTRIES = 1 << 22
+#: Mass dropped from each tail after a convolution (counted as outside the interval).
+TRIM = 1e-17
+#: Probability charged for floating point in the convolutions.
+NUMERICAL_SLACK = 1e-9
+#: Coefficients below this share of the row's largest are the rounding residue of exact
+#: zeros of ``W (BᵀB)⁺ Bᵀ`` and are dropped.
+ZERO = 1e-12
+#: Up to this σ² the discrete Gaussian's CDF is summed term by term; beyond, the normal
+#: quantile is used.
+_SUMMED_SIGMA2 = 1 << 24
+#: Beyond this scale a discrete Laplace sum is handled through the continuous Laplace.
+_WIDE_LAPLACE = 1 << 12
+#: The largest lattice refinement tried: coefficients ``n_j · |c|_min / d`` for d ≤ this.
+_LATTICE_DIVISORS = 64
+
+
+@dataclass(frozen=True)
+class NoiseLaw:
+    """The law of one noise draw, in the measurement's integer units.
+
+    Attributes:
+        noise: ``discrete_laplace`` (parameter: its scale t) or ``discrete_gaussian``
+            (parameter: σ² of ``P(k) ∝ exp(−k²/2σ²)``).
+        parameter: The exact parameter.
+    """
+
+    noise: str
+    parameter: Fraction
+
+    def __post_init__(self) -> None:
+        if self.noise not in ("discrete_laplace", "discrete_gaussian"):
+            raise ValueError(f"unknown noise {self.noise!r}")
+        if not self.parameter > 0:
+            raise ValueError(f"a noise parameter must be positive, got {self.parameter}")
+
+    @classmethod
+    def of(cls, record: MeasurementRecord) -> NoiseLaw:
+        """The noise of a measurement record."""
+        parameter = record.scale if record.noise == "discrete_laplace" else record.sigma2
+        assert parameter is not None  # a record has the parameter of its noise
+        return cls(record.noise, Fraction(parameter))
+
+    @property
+    def laplace(self) -> bool:
+        return self.noise == "discrete_laplace"
+
+    def variance(self) -> float:
+        """The exact variance of one draw."""
+        if self.laplace:
+            return discrete_noise_variance(self.noise, self.parameter, None)
+        return discrete_noise_variance(self.noise, None, self.parameter)
+
+    def reach(self, tail: float) -> int:
+        """An integer K with ``P(|z| > K) < tail``."""
+        if self.laplace:  # P(|z| > K) = 2q^{K+1}/(1+q) ≤ 2e^{−(K+1)/t}
+            return math.ceil(float(self.parameter) * math.log(2 / tail))
+        # P(|z| > K) ≤ 2 exp(−K²/2σ²) (subgaussian, the reference in the module docstring)
+        return math.ceil(math.sqrt(2 * float(self.parameter) * math.log(2 / tail)))
+
+    def cdf(self, k: np.ndarray) -> tuple[np.ndarray, float]:
+        """``P(z ≤ k)`` at integers ``k`` and a bound on its error (Kolmogorov distance)."""
+        k = np.asarray(k, dtype=np.float64)
+        if self.laplace:
+            t = float(self.parameter)
+            # k ≥ 0: 1 − q^{k+1}/(1+q); k < 0: q^{−k}/(1+q), with q = e^{−1/t}.
+            tail = np.exp(-(np.abs(k) + (k >= 0)) / t) / (1 + math.exp(-1 / t))
+            return np.where(k >= 0, 1 - tail, tail), 0.0
+        sigma2 = float(self.parameter)
+        if sigma2 <= _SUMMED_SIGMA2:
+            reach = self.reach(1e-30)
+            support = np.arange(-reach, reach + 1, dtype=np.float64)
+            cumulative = np.cumsum(np.exp(-(support**2) / (2 * sigma2)))
+            cumulative /= cumulative[-1]
+            index = np.clip(k + reach, -1, 2 * reach).astype(np.int64)
+            return np.where(index < 0, 0.0, cumulative[np.maximum(index, 0)]), 0.0
+        sigma = math.sqrt(sigma2)
+        return special.ndtr((k + 0.5) / sigma), 0.1 / sigma2
+
+
+def _integer_sum(law: NoiseLaw, count: int, tail: float) -> tuple[np.ndarray, int] | None:
+    """The distribution of the sum of ``count`` draws, on the integers from the returned
+    offset (tails trimmed); None when its support would exceed :data:`GRID_LIMIT`."""
+    reach = law.reach(tail)
+    spread = math.sqrt(law.variance() * count)
+    if 2 * reach + 1 > GRID_LIMIT or 60 * spread > GRID_LIMIT:
+        return None
+    k = np.arange(-reach, reach + 1)
+    upper, _ = law.cdf(k)
+    lower, _ = law.cdf(k - 1)
+    return _power(_trimmed(upper - lower, -reach), count)
+
+
+def _on_grid(
+    masses: np.ndarray, offset: int, value: float, grid: float, multiple: int | None
+) -> tuple[np.ndarray, int]:
+    """The distribution of ``⌈value · s / grid⌉`` (``multiple · s`` on a lattice) for s
+    distributed as ``masses`` from ``offset``."""
+    s = np.arange(offset, offset + masses.size, dtype=np.float64)
+    cells = multiple * s if multiple is not None else np.ceil(value * s / grid)
+    first = int(cells[0])
+    return np.bincount((cells - first).astype(np.int64), weights=masses), first
+
+
+def _normal_half_width(
+    norm2: float, norm1: float, terms: int, law: NoiseLaw, level: float
+) -> tuple[float, float]:
+    """A discrete Gaussian of large σ² is within Kolmogorov distance ``0.1/σ²`` of a rounded
+    normal ``round(Y)`` (the module docstring), and ``Σ c_j round(Y_j) ≤ Σ c_j Y_j + ½‖c‖₁``:
+    so ``h = σ ‖c‖₂ z' + ½‖c‖₁`` with ``z'`` the normal quantile at the level less the
+    slack. Returns ``h`` and a bound on its excess over the exact least half-width, which
+    is at least ``σ ‖c‖₂ z'' − ½‖c‖₁`` (``z''``: the level plus the slack)."""
+    sigma2 = float(law.parameter)
+    slack = NUMERICAL_SLACK + 2 * terms * 0.1 / sigma2
+    quantile = float(special.ndtri(1 - (1 - level - slack) / 2))
+    below = float(special.ndtri(1 - (1 - level + slack) / 2))
+    scale = math.sqrt(sigma2) * norm2
+    return scale * quantile + norm1 / 2, scale * (quantile - below) + norm1
+
+
+def _continuous(law: NoiseLaw) -> bool:
+    """Whether the noise is wide enough to be handled through its continuous counterpart
+    (:func:`_normal_half_width`, :func:`_wide_laplace_half_width`)."""
+    limit = _WIDE_LAPLACE if law.laplace else _SUMMED_SIGMA2
+    return float(law.parameter) > limit
+
+
+def _gamma_cells(shape: int, per_unit: float, up: bool) -> tuple[np.ndarray, int] | None:
+    """The distribution of ``⌈a G⌉`` (``up``) or ``⌊a G⌋`` for G ~ Gamma(shape, 1), a =
+    ``per_unit``, within G's quantiles 1e-18 and 1 − 1e-18; None beyond :data:`GRID_LIMIT`."""
+    low = float(special.gammaincinv(shape, TRIM / 10))
+    high = float(special.gammainccinv(shape, TRIM / 10))
+    first, last = math.floor(per_unit * low), math.ceil(per_unit * high)
+    if last - first + 1 > GRID_LIMIT:
+        return None
+    m = np.arange(first, last + 1, dtype=np.float64)
+    # Cell m holds G in ((m−1)/a, m/a] (rounded up) or [m/a, (m+1)/a) (down).
+    below, above = (m - 1, m) if up else (m, m + 1)
+    upper = special.gammainc(shape, np.maximum(above, 0) / per_unit)
+    lower = special.gammainc(shape, np.maximum(below, 0) / per_unit)
+    return _trimmed(upper - lower, first)
+
+
+def _wide_laplace_half_width(
+    values: np.ndarray, counts: np.ndarray, law: NoiseLaw, level: float
+) -> tuple[float, bool] | None:
+    """A discrete Laplace draw of scale t is ``⌊E₁⌋ − ⌊E₂⌋`` for exponentials of mean t,
+    so it lies within 1 of the continuous Laplace ``E₁ − E₂``, and a group of r equal
+    ``|c|`` contributes at most ``|c| t (G₁ − G₂) + r|c|``, G ~ Gamma(r, 1). Each group's
+    ``⌈a G₁⌉ − ⌊a G₂⌋`` is exact on the grid (from the regularized incomplete gamma
+    function), the groups are convolved, and ``‖c‖₁`` is added to the half-width found:
+    ``(h, whether ‖c‖₁ is below a quarter of RESOLUTION standard errors)`` (the exact
+    least half-width is at least ``h − 2‖c‖₁ −`` the rounding), or None past
+    :data:`GRID_LIMIT` or :data:`WORK_LIMIT`."""
+    t = float(law.parameter)
+    norm1 = float(np.sum(counts * values))
+    spread = math.sqrt(law.variance() * float(np.sum(counts * values**2)))
+    # Each group rounds twice: the grid keeps their sum under half the resolution.
+    grid = RESOLUTION * spread / (4 * len(values))
+    if len(values) * 60 * spread / grid > WORK_LIMIT:
+        return None
+    total: tuple[np.ndarray, int] | None = None
+    for value, count in zip(values, counts, strict=True):
+        up = _gamma_cells(int(count), float(value) * t / grid, True)
+        down = _gamma_cells(int(count), float(value) * t / grid, False)
+        if up is None or down is None:
+            return None
+        group = _convolve(up, (down[0][::-1], -(down[1] + down[0].size - 1)))
+        total = group if total is None else _convolve(total, group)
+        if total[0].size > GRID_LIMIT:
+            return None
+    assert total is not None
+    found = _least_cell(*total, level)
+    if found is None:
+        return None
+    return found * grid + norm1, norm1 <= RESOLUTION * spread / 4
+
+
+def _least_cell(masses: np.ndarray, offset: int, level: float) -> int | None:
+    """The least H ≥ 0 with ``1 − 2 P(U > H) − slack ≥ level`` for U distributed as
+    ``masses`` from ``offset`` (None if the masses kept never reach it)."""
+    needed = 1 - (1 - level - NUMERICAL_SLACK) / 2
+    cells = int(np.searchsorted(np.cumsum(masses), needed, side="left"))
+    return None if cells >= masses.size else max(offset + cells, 0)
+
+
+def _chernoff_width(values: np.ndarray, counts: np.ndarray, law: NoiseLaw, level: float) -> float:
+    """The least h with ``2 min_u exp(−u h) Π_j M(c_j u) ≤ 1 − level`` (Chernoff), for
+    coefficient magnitudes ``values`` with multiplicities ``counts``."""
+    log_half_alpha = math.log((1 - level) / 2)
+    if not law.laplace:  # σ²-subgaussian: exp(−h²/2σ²‖c‖²)
+        norm2 = math.sqrt(float(np.sum(counts * values**2)))
+        return math.sqrt(float(law.parameter) * -2 * log_half_alpha) * norm2 * (1 + 1e-9)
+    t = float(law.parameter)
+    q = math.exp(-1 / t)
+    gap = -math.expm1(-1 / t)  # 1 − q
+    # In w = u t the MGF of c z diverges at w = t · 2 asinh(gap / 2√q) / c.
+    limit = t * 2 * math.asinh(gap / (2 * math.sqrt(q))) / float(values.max())
+
+    def log_mgf(w: float) -> float:
+        shrink = 4 * q * np.sinh(values * w / (2 * t)) ** 2 / gap**2
+        return float(np.sum(counts * -np.log1p(-shrink)))
+
+    def excess(width: float) -> float:  # width in units of t
+        best = optimize.minimize_scalar(
+            lambda w: log_mgf(w) - w * width, bounds=(0.0, limit * (1 - 1e-9)), method="bounded"
+        )
+        return float(best.fun) - log_half_alpha
+
+    high = float(np.sum(counts * values))
+    while excess(high) > 0:
+        high *= 2
+    return optimize.brentq(excess, 0.0, high, xtol=1e-12 * high) * t * (1 + 1e-9)
+
+
+def _trimmed(masses: np.ndarray, offset: int) -> tuple[np.ndarray, int]:
+    """Drop each tail's outer cells holding less than :data:`TRIM` in all (negative
+    rounding residue of an FFT is set to 0)."""
+    masses = np.maximum(masses, 0.0)
+    cumulative = np.cumsum(masses)
+    low = int(np.searchsorted(cumulative, TRIM, side="right"))
+    high = int(np.searchsorted(cumulative, cumulative[-1] - TRIM, side="left")) + 1
+    low, high = min(low, high - 1), max(high, low + 1)
+    return masses[low:high], offset + low
+
+
+def _convolve(
+    left: tuple[np.ndarray, int], right: tuple[np.ndarray, int]
+) -> tuple[np.ndarray, int]:
+    return _trimmed(signal.convolve(left[0], right[0]), left[1] + right[1])
+
+
+def _power(term: tuple[np.ndarray, int], count: int) -> tuple[np.ndarray, int]:
+    """The ``count``-fold convolution of ``term``, by repeated squaring."""
+    result: tuple[np.ndarray, int] | None = None
+    while count:
+        if count & 1:
+            result = term if result is None else _convolve(result, term)
+        count >>= 1
+        if count:
+            term = _convolve(term, term)
+    assert result is not None
+    return result
+
+
+def _lattice(values: np.ndarray) -> tuple[float, np.ndarray] | None:
+    """``(δ, n)`` with ``values = n δ`` for integers n (to 1e-9), δ = min / d, d ≤ 64."""
+    smallest = float(values.min())
+    for divisor in range(1, _LATTICE_DIVISORS + 1):
+        ratios = values * divisor / smallest
+        whole = np.rint(ratios)
+        if np.all(np.abs(ratios - whole) <= 1e-9 * whole):
+            return smallest / divisor, whole.astype(np.int64)
+    return None
+
+
+def _multiset(coefficients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct magnitudes of the non-zero coefficients and their multiplicities."""
+    magnitudes = np.abs(np.asarray(coefficients, dtype=np.float64).reshape(-1))
+    if not magnitudes.size or magnitudes.max() == 0:
+        return np.zeros(0), np.zeros(0, dtype=np.int64)
+    return np.unique(magnitudes[magnitudes > ZERO * magnitudes.max()], return_counts=True)
+
+
+def exact_half_width(
+    coefficients: np.ndarray, law: NoiseLaw, level: float
+) -> tuple[float, bool] | None:
+    """The least half-width certified for ``Σ_j c_j z_j`` at ``level`` from its exact
+    distribution (see the module docstring), and whether it lies within
+    :data:`RESOLUTION` standard errors of the exact least one (it is that one when the
+    coefficients lie on a lattice); None when the convolutions would exceed
+    :data:`GRID_LIMIT` or :data:`WORK_LIMIT`.
+
+    Example:
+        >>> law = NoiseLaw("discrete_gaussian", Fraction(1, 4))
+        >>> exact_half_width(np.array([1.0, 1.0, 1.0]), law, 0.9)
+        (1.0, True)
+    """
+    values, counts = _multiset(coefficients)
+    if not values.size:
+        return 0.0, True
+    terms = int(counts.sum())
+    norm2 = math.sqrt(float(np.sum(counts * values**2)))
+    if _continuous(law) and law.laplace:
+        return _wide_laplace_half_width(values, counts, law, level)
+    if _continuous(law):
+        width, excess = _normal_half_width(norm2, float(np.sum(counts * values)), terms, law, level)
+        return width, excess <= RESOLUTION * math.sqrt(law.variance()) * norm2
+    spread = math.sqrt(law.variance()) * norm2
+    lattice = _lattice(values)
+    # The sum's support to tails of 1e-17 spans under 60 standard errors (one Laplace draw:
+    # 2 · 40 t, with s = √2 t).
+    if lattice is not None and 60 * spread / lattice[0] <= LATTICE_LIMIT:
+        grid, multiples = lattice
+    else:
+        grid, multiples = RESOLUTION * spread / len(values), None
+    if len(values) * (60 * spread / grid + 2) > WORK_LIMIT:
+        return None
+    total: tuple[np.ndarray, int] | None = None
+    for index, (value, count) in enumerate(zip(values, counts, strict=True)):
+        summed = _integer_sum(law, int(count), TRIM / len(values))
+        if summed is None:
+            return None
+        multiple = None if multiples is None else int(multiples[index])
+        group = _trimmed(*_on_grid(*summed, float(value), grid, multiple))
+        total = group if total is None else _convolve(total, group)
+    assert total is not None
+    found = _least_cell(*total, level)
+    return None if found is None else (found * grid, True)
+
+
+@dataclass
+class Intervals:
+    """Half-widths at one level for one measurement's noise, the distribution of each
+    distinct coefficient multiset computed once.
+
+    Attributes:
+        law: The measurement's noise.
+        level: The intervals' level, in (0, 1).
+    """
+
+    law: NoiseLaw
+    level: float
+    _known: dict[bytes, tuple[float, bool]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.level < 1:
+            raise ValueError(f"a confidence level must lie in (0, 1), got {self.level}")
+
+    def factor(self, terms: int) -> tuple[float, bool]:
+        """``(κ, exact)``: ``κ · standard error`` is a valid half-width for any answer
+        whose error sums at most ``terms`` noise draws, known from its standard error
+        alone; ``exact`` as for :func:`exact_half_width`. A wide discrete Gaussian gives
+        the normal quantile plus ``½‖c‖₁ ≤ ½√terms ‖c‖₂``; otherwise the Chernoff bound of
+        one draw scaled by ``‖c‖₂`` (the module docstring)."""
+        sigma = math.sqrt(self.law.variance())
+        if _continuous(self.law) and not self.law.laplace:
+            width, excess = _normal_half_width(1.0, math.sqrt(terms), terms, self.law, self.level)
+            return width / sigma, excess <= RESOLUTION * sigma
+        one = np.ones(1)
+        return _chernoff_width(one, one, self.law, self.level) / sigma, False
+
+    def bounded(self, standard_errors: object, terms: int) -> tuple[object, bool]:
+        """Half-widths from standard errors alone (numpy or Dask arrays), and whether they
+        are exact (:meth:`factor`)."""
+        kappa, exact = self.factor(terms)
+        return kappa * standard_errors, exact
+
+    def normal(self, standard_errors: np.ndarray) -> np.ndarray:
+        """``z · standard error``: the normal approximation, for estimates that are not
+        linear in the noise (NNLS), where nothing exact or rigorous is known."""
+        return float(special.ndtri((1 + self.level) / 2)) * standard_errors
+
+    def from_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Half-widths of the queries whose coefficient rows (integer noise units) are
+        ``rows``, and whether each is exact; a multiset too costly to convolve gets the
+        Chernoff bound of its own coefficients."""
+        rows = np.atleast_2d(np.asarray(rows, dtype=np.float64))
+        widths, exact = np.empty(rows.shape[0]), np.empty(rows.shape[0], dtype=bool)
+        for index, row in enumerate(rows):
+            key = _multiset_key(row)
+            known = self._known.get(key)
+            if known is None:
+                found = exact_half_width(row, self.law, self.level)
+                if found is None:
+                    values, counts = _multiset(row)
+                    found = (_chernoff_width(values, counts, self.law, self.level), False)
+                known = self._known[key] = found
+            widths[index], exact[index] = known
+        return widths, exact
+
+
+def _multiset_key(row: np.ndarray) -> bytes:
+    """The row's magnitudes, sorted and rounded to 12 significant digits of its largest."""
+    magnitudes = np.abs(row)
+    largest = float(magnitudes.max()) if magnitudes.size else 0.0
+    if largest == 0:
+        return b""
+    exponent = math.floor(math.log10(largest)) - 11
+    kept = np.sort(magnitudes[magnitudes > ZERO * largest])
+    return np.float64(exponent).tobytes() + np.rint(kept / 10.0**exponent).tobytes()
+
+
+def coefficient_rows(W: Matrix, A: Matrix, scale: int) -> Iterator[tuple[int, np.ndarray]] | None:
+    """``(first query, rows)`` blocks of ``W (AᵀA)⁺ Aᵀ / scale``: each least-squares
+    answer's coefficients on the integer noise of the measurement of ``A`` (on the grid
+    1/``scale``), through the covariance factor the standard errors use; None when they
+    would take more than :data:`ROW_LIMIT` entries of work.
+
+    Example:
+        >>> from dpmm.linalg import Identity, Prefix
+        >>> [rows.tolist() for _, rows in coefficient_rows(Prefix(2), Identity(2), 1)]
+        [[[1.0, 0.0], [1.0, 1.0]]]
+    """
+    queries, cells = W.shape
+    measured = A.shape[0]
+    if queries * (cells + measured) > ROW_LIMIT:
+        return None
+    P = covariance_factor(A, None)
+    width = max(1, BLOCK_ENTRIES // (cells + measured))
+
+    def blocks() -> Iterator[tuple[int, np.ndarray]]:
+        for first in range(0, queries, width):
+            last = min(queries, first + width)
+            pick = np.zeros((queries, last - first))
+            pick[np.arange(first, last), np.arange(last - first)] = 1.0
+            columns = np.asarray(A @ (P @ np.asarray(W.T @ pick)), dtype=np.float64)
+            yield first, columns.T / scale
+
+    return blocks()
