@@ -37,7 +37,9 @@ parameter σ², in the measurement's integer units) and ``c`` the query's row of
   error alone one draw scaled by ``‖c‖₂`` bounds the sum. Rigorous, and wider than exact.
 
 Queries whose coefficient multisets agree (marginal cells, symmetric strategies) share one
-distribution: it is computed once per distinct multiset.
+distribution: it is computed once per distinct multiset, within a budget of work per
+multiset and per release (:data:`WORK_LIMIT`, :data:`EXACT_BUDGET`) estimated from the
+coefficients alone; past it the Chernoff bound of the multiset is published.
 
 Example:
     >>> from fractions import Fraction
@@ -72,16 +74,19 @@ __all__ = [
 #: Off the coefficients' lattice, published half-widths exceed the exact ones by less than
 #: this many standard errors (the grid's rounding).
 RESOLUTION = 0.05
-#: Longest grid (distribution support, in cells) an exact computation may use, and the most
-#: cells it may convolve for one multiset: beyond either the bound is published.
+#: Longest grid (distribution support, in cells) an exact computation may use, the most
+#: cells it may convolve for one multiset (up to 1 s here), and for one release's (up to
+#: 5 s): beyond them the Chernoff bound of the coefficients is published. The work is
+#: estimated from the coefficients alone, so the audit makes the same choices.
 GRID_LIMIT = 1 << 21
-WORK_LIMIT = 1 << 26
+WORK_LIMIT = 1 << 23
+EXACT_BUDGET = 1 << 25
 #: Longest lattice grid used for an exact half-width: a finer lattice (large multiples of
 #: its step) is rounded like other coefficients, for speed.
 LATTICE_LIMIT = 1 << 16
 #: Work (queries × (cells + measured rows)) up to which the answers' coefficient rows are
 #: formed for exact intervals, and the entries formed at once.
-ROW_LIMIT = 1 << 27
+ROW_LIMIT = 1 << 22
 BLOCK_ENTRIES = 1 << 22
 #: Mass dropped from each tail after a convolution (counted as outside the interval).
 TRIM = 1e-17
@@ -209,20 +214,18 @@ def _continuous(law: NoiseLaw) -> bool:
     return float(law.parameter) > limit
 
 
-def _gamma_cells(shape: int, per_unit: float, up: bool) -> tuple[np.ndarray, int] | None:
-    """The distribution of ``⌈a G⌉`` (``up``) or ``⌊a G⌋`` for G ~ Gamma(shape, 1), a =
-    ``per_unit``, within G's quantiles 1e-18 and 1 − 1e-18; None beyond :data:`GRID_LIMIT`."""
+def _gamma_cells(shape: int, per_unit: float) -> tuple[np.ndarray, int] | None:
+    """The distribution of ``⌈a G⌉`` for G ~ Gamma(shape, 1), a = ``per_unit``, within G's
+    quantiles 1e-18 and 1 − 1e-18; None beyond :data:`GRID_LIMIT`."""
     low = float(special.gammaincinv(shape, TRIM / 10))
     high = float(special.gammainccinv(shape, TRIM / 10))
     first, last = math.floor(per_unit * low), math.ceil(per_unit * high)
     if last - first + 1 > GRID_LIMIT:
         return None
-    m = np.arange(first, last + 1, dtype=np.float64)
-    # Cell m holds G in ((m−1)/a, m/a] (rounded up) or [m/a, (m+1)/a) (down).
-    below, above = (m - 1, m) if up else (m, m + 1)
-    upper = special.gammainc(shape, np.maximum(above, 0) / per_unit)
-    lower = special.gammainc(shape, np.maximum(below, 0) / per_unit)
-    return _trimmed(upper - lower, first)
+    # Cell m holds G in ((m−1)/a, m/a].
+    edges = np.arange(first - 1, last + 1, dtype=np.float64)
+    below = special.gammainc(shape, np.maximum(edges, 0) / per_unit)
+    return _trimmed(np.diff(below), first)
 
 
 def _wide_laplace_half_width(
@@ -235,21 +238,18 @@ def _wide_laplace_half_width(
     function), the groups are convolved, and ``‖c‖₁`` is added to the half-width found:
     ``(h, whether ‖c‖₁ is below a quarter of RESOLUTION standard errors)`` (the exact
     least half-width is at least ``h − 2‖c‖₁ −`` the rounding), or None past
-    :data:`GRID_LIMIT` or :data:`WORK_LIMIT`."""
+    :data:`GRID_LIMIT`."""
     t = float(law.parameter)
     norm1 = float(np.sum(counts * values))
     spread = math.sqrt(law.variance() * float(np.sum(counts * values**2)))
-    # Each group rounds twice: the grid keeps their sum under half the resolution.
-    grid = RESOLUTION * spread / (4 * len(values))
-    if len(values) * 60 * spread / grid > WORK_LIMIT:
-        return None
+    grid, _ = _grid(values, counts, law)
     total: tuple[np.ndarray, int] | None = None
     for value, count in zip(values, counts, strict=True):
-        up = _gamma_cells(int(count), float(value) * t / grid, True)
-        down = _gamma_cells(int(count), float(value) * t / grid, False)
-        if up is None or down is None:
+        up = _gamma_cells(int(count), float(value) * t / grid)
+        if up is None:
             return None
-        group = _convolve(up, (down[0][::-1], -(down[1] + down[0].size - 1)))
+        # ⌈a G₁⌉ − ⌊a G₂⌋ = ⌈a G₁⌉ − ⌈a G₂⌉ + 1 almost surely.
+        group = _convolve(up, (up[0][::-1], 1 - (up[1] + up[0].size - 1)))
         total = group if total is None else _convolve(total, group)
         if total[0].size > GRID_LIMIT:
             return None
@@ -270,7 +270,9 @@ def _least_cell(masses: np.ndarray, offset: int, level: float) -> int | None:
 
 def _chernoff_width(values: np.ndarray, counts: np.ndarray, law: NoiseLaw, level: float) -> float:
     """The least h with ``2 min_u exp(−u h) Π_j M(c_j u) ≤ 1 − level`` (Chernoff), for
-    coefficient magnitudes ``values`` with multiplicities ``counts``."""
+    coefficient magnitudes ``values`` with multiplicities ``counts``: for each u the bound
+    holds from ``h(u) = (log Π_j M(c_j u) − log((1 − level)/2)) / u`` on, so any u the
+    search lands on gives a valid half-width and the search only makes it tighter."""
     log_half_alpha = math.log((1 - level) / 2)
     if not law.laplace:  # σ²-subgaussian: exp(−h²/2σ²‖c‖²)
         norm2 = math.sqrt(float(np.sum(counts * values**2)))
@@ -281,20 +283,14 @@ def _chernoff_width(values: np.ndarray, counts: np.ndarray, law: NoiseLaw, level
     # In w = u t the MGF of c z diverges at w = t · 2 asinh(gap / 2√q) / c.
     limit = t * 2 * math.asinh(gap / (2 * math.sqrt(q))) / float(values.max())
 
-    def log_mgf(w: float) -> float:
+    def width(w: float) -> float:  # in units of t
         shrink = 4 * q * np.sinh(values * w / (2 * t)) ** 2 / gap**2
-        return float(np.sum(counts * -np.log1p(-shrink)))
+        return (float(np.sum(counts * -np.log1p(-shrink))) - log_half_alpha) / w
 
-    def excess(width: float) -> float:  # width in units of t
-        best = optimize.minimize_scalar(
-            lambda w: log_mgf(w) - w * width, bounds=(0.0, limit * (1 - 1e-9)), method="bounded"
-        )
-        return float(best.fun) - log_half_alpha
-
-    high = float(np.sum(counts * values))
-    while excess(high) > 0:
-        high *= 2
-    return optimize.brentq(excess, 0.0, high, xtol=1e-12 * high) * t * (1 + 1e-9)
+    best = optimize.minimize_scalar(
+        width, bounds=(limit * 1e-9, limit * (1 - 1e-9)), method="bounded"
+    )
+    return width(float(best.x)) * t * (1 + 1e-9)
 
 
 def _trimmed(masses: np.ndarray, offset: int) -> tuple[np.ndarray, int]:
@@ -346,14 +342,37 @@ def _multiset(coefficients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.unique(magnitudes[magnitudes > ZERO * magnitudes.max()], return_counts=True)
 
 
+def _grid(values: np.ndarray, counts: np.ndarray, law: NoiseLaw) -> tuple[float, np.ndarray | None]:
+    """The grid step of an exact computation for these distinct magnitudes, and their
+    multiples of it when they lie on a lattice fine enough (then the result is exact)."""
+    spread = math.sqrt(law.variance() * float(np.sum(counts * values**2)))
+    if law.laplace and _continuous(law):
+        # Each group rounds twice: the grid keeps their sum under half the resolution.
+        return RESOLUTION * spread / (4 * len(values)), None
+    lattice = _lattice(values)
+    # The sum's support to tails of 1e-17 spans under 60 standard errors (one Laplace draw:
+    # 2 · 40 t, with s = √2 t).
+    if lattice is not None and 60 * spread / lattice[0] <= LATTICE_LIMIT:
+        return lattice
+    return RESOLUTION * spread / len(values), None
+
+
+def _work(values: np.ndarray, counts: np.ndarray, law: NoiseLaw) -> float:
+    """The cells an exact computation convolves, about: groups × the sum's support."""
+    if not values.size or (_continuous(law) and not law.laplace):
+        return 0.0
+    spread = math.sqrt(law.variance() * float(np.sum(counts * values**2)))
+    return len(values) * (60 * spread / _grid(values, counts, law)[0] + 2)
+
+
 def exact_half_width(
-    coefficients: np.ndarray, law: NoiseLaw, level: float
+    coefficients: np.ndarray, law: NoiseLaw, level: float, *, work_limit: float = WORK_LIMIT
 ) -> tuple[float, bool] | None:
     """The least half-width certified for ``Σ_j c_j z_j`` at ``level`` from its exact
     distribution (see the module docstring), and whether it lies within
     :data:`RESOLUTION` standard errors of the exact least one (it is that one when the
     coefficients lie on a lattice); None when the convolutions would exceed
-    :data:`GRID_LIMIT` or :data:`WORK_LIMIT`.
+    :data:`GRID_LIMIT` or ``work_limit`` cells.
 
     Example:
         >>> law = NoiseLaw("discrete_gaussian", Fraction(1, 4))
@@ -363,6 +382,8 @@ def exact_half_width(
     values, counts = _multiset(coefficients)
     if not values.size:
         return 0.0, True
+    if _work(values, counts, law) > work_limit:
+        return None
     terms = int(counts.sum())
     norm2 = math.sqrt(float(np.sum(counts * values**2)))
     if _continuous(law) and law.laplace:
@@ -370,16 +391,7 @@ def exact_half_width(
     if _continuous(law):
         width, excess = _normal_half_width(norm2, float(np.sum(counts * values)), terms, law, level)
         return width, excess <= RESOLUTION * math.sqrt(law.variance()) * norm2
-    spread = math.sqrt(law.variance()) * norm2
-    lattice = _lattice(values)
-    # The sum's support to tails of 1e-17 spans under 60 standard errors (one Laplace draw:
-    # 2 · 40 t, with s = √2 t).
-    if lattice is not None and 60 * spread / lattice[0] <= LATTICE_LIMIT:
-        grid, multiples = lattice
-    else:
-        grid, multiples = RESOLUTION * spread / len(values), None
-    if len(values) * (60 * spread / grid + 2) > WORK_LIMIT:
-        return None
+    grid, multiples = _grid(values, counts, law)
     total: tuple[np.ndarray, int] | None = None
     for index, (value, count) in enumerate(zip(values, counts, strict=True)):
         summed = _integer_sum(law, int(count), TRIM / len(values))
@@ -406,6 +418,8 @@ class Intervals:
     law: NoiseLaw
     level: float
     _known: dict[bytes, tuple[float, bool]] = field(default_factory=dict, repr=False)
+    #: Work left for exact computations (:data:`EXACT_BUDGET`).
+    _work_left: float = field(default=EXACT_BUDGET, repr=False)
 
     def __post_init__(self) -> None:
         if not 0 < self.level < 1:
@@ -445,10 +459,13 @@ class Intervals:
             key = _multiset_key(row)
             known = self._known.get(key)
             if known is None:
-                found = exact_half_width(row, self.law, self.level)
+                values, counts = _multiset(row)
+                limit = min(WORK_LIMIT, self._work_left)
+                found = exact_half_width(row, self.law, self.level, work_limit=limit)
                 if found is None:
-                    values, counts = _multiset(row)
                     found = (_chernoff_width(values, counts, self.law, self.level), False)
+                else:
+                    self._work_left -= _work(values, counts, self.law)
                 known = self._known[key] = found
             widths[index], exact[index] = known
         return widths, exact
