@@ -6,6 +6,7 @@
       root: releases/          # folder of release folders; default: releases/ beside the config
       reconstruction: auto     # auto, least_squares or nnls
       histogram: auto          # write the reconstructed histogram: auto, always or never
+      confidence: 0.95         # the level of every answer's interval (answers.parquet)
     ledger:
       path: budget.db          # the budget ledger (SQLite); required to release
       dataset: adult           # the dataset charged; default: the release name
@@ -48,6 +49,8 @@ __all__ = [
 RECONSTRUCTION_METHODS = ("auto", "least_squares", "nnls")
 HISTOGRAM_CHOICES = ("auto", "always", "never")
 DEFAULT_ROOT = "releases"
+#: ``release.confidence`` when the config does not set it.
+DEFAULT_CONFIDENCE = 0.95
 _CLASS_PATTERN = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+")
 _LOCAL_KEYS = ("n_workers", "processes", "threads_per_worker", "memory_limit")
 #: Where a release may keep its domain-sized arrays (``cluster.arrays``; the first is the
@@ -65,11 +68,14 @@ class ReleaseSettings:
             in the marginal algebra otherwise), ``least_squares`` or ``nnls``.
         histogram: Whether the reconstructed histogram is written (``auto``: when it has
             at most :data:`dpmm.pipeline.HISTOGRAM_LIMIT` cells).
+        confidence: The level of the interval published with every answer
+            (:mod:`dpmm.reconstruct.intervals`).
     """
 
     root: Path
     reconstruction: str = "auto"
     histogram: str = "auto"
+    confidence: float = DEFAULT_CONFIDENCE
 
 
 @dataclass(frozen=True)
@@ -149,16 +155,28 @@ def release_settings(section: object, *, base_dir: Path) -> ReleaseSettings:
     """Validate a config's ``release`` section.
 
     Example:
-        >>> release_settings({"root": "out", "reconstruction": "nnls"}, base_dir=Path("/srv"))
-        ReleaseSettings(root=PosixPath('/srv/out'), reconstruction='nnls', histogram='auto')
+        >>> section = {"root": "out", "reconstruction": "nnls"}
+        >>> settings = release_settings(section, base_dir=Path("/srv"))
+        >>> settings.root, settings.reconstruction, settings.histogram, settings.confidence
+        (PosixPath('/srv/out'), 'nnls', 'auto', 0.95)
     """
     section = _mapping(section, "release")
-    check_keys(section, "release", ("root", "reconstruction", "histogram"))
+    check_keys(section, "release", ("root", "reconstruction", "histogram", "confidence"))
     return ReleaseSettings(
         root=_path(section.get("root", DEFAULT_ROOT), "release.root", base_dir),
         reconstruction=_choice(section, "release", "reconstruction", RECONSTRUCTION_METHODS),
         histogram=_choice(section, "release", "histogram", HISTOGRAM_CHOICES),
+        confidence=_level(section.get("confidence", DEFAULT_CONFIDENCE), "release.confidence"),
     )
+
+
+def _level(value: object, key: str) -> float:
+    """A confidence level: a number strictly between 0 and 1."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
+        raise ConfigError(
+            f"{key}: must be a number between 0 and 1 (e.g. 0.95), got {describe_value(value)}"
+        )
+    return float(value)
 
 
 def ledger_settings(section: object, *, base_dir: Path, release_name: str) -> LedgerSettings:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -36,6 +37,7 @@ from dpmm.reconstruct import (
 )
 from dpmm.reconstruct.answers import REPLICATES
 from dpmm.reconstruct.choice import EXACT, solve_answers
+from dpmm.reconstruct.intervals import Intervals, NoiseLaw, coefficient_rows
 from dpmm.reconstruct.residual_blocks import (
     BlockEstimate,
     block_histogram,
@@ -47,8 +49,10 @@ from dpmm.workload import WorkloadGroup
 from dpmm.workload.table_form import answer_from_tables, needed_tables, table_form
 
 __all__ = [
+    "EXACT_INTERVALS",
     "HISTOGRAM_LIMIT",
     "NNLS_LIMIT",
+    "NORMAL_INTERVALS",
     "GroupAnswers",
     "Reconstruction",
     "check_reconstructable",
@@ -64,6 +68,10 @@ HISTOGRAM_LIMIT = 10**7
 #: above (NNLS on 1.2·10⁶ cells takes minutes; least squares in the strategy's structure,
 #: seconds).
 NNLS_LIMIT = 10**5
+#: ``intervals.method`` of a release: answers linear in the noise get intervals from its
+#: exact distribution (or a rigorous bound, per row), others a normal approximation.
+EXACT_INTERVALS = "exact noise distribution through the least-squares reconstruction"
+NORMAL_INTERVALS = "normal approximation from the standard errors (no coverage guarantee)"
 
 
 @dataclass(frozen=True, eq=False)
@@ -78,6 +86,12 @@ class GroupAnswers:
     #: The strategy's expected RMSE over the group's queries under least squares (the
     #: plan's promise); None: the root mean square of ``standard_errors``.
     least_squares_rmse: float | None = None
+    #: Each answer's interval half-width at the release's level (a Dask array for answers
+    #: on the cluster); None until :func:`reconstruct` sets them.
+    half_widths: Any = None
+    #: Whether each half-width comes from the noise's exact distribution (one bool for
+    #: all, or one per query), not from a bound or an approximation.
+    exact_intervals: bool | np.ndarray = False
 
     @property
     def name(self) -> str:
@@ -116,6 +130,8 @@ class Reconstruction:
     seconds: float
     #: How the standard errors were had: exact (linear estimators) or a bootstrap's.
     standard_errors: str = EXACT
+    #: How the intervals were had: :data:`EXACT_INTERVALS` or :data:`NORMAL_INTERVALS`.
+    intervals: str = EXACT_INTERVALS
 
 
 def check_reconstructable(config: ReleaseConfig, strategy: ChosenStrategy, plan: str) -> None:
@@ -313,7 +329,8 @@ def reconstruct(
             errors are Dask arrays, computed where they are written.
         progress: Called with ``(steps done, steps, what runs next)``.
         replicates: Simulated measurements for NNLS's bootstrap standard errors; 0 (the
-            plan's dry run, whose answers mean nothing) reports least squares' instead.
+            plan's dry run, whose answers mean nothing) reports least squares' instead,
+            and no intervals (``half_widths`` None).
     """
     progress = progress or _silent
     started = time.perf_counter()
@@ -334,4 +351,42 @@ def reconstruct(
             groups, histogram, method, errors = _from_vector(
                 config, measured, method, replicates, progress
             )
-    return Reconstruction(method, groups, histogram, time.perf_counter() - started, errors)
+        linear = errors == EXACT
+        if replicates:  # the plan's dry run states no intervals
+            # Residual blocks are answered without A's Gram: their intervals come from the
+            # standard errors.
+            blocks = isinstance(strategy.quantized.integer, HelmertBlocks)
+            rows = measured if plan == "vector" and not blocks and linear else None
+            intervals = Intervals(NoiseLaw.of(record), config.release.confidence)
+            groups = [_with_intervals(group, intervals, linear, rows, record) for group in groups]
+    described = EXACT_INTERVALS if linear else NORMAL_INTERVALS
+    seconds = time.perf_counter() - started
+    return Reconstruction(method, groups, histogram, seconds, errors, described)
+
+
+def _with_intervals(
+    answers: GroupAnswers,
+    intervals: Intervals,
+    linear: bool,
+    measured: Measurement | None,
+    record: MeasurementRecord,
+) -> GroupAnswers:
+    """The group's answers with their intervals: from each query's coefficients on the
+    noise where ``measured`` gives them at bounded cost, from the standard errors where
+    not (:mod:`dpmm.reconstruct.intervals`); a normal approximation for an estimate not
+    linear in the noise."""
+    errors = answers.standard_errors
+    if not linear:
+        return replace(answers, half_widths=intervals.normal(errors), exact_intervals=False)
+    blocks = None
+    if measured is not None:
+        blocks = coefficient_rows(answers.group.matrix, measured.strategy, measured.quantized.scale)
+    if blocks is None:
+        widths, exact = intervals.bounded(errors, int(record.shape[0]))
+        return replace(answers, half_widths=widths, exact_intervals=exact)
+    widths, flags = np.empty(errors.shape), np.empty(errors.shape, dtype=bool)
+    for first, rows in blocks:
+        found, exact = intervals.from_rows(rows)
+        widths[first : first + rows.shape[0]] = found
+        flags[first : first + rows.shape[0]] = exact
+    return replace(answers, half_widths=widths, exact_intervals=flags)

@@ -19,6 +19,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from dpmm import __version__
 from dpmm.config import ReleaseConfig
 from dpmm.linalg.serialize import matrix_digest, save_matrix
@@ -120,6 +122,11 @@ def build_manifest(
             "standard_errors": reconstruction.standard_errors,
             "seconds": round(reconstruction.seconds, 3),
         },
+        "intervals": {
+            "level": config.release.confidence,
+            "method": reconstruction.intervals,
+            "exact_share": _exact_share(reconstruction),
+        },
         "error": {
             "basis": EXPECTED_ERROR_BASIS,
             "groups": [
@@ -157,6 +164,17 @@ def _budget(config: ReleaseConfig) -> dict[str, Any]:
         "derived_from_targets": config.least is not None,
         "at_most": cap.to_dict() if cap else None,
     }
+
+
+def _exact_share(reconstruction: Reconstruction) -> float:
+    """The share of answers whose interval comes from the noise's exact distribution (a
+    fact of the strategy, the workload and the noise: no data)."""
+    total = sum(int(g.values.size) for g in reconstruction.groups)
+    exact = sum(
+        float(np.sum(np.broadcast_to(g.exact_intervals, (int(g.values.size),))))
+        for g in reconstruction.groups
+    )
+    return exact / total if total else 1.0
 
 
 def _target_entry(answers: GroupAnswers) -> dict[str, Any]:
@@ -213,6 +231,8 @@ class ReleaseInput:
                 g.values,
                 g.standard_errors,
                 exact=g.exact_errors,
+                half_width=g.half_widths,
+                exact_interval=g.exact_intervals,
                 labels=query_parts(g.group, g.domain),
             )
             for g in self.reconstruction.groups
@@ -237,6 +257,8 @@ class ReleaseInput:
                 g.values,
                 g.standard_errors,
                 g.exact_errors,
+                g.half_widths,
+                bool(g.exact_intervals),
                 query_parts(g.group, g.domain),
                 attributes,
             )

@@ -383,7 +383,8 @@ def _check_answers(state: _State) -> str:
 
     manifest = _need_manifest(state)
     path = _member(state.folder, "answers.parquet")
-    recomputed_release = recompute_answers(_manifest_config(manifest, state.folder), state.folder)
+    config = _manifest_config(manifest, state.folder)
+    recomputed_release = recompute_answers(config, state.folder)
     # Standard errors are compared when this dpmm makes them the way the version says its
     # were made (an earlier dpmm's bootstrap drew differently). Versions before the key
     # had exact ones from least squares.
@@ -391,10 +392,24 @@ def _check_answers(state: _State) -> str:
     linear = EXACT if solved.get("method") == "least_squares" else None
     stated_method = solved.get("standard_errors", linear)
     same_errors = stated_method == recomputed_release.standard_errors
+    # Versions before intervals were published have none to compare.
+    stated_intervals = manifest.get("intervals", {})
+    compared = _compared_columns(same_errors, "method" in stated_intervals)
+    if "method" in stated_intervals and stated_intervals["method"] != recomputed_release.intervals:
+        raise _FailedCheckError(
+            f"the manifest says the intervals were had by {stated_intervals['method']!r}, but "
+            f"its measurement and strategy give {recomputed_release.intervals!r}"
+        )
+    level = config.release.confidence
+    if "level" in stated_intervals and stated_intervals["level"] != level:
+        raise _FailedCheckError(
+            f"the manifest's intervals.level {stated_intervals['level']!r} is not its config's "
+            f"release.confidence {level!r}"
+        )
     if path.is_dir():
-        count = _compare_parts(path, recomputed_release.groups, same_errors)
+        count = _compare_parts(path, recomputed_release.groups, compared)
     else:
-        count = _compare_table(path, recomputed_release.groups, same_errors)
+        count = _compare_table(path, recomputed_release.groups, compared)
     if not same_errors:
         return (
             f"{path.name}: all {count} estimates recomputed from the measurement; standard "
@@ -404,16 +419,33 @@ def _check_answers(state: _State) -> str:
     return f"{path.name}: all {count} answers recomputed from the measurement"
 
 
-def _compare_table(path: Path, groups: list[Any], same_errors: bool) -> int:
+def _compared_columns(same_errors: bool, intervals: bool) -> tuple[str, ...]:
+    """The answer columns the audit recomputes: estimates always; standard errors made the
+    way this dpmm makes them; half-widths and their kind where the version has them."""
+    columns = ("estimate",) + (("standard_error",) if same_errors else ())
+    return columns + (("half_width", "exact_interval") if same_errors and intervals else ())
+
+
+def _recomputed(group: Any, column: str) -> Any:
+    """A recomputed group's values of an ``answers.parquet`` column (numpy or Dask)."""
+    if column == "exact_interval":
+        flags = group.exact_intervals
+        if np.ndim(flags) == 0:  # one for the group
+            return group.values * 0 + float(flags)
+        return np.asarray(flags, dtype=np.float64)
+    attribute = {"estimate": "values", "standard_error": "standard_errors"}
+    return getattr(group, attribute.get(column, "half_widths"))
+
+
+def _compare_table(path: Path, groups: list[Any], compared: tuple[str, ...]) -> int:
     """Compare ``answers.parquet`` with the recomputed groups; the rows compared."""
-    published = read_answers(path, ("group", "query", "estimate", "standard_error")).to_pydict()
+    published = read_answers(path, ("group", "query", *compared)).to_pydict()
     names = np.asarray(published["group"])
     count = 0
     for group in groups:
         rows = names == group.name
         order = np.argsort(np.asarray(published["query"])[rows])
-        columns = [("estimate", group.values)]
-        columns += [("standard_error", group.standard_errors)] if same_errors else []
+        columns = [(column, _recomputed(group, column)) for column in compared]
         for column, recomputed in columns:
             stated = np.asarray(published[column], dtype=np.float64)[rows][order]
             if stated.shape != recomputed.shape or not np.allclose(
@@ -429,7 +461,7 @@ def _compare_table(path: Path, groups: list[Any], same_errors: bool) -> int:
     return count
 
 
-def _compare_parts(folder: Path, groups: list[Any], same_errors: bool) -> int:
+def _compare_parts(folder: Path, groups: list[Any], compared: tuple[str, ...]) -> int:
     """Compare a folder of answer parts with the recomputed groups (Dask arrays), each part
     against its block by a task that reads only that part; the rows compared."""
     import dask
@@ -437,17 +469,19 @@ def _compare_parts(folder: Path, groups: list[Any], same_errors: bool) -> int:
     parts = {path.name: path for path in part_files(folder)}
     tasks = []
     for number, group in enumerate(groups):
-        errors = group.standard_errors.rechunk(group.values.chunks)
-        starts = np.cumsum((0, *group.values.chunks[0]))
-        blocks = zip(group.values.to_delayed().ravel(), errors.to_delayed().ravel(), strict=True)
-        for index, (values, stated_errors) in enumerate(blocks):
+        chunks = group.values.chunks
+        starts = np.cumsum((0, *chunks[0]))
+        columns = [_recomputed(group, column).rechunk(chunks) for column in compared]
+        blocks = zip(*(column.to_delayed().ravel() for column in columns), strict=True)
+        for index, recomputed in enumerate(blocks):
             name = PART.format(f"{number:04d}-{index:06d}")
             if name not in parts:
                 raise _FailedCheckError(f"{folder.name}/{name} is missing")
             span = (int(starts[index]), int(starts[index + 1]))
-            compared = stated_errors if same_errors else None
             tasks.append(
-                dask.delayed(_compare_part)(parts.pop(name), group.name, span, values, compared)
+                dask.delayed(_compare_part)(
+                    parts.pop(name), group.name, span, dict(zip(compared, recomputed, strict=True))
+                )
             )
     if parts:
         raise _FailedCheckError(f"{folder.name} holds parts the release does not have")
@@ -455,15 +489,14 @@ def _compare_parts(folder: Path, groups: list[Any], same_errors: bool) -> int:
 
 
 def _compare_part(
-    path: Path, group: str, span: tuple[int, int], values: np.ndarray, errors: np.ndarray | None
+    path: Path, group: str, span: tuple[int, int], recomputed_columns: dict[str, np.ndarray]
 ) -> int:
-    table = read_answers(path, ("group", "query", "estimate", "standard_error"))
+    table = read_answers(path, ("group", "query", *recomputed_columns))
     queries = table.column("query").to_numpy()
     names = set(table.column("group").to_pylist())
     if names != {group} or not np.array_equal(queries, np.arange(*span)):
         raise _FailedCheckError(f"{path.name} does not hold queries {span} of group '{group}'")
-    columns = [("estimate", values)] + ([("standard_error", errors)] if errors is not None else [])
-    for column, recomputed in columns:
+    for column, recomputed in recomputed_columns.items():
         stated = table.column(column).to_numpy().astype(np.float64)
         if not np.allclose(stated, recomputed, rtol=ANSWER_TOLERANCE, atol=ANSWER_TOLERANCE):
             raise _FailedCheckError(

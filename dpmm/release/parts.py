@@ -50,6 +50,8 @@ def answer_part_tasks(
     values: Any,
     errors: Any,
     exact: bool,
+    half_widths: Any,
+    exact_intervals: bool,
     queries: QueryParts,
     attributes: Sequence[str],
 ) -> list[Any]:
@@ -61,12 +63,15 @@ def answer_part_tasks(
         group: The group's name.
         values, errors: Its answers and standard errors, flat Dask arrays chunked alike.
         exact: Whether the standard errors are exact.
+        half_widths: Their intervals' half-widths, a flat Dask array of the same length.
+        exact_intervals: Whether the half-widths come from the noise's exact distribution.
         queries: What each of the group's queries asks.
         attributes: The domain's attributes, in order.
     """
     import dask
 
     errors = errors.rechunk(values.chunks)
+    half_widths = half_widths.rechunk(values.chunks)
     starts = np.cumsum((0, *values.chunks[0]))
     return [
         dask.delayed(_write_answers, pure=False)(
@@ -75,14 +80,17 @@ def answer_part_tasks(
             value_block,
             error_block,
             exact,
+            width_block,
+            exact_intervals,
             queries.between(int(lo), int(hi)),
             int(lo),
             tuple(attributes),
         )
-        for index, (value_block, error_block, lo, hi) in enumerate(
+        for index, (value_block, error_block, width_block, lo, hi) in enumerate(
             zip(
                 values.to_delayed().ravel(),
                 errors.to_delayed().ravel(),
+                half_widths.to_delayed().ravel(),
                 starts[:-1],
                 starts[1:],
                 strict=True,
@@ -97,12 +105,21 @@ def _write_answers(
     values: np.ndarray,
     errors: np.ndarray,
     exact: bool,
+    half_widths: np.ndarray,
+    exact_intervals: bool,
     queries: QueryParts,
     first: int,
     attributes: tuple[str, ...],
 ) -> None:
     columns = AnswerColumns.for_group(
-        group, values, errors, exact=exact, labels=queries, first_query=first
+        group,
+        values,
+        errors,
+        exact=exact,
+        half_width=half_widths,
+        exact_interval=exact_intervals,
+        labels=queries,
+        first_query=first,
     )
     write_answers(path, [columns], attributes)
 

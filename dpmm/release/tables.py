@@ -4,7 +4,10 @@
 
   - ``group`` (string), ``query`` (int64, its index within the group), ``label`` (string:
     what the query asks, e.g. ``sex=m,age<=30``; format in :mod:`dpmm.workload.labels`),
-    ``estimate`` (float64), ``standard_error`` (float64), ``exact_standard_error`` (bool);
+    ``estimate`` (float64), ``standard_error`` (float64), ``exact_standard_error`` (bool),
+    ``half_width`` (float64: the interval ``estimate ± half_width`` holds the true answer
+    with at least the manifest's ``intervals.level``; :mod:`dpmm.reconstruct.intervals`),
+    ``exact_interval`` (bool: computed from the noise's exact distribution, or a bound);
   - then, for every attribute of the domain in domain order, ``attr.<name>`` (string) and
     ``code.<name>`` (int64): the part of the query on that attribute as text (``m``,
     ``<=30``, ``20..29``, ``[0, 50000)``), and the attribute's value code when the query
@@ -32,11 +35,12 @@ Example:
     >>> domain = Domain.from_dict({"sex": {"size": 2, "labels": ["m", "f"]}, "age": 3})
     >>> (group,) = from_config([{"kind": "prefix", "attribute": "age", "by": ["sex"]}], domain)
     >>> rows = AnswerColumns.for_group(
-    ...     group.name, [10.5] * 6, [2.0] * 6, exact=True, labels=query_parts(group, domain))
+    ...     group.name, [10.5] * 6, [2.0] * 6, exact=True, labels=query_parts(group, domain),
+    ...     half_width=[4.0] * 6, exact_interval=True)
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "answers.parquet"
     >>> write_answers(path, [rows], domain.attributes)
     >>> table = read_answers(path)
-    >>> table.column_names[6:]
+    >>> table.column_names[8:]
     ['attr.sex', 'code.sex', 'attr.age', 'code.age']
     >>> table.slice(4, 1).to_pylist()[0]["label"], table.slice(4, 1).to_pylist()[0]["attr.age"]
     ('sex=f,age<=1', '<=1')
@@ -94,6 +98,8 @@ ANSWERS_SCHEMA = pa.schema(
         ("estimate", pa.float64()),
         ("standard_error", pa.float64()),
         ("exact_standard_error", pa.bool_()),
+        ("half_width", pa.float64()),
+        ("exact_interval", pa.bool_()),
     ]
 )
 MEASUREMENTS_SCHEMA = pa.schema([("row", pa.int64()), ("value", pa.int64())])
@@ -112,7 +118,7 @@ def answers_schema(attributes: Sequence[str] = ()) -> pa.Schema:
 
     Example:
         >>> answers_schema(["sex"]).names[-3:]
-        ['exact_standard_error', 'attr.sex', 'code.sex']
+        ['exact_interval', 'attr.sex', 'code.sex']
     """
     fields = list(ANSWERS_SCHEMA)
     for name in attributes:
@@ -123,12 +129,14 @@ def answers_schema(attributes: Sequence[str] = ()) -> pa.Schema:
 @dataclass(frozen=True, eq=False)
 class AnswerColumns:
     """One query group's rows of ``answers.parquet`` (see the module docstring): the
-    estimates, standard errors and the description of each query."""
+    estimates, standard errors, interval half-widths and the description of each query."""
 
     group: str
     estimate: np.ndarray
     standard_error: np.ndarray
     exact_standard_error: np.ndarray
+    half_width: np.ndarray
+    exact_interval: np.ndarray
     queries: QueryParts
     #: The index within the group of the first of these rows (a part of a large group).
     first_query: int = 0
@@ -138,6 +146,8 @@ class AnswerColumns:
             "estimate": len(self.estimate),
             "standard_error": len(self.standard_error),
             "exact_standard_error": len(self.exact_standard_error),
+            "half_width": len(self.half_width),
+            "exact_interval": len(self.exact_interval),
             "queries": len(self.queries),
         }
         if len(set(lengths.values())) > 1:
@@ -155,6 +165,8 @@ class AnswerColumns:
         standard_error: Sequence[float] | np.ndarray,
         *,
         exact: bool | Sequence[bool] | np.ndarray,
+        half_width: Sequence[float] | np.ndarray,
+        exact_interval: bool | Sequence[bool] | np.ndarray,
         labels: QueryParts | Sequence[str] | None = None,
         first_query: int = 0,
     ) -> AnswerColumns:
@@ -165,6 +177,9 @@ class AnswerColumns:
             estimate: the estimated answers.
             standard_error: their standard errors.
             exact: whether each standard error is exact (one bool for all, or one per query).
+            half_width: the half-width of each answer's interval.
+            exact_interval: whether each half-width comes from the noise's exact
+                distribution (one bool for all, or one per query).
             labels: what each query asks (:func:`~dpmm.workload.labels.query_parts`), or
                 labels alone; empty labels when omitted.
             first_query: the index within the group of the first of these queries.
@@ -178,6 +193,8 @@ class AnswerColumns:
             estimate=estimates,
             standard_error=np.asarray(standard_error, dtype=np.float64).reshape(-1),
             exact_standard_error=np.broadcast_to(np.asarray(exact, dtype=bool), (size,)).copy(),
+            half_width=np.asarray(half_width, dtype=np.float64).reshape(-1),
+            exact_interval=np.broadcast_to(np.asarray(exact_interval, dtype=bool), (size,)).copy(),
             queries=labels,
             first_query=first_query,
         )
@@ -210,6 +227,8 @@ class AnswerColumns:
                 pa.array(self.estimate[start:stop]),
                 pa.array(self.standard_error[start:stop]),
                 pa.array(self.exact_standard_error[start:stop]),
+                pa.array(self.half_width[start:stop]),
+                pa.array(self.exact_interval[start:stop]),
             ]
             for name in attributes:
                 columns += [rows.texts.get(name, no_text), rows.codes.get(name, no_code)]

@@ -94,7 +94,7 @@ def test_two_way_release_has_its_files_is_audited_and_close_to_the_truth(
     _close_to(answers["estimate"].to_numpy(), truth, answers["standard_error"].to_numpy())
     assert [s.version for s in list_releases(config.release.root)] == [1]
     # Each query's cells, read from its code columns alone, give the same truth.
-    assert list(answers.columns[6:]) == [f"{p}.{a}" for a in SMALL for p in ("attr", "code")]
+    assert list(answers.columns[8:]) == [f"{p}.{a}" for a in SMALL for p in ("attr", "code")]
     codes = answers[[f"code.{a}" for a in SMALL]]
     assert (codes.notna().sum(axis=1) == 2).all()
     by_codes = np.zeros(len(answers))

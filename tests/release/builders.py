@@ -13,8 +13,10 @@ import numpy as np
 from dpmm.linalg import Hierarchical, Identity, Kron, Matrix
 from dpmm.linalg.serialize import matrix_digest, save_matrix
 from dpmm.measure import MeasurementRecord, analyze_strategy, measure
+from dpmm.pipeline.reconstruct_stage import EXACT_INTERVALS
 from dpmm.privacy.ledger import Ledger
 from dpmm.privacy.params import ZCDP, PureDP
+from dpmm.reconstruct.intervals import Intervals, NoiseLaw
 from dpmm.release import AnswerColumns, write_answers, write_histogram, write_measurements
 from dpmm.release.manifest import measurement_sections
 from dpmm.release.writer import write_release
@@ -92,11 +94,18 @@ def build_release(
     x_hat = np.linalg.lstsq(dense, record.values.astype(float), rcond=None)[0]
     variance = record.noise_variance()  # of the discrete noise drawn
     inverse_gram = np.linalg.pinv(dense.T @ dense)
+    intervals = Intervals(NoiseLaw.of(record), 0.95)
     parts, errors = [], []
     for group in groups:
         W = workload()[group]
         se = np.sqrt(variance * np.einsum("ij,jk,ik->i", W, inverse_gram, W))
-        parts.append(AnswerColumns.for_group(group, W @ x_hat, se, exact=True))
+        # Each answer's error is (W A⁺) z on the integer noise z: its interval, exactly.
+        widths, exact_widths = intervals.from_rows(W @ np.linalg.pinv(dense))
+        parts.append(
+            AnswerColumns.for_group(
+                group, W @ x_hat, se, exact=True, half_width=widths, exact_interval=exact_widths
+            )
+        )
         errors.append(
             {
                 "name": group,
@@ -156,6 +165,7 @@ def build_release(
             "spend": {"seq": spend.seq, "hash": spend.hash},
         },
         "reconstruction": {"method": "least_squares", "standard_errors": "exact", "seconds": 0.01},
+        "intervals": {"level": 0.95, "method": EXACT_INTERVALS, "exact_share": 1.0},
         "error": {"groups": errors},
         "input": {"fingerprint": "test", "partitions": 1},
         "software": {

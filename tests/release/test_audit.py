@@ -176,7 +176,7 @@ def test_standard_errors_an_earlier_dpmm_made_differently_are_not_compared(relea
     assert "not compared" in report.checks[6].detail
 
 
-@pytest.mark.parametrize("column", ["estimate", "standard_error"])
+@pytest.mark.parametrize("column", ["estimate", "standard_error", "half_width"])
 def test_a_forged_answer_with_its_hash_updated_fails_the_answers_check(release, column):
     import pyarrow as pa
 
@@ -192,6 +192,34 @@ def test_a_forged_answer_with_its_hash_updated_fails_the_answers_check(release, 
     report = audit_release(folder)
     assert _failed(report) == {"answers"}
     assert "are not what its measurement and strategy give" in report.checks[6].detail
+
+
+def test_an_interval_claimed_exact_or_at_another_level_fails_the_answers_check(release):
+    import pyarrow as pa
+
+    folder, manifest, _ = release
+    table = read_answers(folder / "answers.parquet")
+    flags = table.column("exact_interval").to_numpy(zero_copy_only=False).copy()
+    flags[0] = not flags[0]
+    index = table.schema.get_field_index("exact_interval")
+    _rewrite(
+        folder,
+        manifest,
+        "answers.parquet",
+        table.set_column(index, "exact_interval", pa.array(flags)),
+    )
+    report = audit_release(folder)
+    assert _failed(report) == {"answers"}
+    assert "exact intervals of group" in report.checks[6].detail
+    _rewrite(folder, manifest, "answers.parquet", table)
+    assert audit_release(folder).ok
+    manifest["intervals"]["level"] = 0.9
+    _save(folder, manifest, publish=True)
+    report = audit_release(folder)
+    assert _failed(report) == {"answers"}
+    assert (
+        "intervals.level 0.9 is not its config's release.confidence 0.95" in report.checks[6].detail
+    )
 
 
 def test_an_edited_ledger_row_fails_the_ledger_check(release, tmp_path):

@@ -96,8 +96,18 @@ def test_missing_or_malformed_header_is_refused(record, tmp_path):
 
 
 def test_answers_round_trip_in_group_order(tmp_path):
-    a = AnswerColumns.for_group("a", [1.5, 2.5], [0.1, 0.2], exact=True, labels=["x", "y"])
-    b = AnswerColumns.for_group("b", [3.0], [0.3], exact=[False])
+    a = AnswerColumns.for_group(
+        "a",
+        [1.5, 2.5],
+        [0.1, 0.2],
+        exact=True,
+        half_width=[0.2, 0.4],
+        exact_interval=True,
+        labels=["x", "y"],
+    )
+    b = AnswerColumns.for_group(
+        "b", [3.0], [0.3], exact=[False], half_width=[0.6], exact_interval=[False]
+    )
     write_answers(tmp_path / "answers.parquet", [a, b])
     table = read_answers(tmp_path / "answers.parquet")
     assert table.schema == ANSWERS_SCHEMA
@@ -105,12 +115,16 @@ def test_answers_round_trip_in_group_order(tmp_path):
     assert table.column("query").to_pylist() == [0, 1, 0]
     assert table.column("label").to_pylist() == ["x", "y", ""]
     assert table.column("exact_standard_error").to_pylist() == [True, True, False]
+    assert table.column("half_width").to_pylist() == [0.2, 0.4, 0.6]
+    assert table.column("exact_interval").to_pylist() == [True, True, False]
 
 
 def test_answers_file_round_trip(tmp_path):
     rng = np.random.default_rng(3)
     estimate, error = rng.normal(size=5), rng.random(5)
-    rows = AnswerColumns.for_group("g", estimate, error, exact=False)
+    rows = AnswerColumns.for_group(
+        "g", estimate, error, exact=False, half_width=2 * error, exact_interval=False
+    )
     write_answers(tmp_path / "answers.parquet", [rows])
     table = read_answers(tmp_path / "answers.parquet")
     np.testing.assert_array_equal(table.column("estimate").to_numpy(), estimate)
@@ -137,6 +151,8 @@ def _written(tmp_path, entries):
             np.arange(g.matrix.shape[0], dtype=float),
             np.ones(g.matrix.shape[0]),
             exact=True,
+            half_width=np.full(g.matrix.shape[0], 2.0),
+            exact_interval=True,
             labels=query_parts(g, DOMAIN),
         )
         for g in groups
@@ -157,7 +173,7 @@ def test_answers_have_a_text_and_a_code_column_per_attribute(tmp_path):
     ]  # fmt: skip
     groups, table = _written(tmp_path, entries)
     assert table.column_names == answers_schema(DOMAIN.attributes).names
-    assert table.column_names[6:] == [
+    assert table.column_names[8:] == [
         "attr.sex", "code.sex", "attr.income", "code.income",
         "attr.age", "code.age", "attr.label", "code.label",
     ]  # fmt: skip
@@ -182,7 +198,7 @@ def test_answers_have_a_text_and_a_code_column_per_attribute(tmp_path):
     assert rows[("two-way", 1)]["code.label"] == 1 and rows[("two-way", 1)]["attr.label"] == "1"
     total = rows[("total", 0)]
     assert total["label"] == "total"
-    assert all(total[c] is None for c in table.column_names[6:])
+    assert all(total[c] is None for c in table.column_names[8:])
     # Unrestricted attributes are null, and every row's label is its group's label.
     for group in groups:
         labels = [rows[(group.name, q)]["label"] for q in range(group.matrix.shape[0])]
@@ -220,7 +236,13 @@ def test_per_attribute_columns_agree_with_the_label_over_runs_of_rows(tmp_path, 
 def test_a_group_describing_an_attribute_not_written_is_refused(tmp_path):
     (group,) = from_config([{"kind": "identity", "attribute": "age"}], DOMAIN)
     rows = AnswerColumns.for_group(
-        "g", np.zeros(4), np.ones(4), exact=True, labels=query_parts(group, DOMAIN)
+        "g",
+        np.zeros(4),
+        np.ones(4),
+        exact=True,
+        half_width=np.ones(4),
+        exact_interval=True,
+        labels=query_parts(group, DOMAIN),
     )
     with pytest.raises(ReleaseError, match="restrict 'age'"):
         write_answers(tmp_path / "answers.parquet", [rows], ["sex"])
@@ -233,6 +255,8 @@ def test_unequal_answer_columns_are_refused():
             estimate=np.zeros(2),
             standard_error=np.zeros(1),
             exact_standard_error=np.zeros(1, bool),
+            half_width=np.zeros(1),
+            exact_interval=np.zeros(1, bool),
             queries=QueryParts.listed(["x"]),
         )
 
