@@ -78,6 +78,11 @@ def _assert_close_to_the_truth(config: ReleaseConfig, release: Path, truth: np.n
     assert estimates.shape == exact.shape
     assert np.all(errors > 0)
     assert np.all(np.abs(estimates - exact) <= 4 * errors), "answers off by more than 4 s.e."
+    # A quantized strategy's discrete Gaussian is wide: its intervals are the normal
+    # quantile's plus the lattice's ½‖c‖₁ (here under 10⁻⁴ standard errors), exact.
+    widths = answers.column("half_width").to_numpy()
+    assert np.all(answers.column("exact_interval").to_numpy(zero_copy_only=False))
+    assert np.all((widths / errors > 1.959963) & (widths / errors < 1.9601))
 
 
 def test_a_residual_strategy_is_released_from_tables_as_planned(case) -> None:
