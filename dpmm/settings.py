@@ -51,6 +51,7 @@ HISTOGRAM_CHOICES = ("auto", "always", "never")
 DEFAULT_ROOT = "releases"
 #: ``release.confidence`` when the config does not set it.
 DEFAULT_CONFIDENCE = 0.95
+MAX_LEVEL = 0.999999
 _CLASS_PATTERN = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+")
 _LOCAL_KEYS = ("n_workers", "processes", "threads_per_worker", "memory_limit")
 #: Where a release may keep its domain-sized arrays (``cluster.arrays``; the first is the
@@ -171,10 +172,12 @@ def release_settings(section: object, *, base_dir: Path) -> ReleaseSettings:
 
 
 def _level(value: object, key: str) -> float:
-    """A confidence level: a number strictly between 0 and 1."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
+    """A confidence level: a number above 0 and at most 0.999999 (closer to 1, the
+    numerical slack of the intervals would take most of what is left)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_LEVEL:
         raise ConfigError(
-            f"{key}: must be a number between 0 and 1 (e.g. 0.95), got {describe_value(value)}"
+            f"{key}: must be a number above 0 and at most {MAX_LEVEL} (e.g. 0.95), got "
+            f"{describe_value(value)}"
         )
     return float(value)
 

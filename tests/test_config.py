@@ -293,6 +293,8 @@ BAD = {
     "release unknown key": (with_changes(release={"folder": "x"}), "release.folder"),
     "reconstruction": (with_changes(release={"reconstruction": "svd"}), "release.reconstruction"),
     "histogram choice": (with_changes(release={"histogram": True}), "release.histogram"),
+    "confidence of 1": (with_changes(release={"confidence": 1}), "release.confidence"),
+    "confidence as text": (with_changes(release={"confidence": "95%"}), "release.confidence"),
     "ledger url": (with_changes(ledger={"path": "s3://b/l.db"}), "ledger.path"),
     "ledger dataset": (with_changes(ledger={"dataset": ""}), "ledger.dataset"),
     "cluster both": (

@@ -193,14 +193,17 @@ def _on_grid(
 
 def _normal_half_width(
     norm2: float, norm1: float, terms: int, law: NoiseLaw, level: float
-) -> tuple[float, float]:
+) -> tuple[float, float] | None:
     """A discrete Gaussian of large σ² is within Kolmogorov distance ``0.1/σ²`` of a rounded
     normal ``round(Y)`` (the module docstring), and ``Σ c_j round(Y_j) ≤ Σ c_j Y_j + ½‖c‖₁``:
     so ``h = σ ‖c‖₂ z' + ½‖c‖₁`` with ``z'`` the normal quantile at the level less the
     slack. Returns ``h`` and a bound on its excess over the exact least half-width, which
-    is at least ``σ ‖c‖₂ z'' − ½‖c‖₁`` (``z''``: the level plus the slack)."""
+    is at least ``σ ‖c‖₂ z'' − ½‖c‖₁`` (``z''``: the level plus the slack); None when
+    the slack takes more than half of ``1 − level``."""
     sigma2 = float(law.parameter)
     slack = NUMERICAL_SLACK + 2 * terms * 0.1 / sigma2
+    if slack > (1 - level) / 2:
+        return None
     quantile = float(special.ndtri(1 - (1 - level - slack) / 2))
     below = float(special.ndtri(1 - (1 - level + slack) / 2))
     scale = math.sqrt(sigma2) * norm2
@@ -389,8 +392,10 @@ def exact_half_width(
     if _continuous(law) and law.laplace:
         return _wide_laplace_half_width(values, counts, law, level)
     if _continuous(law):
-        width, excess = _normal_half_width(norm2, float(np.sum(counts * values)), terms, law, level)
-        return width, excess <= RESOLUTION * math.sqrt(law.variance()) * norm2
+        found = _normal_half_width(norm2, float(np.sum(counts * values)), terms, law, level)
+        if found is None:
+            return None
+        return found[0], found[1] <= RESOLUTION * math.sqrt(law.variance()) * norm2
     grid, multiples = _grid(values, counts, law)
     total: tuple[np.ndarray, int] | None = None
     for index, (value, count) in enumerate(zip(values, counts, strict=True)):
@@ -433,8 +438,9 @@ class Intervals:
         one draw scaled by ``‖c‖₂`` (the module docstring)."""
         sigma = math.sqrt(self.law.variance())
         if _continuous(self.law) and not self.law.laplace:
-            width, excess = _normal_half_width(1.0, math.sqrt(terms), terms, self.law, self.level)
-            return width / sigma, excess <= RESOLUTION * sigma
+            found = _normal_half_width(1.0, math.sqrt(terms), terms, self.law, self.level)
+            if found is not None:
+                return found[0] / sigma, found[1] <= RESOLUTION * sigma
         one = np.ones(1)
         return _chernoff_width(one, one, self.law, self.level) / sigma, False
 

@@ -190,3 +190,12 @@ def test_a_wide_discrete_laplace_agrees_with_its_integer_convolution(row, monkey
         integer, _ = exact_half_width(row, law, level)
         monkeypatch.undo()
         assert wide_exact and abs(wide - integer) < RESOLUTION * error
+
+
+def test_a_slack_too_large_for_the_level_falls_back_to_the_bound():
+    """The wide Gaussian's charge 2k · 0.1/σ² for k draws can exceed what the level leaves:
+    then the Chernoff bound is published (a finite, valid half-width), not a NaN."""
+    law = NoiseLaw("discrete_gaussian", Fraction(2**25))
+    kappa, exact = Intervals(law, 0.999999).factor(10**6)
+    assert not exact and math.isfinite(kappa) and kappa > 4.89
+    assert exact_half_width(np.ones(10**6), law, 0.999999) is None
