@@ -83,13 +83,16 @@ class GroupAccuracy:
 
 @dataclass(frozen=True, eq=False)
 class AnswerSample:
-    """The first published answers of a group, with their standard errors and labels."""
+    """The first published answers of a group, with their standard errors, the half-widths
+    of their published intervals (at the release's confidence level) and labels."""
 
     group: str
     queries: int
     labels: tuple[str, ...]
     estimates: np.ndarray
     standard_errors: np.ndarray
+    half_widths: np.ndarray
+    confidence: float
 
 
 @dataclass(frozen=True, eq=False)
@@ -250,6 +253,8 @@ def release_content(
             labels=_labels(g, min(ANSWERS_SHOWN, int(g.values.size))),
             estimates=np.array(g.values[:ANSWERS_SHOWN], dtype=np.float64),
             standard_errors=np.array(g.standard_errors[:ANSWERS_SHOWN], dtype=np.float64),
+            half_widths=np.array(g.half_widths[:ANSWERS_SHOWN], dtype=np.float64),
+            confidence=config.release.confidence,
         )
         for g in reconstruction.groups
         if g.values.size

@@ -10,8 +10,8 @@ Three figures (:func:`report_figures`):
 * ``budget-shares``: where the budget goes: the whole budget's split between the
   measurement of the strategy and any private truncation thresholds, and each group's
   share of the expected total squared error next to its share of the queries;
-* ``answers`` (releases only): the first answers of each group with their 95 % intervals
-  (±1.96 standard errors).
+* ``answers`` (releases only): the first answers of each group with the intervals
+  published beside them (``half_width`` at ``release.confidence``).
 
 Figures are :class:`matplotlib.figure.Figure` objects on an Agg canvas: no pyplot, no
 global state, no display or browser needed. The same PNG bytes go into the HTML page and
@@ -46,8 +46,6 @@ CURVE_POINTS = 61
 CURVE_SPAN = 10.0
 #: Groups whose answers a release report draws (the first ones).
 ANSWER_GROUPS = 12
-#: Interval of the answers drawn: ±Z standard errors (95 % by the normal approximation).
-Z = 1.96
 #: Longest query label under an answer's tick.
 TICK_LENGTH = 22
 WIDTH = 8.0
@@ -312,7 +310,7 @@ def answers_figure(content: ReportContent) -> ReportFigure | None:
         axes.errorbar(
             x,
             sample.estimates,
-            yerr=Z * sample.standard_errors,
+            yerr=sample.half_widths,
             fmt="o",
             ms=3,
             lw=1,
@@ -322,18 +320,21 @@ def answers_figure(content: ReportContent) -> ReportFigure | None:
         shown = f"first {sample.estimates.size:,} of {sample.queries:,} answers"
         if sample.estimates.size == sample.queries:
             shown = f"all {sample.queries:,} answers"
-        axes.set_title(f"{sample.group}: {shown}, ±1.96 standard errors", fontsize=9, loc="left")
+        level = f"{sample.confidence:.4g}"
+        axes.set_title(f"{sample.group}: {shown}, {level} intervals", fontsize=9, loc="left")
         axes.set_xticks(x, [_tick(label) for label in sample.labels], rotation=90)
         axes.tick_params(axis="x", labelsize=6)
         axes.tick_params(axis="y", labelsize=7)
         axes.set_xlim(-0.8, max(sample.estimates.size - 0.2, 0.8))
         axes.grid(True, axis="y", alpha=0.25)
-    figure.suptitle(f"{content.name}: published answers with their 95 % intervals", fontsize=11)
+    level = f"{100 * samples[0].confidence:.4g} %"
+    figure.suptitle(f"{content.name}: published answers with their {level} intervals", fontsize=11)
     left = len(content.answers) - len(samples)
     caption = (
         "Each group's first answers (in the order of answers.parquet, which has them all) "
-        "with error bars of ±1.96 standard errors: 95 % intervals by the normal "
-        "approximation. The answers are the release's published estimates."
+        f"with the {level} intervals published beside them (estimate ± half_width: from the "
+        "exact distribution of the noise drawn, or a bound that still covers; the manifest's "
+        "intervals section says which). The answers are the release's published estimates."
     )
     if left:
         caption += f" {left} more groups are in answers.parquet."

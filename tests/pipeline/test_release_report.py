@@ -1,5 +1,5 @@
 """A release's report.html: written into the version, listed in its manifest, audited, and
-drawn from the answers and standard errors it publishes."""
+drawn from the answers, standard errors and intervals it publishes."""
 
 from __future__ import annotations
 
@@ -52,6 +52,8 @@ def test_a_release_writes_its_report_lists_it_and_the_audit_checks_it(make_small
     answers = pd.read_parquet(result.path / "answers.parquet").head(ANSWERS_SHOWN)
     np.testing.assert_array_equal(sample.estimates, answers["estimate"].to_numpy())
     np.testing.assert_array_equal(sample.standard_errors, answers["standard_error"].to_numpy())
+    np.testing.assert_array_equal(sample.half_widths, answers["half_width"].to_numpy())
+    assert sample.confidence == manifest["intervals"]["level"]
     assert list(sample.labels) == answers["label"].tolist()
     assert content.groups[0].target.met == group["target_met"]
     assert content.groups[0].rmse == group["expected_rmse"]
