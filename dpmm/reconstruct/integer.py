@@ -1,0 +1,258 @@
+"""Integer, non-negative, mutually consistent counts from a real-valued estimate.
+
+Statistical agencies publish counts that add up: every table's cells sum to its
+margins, every margin to the total, nothing negative, nothing fractional. A
+least-squares or NNLS estimate is real-valued; rounding each answer on its own breaks
+the sums. Both functions here round *jointly*, as post-processing of public values
+(no budget, no data), deterministically (same input, same integers: the audit
+recomputes them):
+
+* :func:`nearest_integer_vector` — the non-negative integer vector with a given sum
+  nearest a real vector in squared distance. It is the vector path (the domain's
+  estimate x̂; every table ``M x_int`` is then integer and consistent by
+  construction) and each 1-way table below a fixed total. Method: the exact
+  projection onto the simplex ``{w ≥ 0, Σ w = T}`` (sort-based, O(n log n)), then
+  largest remainders. The result is ``max(0, round(v_i − τ))`` for one shift τ, which
+  is optimal for a separable convex cost under one sum (the marginal cost of a unit
+  more is at least ``−2τ`` everywhere and the saving of a unit less at most that).
+* :func:`nearest_integer_table` — the non-negative integer 2-way table with given
+  integer row and column sums nearest a real table in L1 (controlled rounding). Each
+  cell is its floor ``f`` (of the table clipped at 0) plus a first unit up (cost
+  ``1 − 2·frac``), further units up (cost 1) and units down to 0 (cost 1): a
+  transportation problem whose constraint matrix is totally unimodular, so its LP
+  optimum is integral: SciPy's HiGHS dual simplex (:func:`scipy.optimize.linprog`)
+  returns a vertex, checked integral (a 300 × 300 table took 4.5 s here, against 19 s
+  as a MILP with integrality declared).
+
+Tables of three or more attributes with their 2-way margins fixed are not totally
+unimodular (an integer table may not even exist), so they are not rounded here: the
+release refuses them in its plan.
+
+Example:
+    >>> nearest_integer_vector(np.array([2.6, -0.4, 1.3, 0.5]), 4).tolist()
+    [3, 0, 1, 0]
+    >>> nearest_integer_table(np.array([[0.3, 1.7], [1.6, 0.4]]), [2, 2], [2, 2]).tolist()
+    [[0, 2], [2, 0]]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+from scipy import optimize, sparse
+
+from dpmm.errors import ArgumentError
+
+__all__ = [
+    "TABLE_CELL_LIMIT",
+    "TABLE_TIME_LIMIT",
+    "TableSource",
+    "closed_sets",
+    "integer_tables",
+    "nearest_integer_table",
+    "nearest_integer_vector",
+    "rounded_total",
+]
+
+#: Seconds HiGHS may take on one 2-way table (its LP on 10⁴ cells took 0.2-0.6 s here).
+TABLE_TIME_LIMIT = 600.0
+#: The most cells of a 2-way table the release rounds (its plan refuses larger ones): the
+#: LP grows faster than linearly (9·10⁴ cells took 4.5 s here).
+TABLE_CELL_LIMIT = 10**5
+
+
+def rounded_total(value: float) -> int:
+    """The non-negative integer nearest an estimated total (halves up).
+
+    Example:
+        >>> rounded_total(41.5), rounded_total(-3.2)
+        (42, 0)
+    """
+    if not np.isfinite(value):
+        raise ArgumentError(f"An estimated total must be finite, got {value}.")
+    return max(0, int(np.floor(value + 0.5)))
+
+
+def _simplex_projection(values: np.ndarray, total: int) -> np.ndarray:
+    """The Euclidean projection of ``values`` onto ``{w ≥ 0, Σ w = total}``."""
+    if total == 0:
+        return np.zeros_like(values)
+    ordered = np.sort(values)[::-1]
+    excess = np.cumsum(ordered) - total
+    counts = np.arange(1, ordered.size + 1)
+    kept = np.nonzero(ordered - excess / counts > 0)[0][-1]
+    shift = excess[kept] / (kept + 1)
+    return np.maximum(values - shift, 0.0)
+
+
+def nearest_integer_vector(values: np.ndarray, total: int) -> np.ndarray:
+    """The non-negative integer vector summing to ``total`` nearest ``values`` (L2).
+
+    Ties between equal remainders go to the lower index, so the result depends on the
+    values alone.
+
+    Args:
+        values: A real vector (negative entries allowed: they end at 0 or above).
+        total: The sum the result must have, a non-negative integer.
+
+    Returns:
+        An int64 vector of ``values``' shape.
+
+    Raises:
+        ArgumentError: an empty vector with a positive total, a negative total, or values
+            that are not finite.
+    """
+    flat = np.asarray(values, dtype=np.float64).reshape(-1)
+    total = int(total)
+    if total < 0 or (flat.size == 0 and total > 0):
+        raise ArgumentError(f"No non-negative vector of {flat.size} cells sums to {total}.")
+    if not np.all(np.isfinite(flat)):
+        raise ArgumentError("Values to round must be finite.")
+    projected = _simplex_projection(flat, total)
+    floors = np.floor(projected)
+    remainders = projected - floors
+    rounded = floors.astype(np.int64)
+    short = total - int(rounded.sum())  # the units the floors left, 0 ≤ short ≤ n
+    if short > 0:
+        order = np.argsort(-remainders, kind="stable")  # largest remainders first
+        rounded[order[:short]] += 1
+    elif short < 0:  # only after float rounding of the projection: take from the smallest
+        order = np.lexsort((np.arange(flat.size), remainders))
+        order = order[rounded[order] > 0]
+        rounded[order[:-short]] -= 1
+    return rounded.reshape(np.shape(values))
+
+
+def nearest_integer_table(
+    table: np.ndarray, row_sums: Sequence[int] | np.ndarray, column_sums: Sequence[int] | np.ndarray
+) -> np.ndarray:
+    """The non-negative integer table with these row and column sums nearest ``table``
+    in L1 (controlled rounding, see the module docstring).
+
+    Args:
+        table: A real ``m × n`` table (negative cells allowed).
+        row_sums: ``m`` non-negative integers.
+        column_sums: ``n`` non-negative integers with the same sum.
+
+    Returns:
+        An int64 ``m × n`` table.
+
+    Raises:
+        ArgumentError: shapes or sums that disagree, or non-finite cells.
+        RuntimeError: HiGHS did not prove an optimum within :data:`TABLE_TIME_LIMIT`.
+    """
+    values = np.asarray(table, dtype=np.float64)
+    rows = np.asarray(row_sums, dtype=np.int64).reshape(-1)
+    columns = np.asarray(column_sums, dtype=np.int64).reshape(-1)
+    if values.ndim != 2 or values.shape != (rows.size, columns.size):
+        raise ArgumentError(
+            f"A {values.shape} table needs {values.shape[0]} row and "
+            f"{values.shape[-1]} column sums, got {rows.size} and {columns.size}."
+        )
+    if rows.sum() != columns.sum() or np.any(rows < 0) or np.any(columns < 0):
+        raise ArgumentError("Row and column sums must be non-negative with one total.")
+    if not np.all(np.isfinite(values)):
+        raise ArgumentError("Tables to round must be finite.")
+    m, n = values.shape
+    if m == 1 or n == 1:  # one line: its cells are the other margin
+        return (rows[:, None] if n == 1 else columns[None, :]).astype(np.int64).copy()
+    clipped = np.maximum(values, 0.0).reshape(-1)
+    floors = np.floor(clipped)
+    first_up_cost = 1.0 - 2.0 * (clipped - floors)
+    cells = m * n
+    # Variables: first unit up ∈ [0, 1], more units up ≥ 0, units down ∈ [0, floor].
+    cost = np.concatenate([first_up_cost, np.ones(cells), np.ones(cells)])
+    upper = np.concatenate([np.ones(cells), np.full(cells, np.inf), floors])
+    index = np.arange(cells)
+    incidence = sparse.vstack(
+        [
+            sparse.csr_array((np.ones(cells), (index // n, index)), shape=(m, cells)),
+            sparse.csr_array((np.ones(cells), (index % n, index)), shape=(n, cells)),
+        ]
+    )
+    constraints = sparse.hstack([incidence, incidence, -incidence]).tocsr()
+    base = floors.reshape(m, n)
+    needed = np.concatenate([rows - base.sum(axis=1), columns - base.sum(axis=0)])
+    solved = optimize.linprog(
+        cost,
+        A_eq=constraints,
+        b_eq=needed,
+        bounds=np.stack([np.zeros(cost.size), upper], axis=1),
+        method="highs-ds",  # a vertex: integral, the matrix being totally unimodular
+        options={"time_limit": TABLE_TIME_LIMIT},
+    )
+    if solved.status != 0 or solved.x is None:
+        raise RuntimeError(f"HiGHS did not round a {m}×{n} table: {solved.message}")
+    if np.max(np.abs(solved.x - np.rint(solved.x)), initial=0.0) > 1e-6:
+        raise RuntimeError(f"HiGHS returned a fractional vertex for a {m}×{n} table")
+    moves = np.rint(solved.x).astype(np.int64)
+    rounded = floors.astype(np.int64) + moves[:cells] + moves[cells : 2 * cells]
+    rounded -= moves[2 * cells :]
+    rounded = rounded.reshape(m, n)
+    if not (
+        np.array_equal(rounded.sum(axis=1), rows)
+        and np.array_equal(rounded.sum(axis=0), columns)
+        and rounded.min() >= 0
+    ):
+        raise RuntimeError(f"HiGHS returned a {m}×{n} table off its margins")
+    return rounded
+
+
+def integer_tables(
+    tables: Mapping[tuple[int, ...], np.ndarray], total: int
+) -> dict[tuple[int, ...], np.ndarray]:
+    """Round marginal tables of at most two attributes top-down: the total, each 1-way
+    table with its sum fixed, each 2-way table with both 1-way margins fixed.
+
+    Every two results then agree wherever they share attributes (on a 1-way margin or
+    the total, which are fixed before the tables that contain them), so the integer
+    tables are mutually consistent whatever the input's consistency.
+
+    Args:
+        tables: ``{sorted attrs: real table}`` (flat or shaped); every 1-way margin of a
+            2-way table must be among them.
+        total: The integer total every table sums to.
+
+    Raises:
+        ArgumentError: a table of three or more attributes, or a missing 1-way margin.
+
+    Example:
+        >>> t = {(0,): np.array([1.4, 1.6]), (1,): np.array([2.2, 0.8]),
+        ...      (0, 1): np.array([[1.1, 0.3], [1.1, 0.5]])}
+        >>> {k: v.tolist() for k, v in integer_tables(t, 3).items()}
+        {(0,): [1, 2], (1,): [2, 1], (0, 1): [[1, 0], [1, 1]]}
+    """
+    rounded: dict[tuple[int, ...], np.ndarray] = {}
+    for attrs in sorted(tables, key=len):
+        values = np.asarray(tables[attrs], dtype=np.float64)
+        if len(attrs) > 2:
+            raise ArgumentError(
+                f"The table on {list(attrs)} has more than two attributes: its integer "
+                "rounding with fixed 2-way margins is not a transportation problem."
+            )
+        if len(attrs) < 2:
+            rounded[attrs] = nearest_integer_vector(values, total)
+            continue
+        margins = [rounded.get((i,)) for i in attrs]
+        if any(margin is None for margin in margins):
+            raise ArgumentError(f"The table on {list(attrs)} needs its 1-way margins rounded.")
+        shape = (margins[0].size, margins[1].size)
+        rounded[attrs] = nearest_integer_table(values.reshape(shape), *margins)
+    return rounded
+
+
+def closed_sets(sets: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """``sets`` with every 1-way margin of a 2-way set added (what :func:`integer_tables`
+    needs), in order of size.
+
+    Example:
+        >>> closed_sets([(0, 2), (1,)])
+        [(0,), (1,), (2,), (0, 2)]
+    """
+    found = set(sets) | {(i,) for attrs in sets if len(attrs) == 2 for i in attrs}
+    return sorted(found, key=lambda attrs: (len(attrs), attrs))
+
+
+#: ``estimate_tables(sets)``: real-valued (least-squares) tables of these attribute sets.
+TableSource = Callable[[Sequence[tuple[int, ...]]], Mapping[tuple[int, ...], np.ndarray]]

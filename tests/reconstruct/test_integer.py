@@ -1,0 +1,113 @@
+"""Integer rounding: exact optima against enumeration, consistency of top-down tables."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from dpmm.errors import ArgumentError
+from dpmm.reconstruct.integer import (
+    closed_sets,
+    integer_tables,
+    nearest_integer_table,
+    nearest_integer_vector,
+    rounded_total,
+)
+
+SEED = 20261127
+
+
+def _compositions(total: int, parts: int):
+    """Every vector of ``parts`` non-negative integers summing to ``total``."""
+    for bars in itertools.combinations(range(total + parts - 1), parts - 1):
+        edges = (-1, *bars, total + parts - 1)
+        yield np.array([edges[i + 1] - edges[i] - 1 for i in range(parts)])
+
+
+def test_the_vector_is_the_nearest_in_squared_distance_among_all_integer_vectors() -> None:
+    rng = np.random.default_rng(SEED)
+    for _ in range(300):
+        n, total = int(rng.integers(1, 5)), int(rng.integers(0, 7))
+        values = rng.normal(total / n, 2.0, n).round(int(rng.integers(0, 3)))  # ties too
+        rounded = nearest_integer_vector(values, total)
+        assert rounded.dtype == np.int64 and rounded.sum() == total and rounded.min() >= 0
+        best = min(float(np.sum((z - values) ** 2)) for z in _compositions(total, n))
+        assert float(np.sum((rounded - values) ** 2)) == pytest.approx(best, abs=1e-9)
+
+
+def test_the_vector_keeps_integers_and_is_deterministic() -> None:
+    rng = np.random.default_rng(SEED + 1)
+    counts = rng.integers(0, 50, 1000)
+    assert np.array_equal(nearest_integer_vector(counts.astype(float), counts.sum()), counts)
+    values = rng.normal(3, 4, 10_000)
+    first = nearest_integer_vector(values, 30_000)
+    assert np.array_equal(first, nearest_integer_vector(values.copy(), 30_000))
+    assert first.sum() == 30_000 and first.min() >= 0
+    assert np.array_equal(nearest_integer_vector(values, 0), np.zeros(10_000, np.int64))
+
+
+def _tables(rows: np.ndarray, columns: np.ndarray):
+    """Every non-negative integer table with these margins (tiny ones only)."""
+    candidates = [list(_compositions(int(r), columns.size)) for r in rows]
+    for choice in itertools.product(*candidates):
+        table = np.array(choice)
+        if np.array_equal(table.sum(axis=0), columns):
+            yield table
+
+
+def test_the_table_is_the_nearest_in_l1_among_all_tables_with_its_margins() -> None:
+    rng = np.random.default_rng(SEED + 2)
+    for _ in range(60):
+        m, n = int(rng.integers(2, 4)), int(rng.integers(2, 4))
+        table = rng.normal(1.0, 1.2, (m, n))
+        total = int(rng.integers(0, 7))
+        rows = nearest_integer_vector(table.sum(axis=1), total)
+        columns = nearest_integer_vector(table.sum(axis=0), total)
+        rounded = nearest_integer_table(table, rows, columns)
+        assert np.array_equal(rounded.sum(axis=1), rows)
+        assert np.array_equal(rounded.sum(axis=0), columns) and rounded.min() >= 0
+        best = min(float(np.abs(t - table).sum()) for t in _tables(rows, columns))
+        assert float(np.abs(rounded - table).sum()) == pytest.approx(best, abs=1e-9)
+
+
+def test_top_down_tables_are_integer_non_negative_and_consistent() -> None:
+    rng = np.random.default_rng(SEED + 3)
+    shape = (4, 3, 5, 2)
+    for _ in range(20):
+        x = rng.poisson(3.0, shape) + rng.normal(0, 2.0, shape)  # a noisy, signed estimate
+        pairs = [s for k in (1, 2) for s in itertools.combinations(range(4), k)]
+        sets = closed_sets([s for s in pairs if rng.random() < 0.6])
+        tables = {
+            s: x.sum(axis=tuple(i for i in range(4) if i not in s)) + rng.normal(0, 0.5)
+            for s in sets
+        }
+        total = rounded_total(float(x.sum()))
+        rounded = integer_tables(tables, total)
+        assert set(rounded) == set(sets)
+        for attrs, table in rounded.items():
+            assert table.dtype == np.int64 and table.min() >= 0 and table.sum() == total
+            for i in attrs if len(attrs) == 2 else ():
+                axis = 1 - attrs.index(i)
+                assert np.array_equal(table.sum(axis=axis), rounded[(i,)])
+
+
+def test_closed_sets_add_the_margins_of_two_way_sets() -> None:
+    assert closed_sets([(1, 3), (0,)]) == [(0,), (1,), (3,), (1, 3)]
+    assert closed_sets([()]) == [()]
+
+
+def test_refusals_name_the_problem() -> None:
+    with pytest.raises(ArgumentError, match="more than two attributes"):
+        integer_tables({(0, 1, 2): np.ones((2, 2, 2))}, 8)
+    with pytest.raises(ArgumentError, match="1-way margins"):
+        integer_tables({(0, 1): np.ones((2, 2))}, 4)
+    with pytest.raises(ArgumentError, match="sums to"):
+        nearest_integer_vector(np.ones(3), -1)
+    with pytest.raises(ArgumentError, match="finite"):
+        nearest_integer_vector(np.array([1.0, np.nan]), 1)
+    with pytest.raises(ArgumentError, match="one total"):
+        nearest_integer_table(np.ones((2, 2)), [1, 1], [1, 2])
+    with pytest.raises(ArgumentError, match="finite"):
+        rounded_total(float("inf"))
