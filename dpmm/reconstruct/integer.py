@@ -7,14 +7,24 @@ the sums. Both functions here round *jointly*, as post-processing of public valu
 (no budget, no data), deterministically (same input, same integers: the audit
 recomputes them):
 
+* :func:`cumulative_rounding` — a non-negative vector (the domain's NNLS estimate x̂)
+  to integers with a given sum, by rounding its running sums: ``z_i = ⌊C_i + ½⌋ −
+  ⌊C_{i−1} + ½⌋`` with ``C`` the running sums scaled to end at the total. Every cell
+  moves by less than 1 and so does every run of consecutive cells (any range of the
+  last attribute within one cell of the others), O(n), and every table ``M z`` is then
+  integer and consistent by construction. Rounding each cell to the nearest instead
+  lets a query's errors add up over its cells: on the Census SF1 tables (500,480 cells)
+  it moved the answers by 71 (RMS) where running sums moved them by 3.3.
 * :func:`nearest_integer_vector` — the non-negative integer vector with a given sum
-  nearest a real vector in squared distance. It is the vector path (the domain's
-  estimate x̂; every table ``M x_int`` is then integer and consistent by
-  construction) and each 1-way table below a fixed total. Method: the exact
-  projection onto the simplex ``{w ≥ 0, Σ w = T}`` (sort-based, O(n log n)), then
-  largest remainders. The result is ``max(0, round(v_i − τ))`` for one shift τ, which
-  is optimal for a separable convex cost under one sum (the marginal cost of a unit
-  more is at least ``−2τ`` everywhere and the saving of a unit less at most that).
+  nearest a real vector (signed) in squared distance: each 1-way table below a fixed
+  total. Method: the exact projection onto the simplex ``{w ≥ 0, Σ w = T}``
+  (sort-based, O(n log n)), then largest remainders. The result is
+  ``max(0, round(v_i − τ))`` for one shift τ, which is optimal for a separable convex
+  cost under one sum (the marginal cost of a unit more is at least ``−2τ`` everywhere
+  and the saving of a unit less at most that). It is no way to round a signed vector
+  of many cells: clipping its negative cells and shifting the rest moves every
+  aggregate (1,100 RMS on Adult's 2-way tables from a least-squares vector of 13,440
+  cells, against 12 for the estimate itself).
 * :func:`nearest_integer_table` — the non-negative integer 2-way table with given
   integer row and column sums nearest a real table in L1 (controlled rounding). Each
   cell is its floor ``f`` (of the table clipped at 0) plus a first unit up (cost
@@ -29,6 +39,8 @@ unimodular (an integer table may not even exist), so they are not rounded here: 
 release refuses them in its plan.
 
 Example:
+    >>> cumulative_rounding(np.array([0.4, 0.4, 0.4, 1.8]), 3).tolist()
+    [0, 1, 0, 2]
     >>> nearest_integer_vector(np.array([2.6, -0.4, 1.3, 0.5]), 4).tolist()
     [3, 0, 1, 0]
     >>> nearest_integer_table(np.array([[0.3, 1.7], [1.6, 0.4]]), [2, 2], [2, 2]).tolist()
@@ -49,6 +61,7 @@ __all__ = [
     "TABLE_TIME_LIMIT",
     "TableSource",
     "closed_sets",
+    "cumulative_rounding",
     "integer_tables",
     "nearest_integer_table",
     "nearest_integer_vector",
@@ -72,6 +85,33 @@ def rounded_total(value: float) -> int:
     if not np.isfinite(value):
         raise ArgumentError(f"An estimated total must be finite, got {value}.")
     return max(0, int(np.floor(value + 0.5)))
+
+
+def cumulative_rounding(values: np.ndarray, total: int) -> np.ndarray:
+    """Non-negative ``values`` rounded to integers summing to ``total`` through their
+    running sums (see the module docstring): deterministic, O(n).
+
+    The running sums are scaled to end exactly at ``total`` (a no-op up to rounding for
+    values that already sum to it; all zero values with a positive total are spread
+    evenly by the same rule).
+
+    Raises:
+        ArgumentError: a negative or non-finite value, or a negative total.
+    """
+    flat = np.asarray(values, dtype=np.float64).reshape(-1)
+    total = int(total)
+    if total < 0 or (flat.size == 0 and total > 0):
+        raise ArgumentError(f"No non-negative vector of {flat.size} cells sums to {total}.")
+    if not np.all(np.isfinite(flat)) or np.any(flat < 0):
+        raise ArgumentError("Values to round through their running sums must be finite and ≥ 0.")
+    running = np.cumsum(flat)
+    if flat.size == 0 or running[-1] <= 0:
+        running = np.arange(1, flat.size + 1, dtype=np.float64)
+    running *= total / running[-1]
+    ends = np.floor(running + 0.5).astype(np.int64)
+    ends[-1] = total  # exact, whatever the scaling's last bit
+    rounded = np.diff(ends, prepend=0)
+    return rounded.reshape(np.shape(values))
 
 
 def _simplex_projection(values: np.ndarray, total: int) -> np.ndarray:

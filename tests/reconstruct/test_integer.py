@@ -10,6 +10,7 @@ import pytest
 from dpmm.errors import ArgumentError
 from dpmm.reconstruct.integer import (
     closed_sets,
+    cumulative_rounding,
     integer_tables,
     nearest_integer_table,
     nearest_integer_vector,
@@ -46,6 +47,24 @@ def test_the_vector_keeps_integers_and_is_deterministic() -> None:
     assert np.array_equal(first, nearest_integer_vector(values.copy(), 30_000))
     assert first.sum() == 30_000 and first.min() >= 0
     assert np.array_equal(nearest_integer_vector(values, 0), np.zeros(10_000, np.int64))
+
+
+def test_running_sums_keep_every_run_of_cells_within_one() -> None:
+    rng = np.random.default_rng(SEED + 4)
+    for _ in range(50):
+        n = int(rng.integers(1, 300))
+        values = rng.exponential(2.0, n) * (rng.random(n) < 0.3)  # sparse, like NNLS's
+        total = int(rng.integers(0, 600))
+        rounded = cumulative_rounding(values, total)
+        assert rounded.dtype == np.int64 and rounded.sum() == total and rounded.min() >= 0
+        scaled = values * (total / values.sum()) if values.sum() > 0 else np.full(n, total / n)
+        # the run [i, j) moved by moved[j] - moved[i]
+        moved = np.concatenate([[0.0], np.cumsum(rounded - scaled)])
+        assert np.ptp(moved) <= 1.0 + 1e-9
+    counts = rng.integers(0, 9, 500)
+    assert np.array_equal(cumulative_rounding(counts.astype(float), counts.sum()), counts)
+    with pytest.raises(ArgumentError, match="≥ 0"):
+        cumulative_rounding(np.array([1.0, -0.5]), 1)
 
 
 def _tables(rows: np.ndarray, columns: np.ndarray):
