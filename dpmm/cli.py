@@ -231,8 +231,9 @@ def _release_lines(report: PlanReport) -> list[str]:
     }[report.counting]
     solver = SOLVERS.get(report.reconstruction, report.reconstruction)
     where = " on the workers together" if report.counting == "chunked" else ""
+    rounded = f"; publishes integer counts: {report.rounding}" if report.rounding else ""
     return [
-        f"release: counts {counted}; reconstructs by {solver}",
+        f"release: counts {counted}; reconstructs by {solver}{rounded}",
         f"  needs about {_size(report.footprint.memory)} of memory{where}, writes about "
         f"{_size(report.footprint.disk)}",
     ]

@@ -13,6 +13,7 @@ query groups to answer and how to pick the strategy (the schema is in
     strategy: {method: auto}          # optional; default auto (time_budget: 600 seconds)
     data: {path: data/}               # the input records (dpmm.data.spec)
     release: {root: releases/}        # where versions are written (dpmm.settings)
+    invariants: {total: 48842}        # public totals published exactly (none by default)
     ledger: {path: budget.db}         # the budget ledger charged
     cluster: {n_workers: 2}           # Dask workers (default: a LocalCluster)
 
@@ -63,9 +64,11 @@ from dpmm.privacy import ZCDP, PureDP
 from dpmm.privacy.params import KINDS, LEAST, LeastBudget, release_budget_from_config
 from dpmm.settings import (
     ClusterSettings,
+    Invariants,
     LedgerSettings,
     ReleaseSettings,
     cluster_settings,
+    invariants,
     ledger_settings,
     release_settings,
 )
@@ -93,6 +96,7 @@ TOP_LEVEL_KEYS = (
     "strategy",
     "data",
     "release",
+    "invariants",
     "ledger",
     "cluster",
 )
@@ -138,6 +142,7 @@ class ReleaseConfig:
         least: The config asks for the least budget meeting its targets, at most a cap
             (None: it gives its budget).
         budget_derived: ``privacy`` is the budget derived from the targets.
+        invariants: Public totals published exactly (none by default).
     """
 
     name: str
@@ -156,6 +161,7 @@ class ReleaseConfig:
     strategy_time_budget: float = DEFAULT_TIME_BUDGET
     least: LeastBudget | None = None
     budget_derived: bool = False
+    invariants: Invariants = field(default_factory=Invariants)
 
     def spending(self, budget: PureDP | ZCDP) -> ReleaseConfig:
         """The config at the budget its plan derived from its targets (``least``)."""
@@ -441,13 +447,15 @@ class _Reader:
                 )
 
     def sections(self, document: Mapping[str, Any], name: str) -> dict[str, Any]:
-        """The run sections (data, release, ledger, cluster), validated."""
+        """The run sections (data, release, invariants, ledger, cluster), validated."""
         base = self.path.parent
         try:
             data = document.get("data")
+            release = release_settings(document.get("release"), base_dir=base)
             return {
                 "data": None if data is None else data_spec_from_config(data, base_dir=base),
-                "release": release_settings(document.get("release"), base_dir=base),
+                "release": release,
+                "invariants": invariants(document.get("invariants"), release),
                 "ledger": ledger_settings(document.get("ledger"), base_dir=base, release_name=name),
                 "cluster": cluster_settings(document.get("cluster")),
             }

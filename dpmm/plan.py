@@ -187,6 +187,8 @@ class PlanReport:
     footprint: Footprint | None = None
     counting: str = ""
     reconstruction: str = ""
+    #: How the release rounds its answers to integer counts (``release.output: integer``).
+    rounding: str = ""
     targets: TargetReport | None = None
     #: The config asked for the least budget meeting its targets (at most its cap): then
     #: ``budget`` is that one, derived by this plan and spent by the release.
@@ -237,6 +239,7 @@ class PlanReport:
             "expected_error_basis": EXPECTED_ERROR_BASIS,
             "counting": self.counting or None,
             "reconstruction": self.reconstruction or None,
+            "rounding": self.rounding or None,
             **(self.footprint.to_dict() if self.footprint else {}),
             **totals,
             "seconds": self.seconds,
@@ -444,6 +447,7 @@ def _plan(config: ReleaseConfig, progress: Progress | None) -> PlanReport:
         footprint=checked.footprint,
         counting=checked.counting,
         reconstruction=solver(config, checked.counting),
+        rounding=checked.reconstruction.rounding or "",
         targets=targets,
         least=config.least,
         budget=config.privacy,

@@ -7,6 +7,7 @@
       reconstruction: auto     # auto, least_squares or nnls
       histogram: auto          # write the reconstructed histogram: auto, always or never
       confidence: 0.95         # the level of every answer's interval (answers.parquet)
+      output: real             # real, or integer: non-negative consistent integer counts
     ledger:
       path: budget.db          # the budget ledger (SQLite); required to release
       dataset: adult           # the dataset charged; default: the release name
@@ -36,18 +37,23 @@ from dpmm.errors import ConfigError, describe_value
 
 __all__ = [
     "HISTOGRAM_CHOICES",
+    "OUTPUT_CHOICES",
     "RECONSTRUCTION_METHODS",
     "ClusterSettings",
+    "Invariants",
     "LedgerSettings",
     "ReleaseSettings",
     "check_keys",
     "cluster_settings",
+    "invariants",
     "ledger_settings",
     "release_settings",
 ]
 
 RECONSTRUCTION_METHODS = ("auto", "least_squares", "nnls")
 HISTOGRAM_CHOICES = ("auto", "always", "never")
+#: ``release.output``: real-valued estimates, or integer counts (the first is the default).
+OUTPUT_CHOICES = ("real", "integer")
 DEFAULT_ROOT = "releases"
 #: ``release.confidence`` when the config does not set it.
 DEFAULT_CONFIDENCE = 0.95
@@ -71,12 +77,39 @@ class ReleaseSettings:
             at most :data:`dpmm.pipeline.HISTOGRAM_LIMIT` cells).
         confidence: The level of the interval published with every answer
             (:mod:`dpmm.reconstruct.intervals`).
+        output: ``real`` (the estimate as solved) or ``integer`` (non-negative integer
+            counts, consistent across every released table: :mod:`dpmm.reconstruct.integer`).
     """
 
     root: Path
     reconstruction: str = "auto"
     histogram: str = "auto"
     confidence: float = DEFAULT_CONFIDENCE
+    output: str = "real"
+
+    @property
+    def integer(self) -> bool:
+        """Whether the release publishes integer counts."""
+        return self.output == "integer"
+
+
+@dataclass(frozen=True)
+class Invariants:
+    """Facts a config declares public, published exactly and outside the DP guarantee.
+
+    Attributes:
+        total: The number of records (a census's known population), or None: estimated
+            from the measurement like every other count.
+    """
+
+    total: int | None = None
+
+    def __bool__(self) -> bool:
+        return self.total is not None
+
+    def to_dict(self) -> dict[str, int]:
+        """The declared invariants (none: an empty mapping)."""
+        return {} if self.total is None else {"total": self.total}
 
 
 @dataclass(frozen=True)
@@ -160,14 +193,18 @@ def release_settings(section: object, *, base_dir: Path) -> ReleaseSettings:
         >>> settings = release_settings(section, base_dir=Path("/srv"))
         >>> settings.root, settings.reconstruction, settings.histogram, settings.confidence
         (PosixPath('/srv/out'), 'nnls', 'auto', 0.95)
+        >>> settings.output
+        'real'
     """
     section = _mapping(section, "release")
-    check_keys(section, "release", ("root", "reconstruction", "histogram", "confidence"))
+    keys = ("root", "reconstruction", "histogram", "confidence", "output")
+    check_keys(section, "release", keys)
     return ReleaseSettings(
         root=_path(section.get("root", DEFAULT_ROOT), "release.root", base_dir),
         reconstruction=_choice(section, "release", "reconstruction", RECONSTRUCTION_METHODS),
         histogram=_choice(section, "release", "histogram", HISTOGRAM_CHOICES),
         confidence=_level(section.get("confidence", DEFAULT_CONFIDENCE), "release.confidence"),
+        output=_choice(section, "release", "output", OUTPUT_CHOICES),
     )
 
 
@@ -180,6 +217,29 @@ def _level(value: object, key: str) -> float:
             f"{describe_value(value)}"
         )
     return float(value)
+
+
+def invariants(section: object, release: ReleaseSettings) -> Invariants:
+    """Validate a config's ``invariants`` section: public totals the release publishes
+    exactly. They constrain integer counts, so they need ``release.output: integer``.
+
+    Example:
+        >>> invariants({"total": 48842}, ReleaseSettings(Path("r"), output="integer"))
+        Invariants(total=48842)
+    """
+    section = _mapping(section, "invariants")
+    check_keys(section, "invariants", ("total",))
+    total = section.get("total")
+    if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 0):
+        raise ConfigError(
+            f"invariants.total: must be a whole number of records ≥ 0, got {describe_value(total)}"
+        )
+    declared = Invariants(total)
+    if declared and not release.integer:
+        raise ConfigError(
+            "invariants: declared totals constrain integer counts; set release.output: integer"
+        )
+    return declared
 
 
 def ledger_settings(section: object, *, base_dir: Path, release_name: str) -> LedgerSettings:

@@ -50,6 +50,10 @@ VECTOR_BYTES = 64
 #: counts, the estimate and the blocks in flight (benchmarks/scale.py: 35 bytes per cell
 #: at 10⁸ cells on 2 workers, their peaks summed; blocks of 2²² elements).
 CLUSTER_CELL_BYTES = 40
+#: Bytes per cell that rounding the vector to integers (``release.output: integer``) holds
+#: at its peak beside the estimate: the NNLS solve it rounds and the running sums
+#: (measured: 65 at 10⁶ cells of a Kronecker strategy).
+ROUNDING_BYTES = 72
 #: Bytes per cell of a counted marginal table (int64, and a float copy).
 TABLE_BYTES = 16
 #: Bytes written per measured row (the run's record and the release's copy), per answer
@@ -102,6 +106,8 @@ def footprint(config: ReleaseConfig, chosen: ChosenStrategy, counting: str) -> F
     else:
         counted = cells * (TABLE_BYTES if counting == "tables" else VECTOR_BYTES)
         memory = counted + rows * MEASUREMENT_BYTES + answers * ANSWER_BYTES + histogram * 8
+        if counting == "vector" and config.release.integer:
+            memory += cells * ROUNDING_BYTES
     disk = rows * DISK_PER_ROW + answers * DISK_PER_ANSWER + histogram * DISK_PER_CELL
     return Footprint(memory, disk)
 

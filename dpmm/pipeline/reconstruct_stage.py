@@ -30,6 +30,13 @@ from dpmm.measure.tables import strategy_tables
 from dpmm.pipeline.chosen import ChosenStrategy
 from dpmm.pipeline.cluster_answers import ClusterAnswers, check_on_cluster
 from dpmm.pipeline.ingest_stage import VECTOR_LIMIT
+from dpmm.pipeline.integer_answers import (
+    ROUNDING,
+    check_integer_output,
+    integer_from_tables,
+    integer_from_vector,
+    rounded_errors,
+)
 from dpmm.reconstruct import (
     MarginalMeasurement,
     covariance_factor,
@@ -38,9 +45,12 @@ from dpmm.reconstruct import (
 from dpmm.reconstruct.answers import REPLICATES
 from dpmm.reconstruct.choice import EXACT, solve_answers
 from dpmm.reconstruct.intervals import Intervals, NoiseLaw, coefficient_rows
+from dpmm.reconstruct.integer import TableSource
+from dpmm.reconstruct.nnls import nnls_setup
 from dpmm.reconstruct.residual_blocks import (
     BlockEstimate,
     block_histogram,
+    block_marginals,
     block_workload_answers,
     check_answerable,
 )
@@ -132,6 +142,8 @@ class Reconstruction:
     standard_errors: str = EXACT
     #: How the intervals were had: :data:`EXACT_INTERVALS` or :data:`NORMAL_INTERVALS`.
     intervals: str = EXACT_INTERVALS
+    #: How the answers were rounded to integers (``release.output: integer``), or None.
+    rounding: str | None = None
 
 
 def check_reconstructable(config: ReleaseConfig, strategy: ChosenStrategy, plan: str) -> None:
@@ -144,6 +156,7 @@ def check_reconstructable(config: ReleaseConfig, strategy: ChosenStrategy, plan:
             or ``reconstruction: nnls`` is asked of a release that never holds the vector.
     """
     integer = strategy.quantized.integer
+    check_integer_output(config, plan, isinstance(integer, HelmertBlocks))
     if config.release.reconstruction == "nnls" and _without_vector(strategy, plan):
         raise ConfigError(
             f"{config.path}: release.reconstruction: nnls needs the full data vector, and "
@@ -234,7 +247,9 @@ def _from_vector(
 
 def _from_tables(
     config: ReleaseConfig, strategy: ChosenStrategy, y: np.ndarray, std: float, progress: Progress
-) -> list[GroupAnswers]:
+) -> tuple[list[GroupAnswers], TableSource]:
+    """Least-squares answers from the measured marginal tables, and the source of any
+    least-squares table (for integer output)."""
     B, scale = strategy.quantized.integer, strategy.quantized.scale
     shape = tuple(config.domain.shape)
     measurements, start = [], 0
@@ -256,7 +271,11 @@ def _from_tables(
         variances = query_variances(group.matrix, P)
         groups.append(_answers(config, group, values, np.sqrt(np.maximum(variances, 0.0)), True))
     progress(len(config.workload), len(config.workload), "")
-    return groups
+
+    def tables(sets: list[tuple[int, ...]]) -> dict[tuple[int, ...], np.ndarray]:
+        return {a: t.values for a, t in marginal_tables(shape, measurements, sets).items()}
+
+    return groups, tables
 
 
 def _on_cluster(
@@ -291,9 +310,10 @@ def wants_histogram(config: ReleaseConfig) -> bool:
 
 def _from_blocks(
     config: ReleaseConfig, blocks: HelmertBlocks, record: MeasurementRecord, progress: Progress
-) -> tuple[list[GroupAnswers], np.ndarray | None]:
-    """Least-squares answers per residual set (the quantization scale cancels), and the
-    least-squares histogram when the release writes one."""
+) -> tuple[list[GroupAnswers], np.ndarray | None, TableSource]:
+    """Least-squares answers per residual set (the quantization scale cancels), the
+    least-squares histogram when the release writes one (real-valued output only), and
+    the source of any least-squares table (for integer output)."""
     estimate = BlockEstimate(blocks, record.values, record.noise_variance())
     groups = []
     for done, group in enumerate(config.workload):
@@ -302,7 +322,26 @@ def _from_blocks(
         standard_errors = np.sqrt(np.maximum(answers.variances, 0.0))
         groups.append(_answers(config, group, answers.values, standard_errors, True))
     progress(len(config.workload), len(config.workload), "")
-    return groups, block_histogram(estimate) if wants_histogram(config) else None
+
+    def tables(sets: list[tuple[int, ...]]) -> dict[tuple[int, ...], np.ndarray]:
+        return {a: m.values for a, m in block_marginals(estimate, sets).items()}
+
+    histogram = wants_histogram(config) and not config.release.integer
+    return groups, block_histogram(estimate) if histogram else None, tables
+
+
+def _nonnegative(
+    config: ReleaseConfig, measured: Measurement, estimate: np.ndarray, method: str
+) -> np.ndarray:
+    """The non-negative estimate integer output rounds: the release's NNLS estimate, or
+    NNLS solved now (least squares answered, or a total is declared: NNLS constrained to
+    it; deterministic, no bootstrap)."""
+    declared = config.invariants.total
+    if method != "nnls" or declared is not None:
+        total = "estimated" if declared is None else float(declared)
+        setup = nnls_setup(measured.strategy, measured.noise_std)
+        estimate = setup.solve(measured.answers, total=total).x  # the release's tolerance
+    return np.maximum(np.asarray(estimate, dtype=np.float64), 0.0)  # no −0.0 or rounding
 
 
 def _silent(done: int, total: int, what: str) -> None:
@@ -336,12 +375,16 @@ def reconstruct(
     started = time.perf_counter()
     measured = Measurement(strategy.quantized, record)  # in the strategy's own units
     method = solver(config, plan)
-    errors = EXACT
+    errors, tables = EXACT, None
     with blas_limit():  # BLAS threads that fit the cores this process owns
         if isinstance(strategy.quantized.integer, HelmertBlocks):
-            groups, histogram = _from_blocks(config, strategy.quantized.integer, record, progress)
+            groups, histogram, tables = _from_blocks(
+                config, strategy.quantized.integer, record, progress
+            )
         elif plan == "tables":
-            groups = _from_tables(config, strategy, measured.answers, measured.noise_std, progress)
+            groups, tables = _from_tables(
+                config, strategy, measured.answers, measured.noise_std, progress
+            )
             histogram = None
         elif plan == "chunked":
             dry_run = replicates == 0  # the plan's: nothing is solved
@@ -351,17 +394,31 @@ def reconstruct(
             groups, histogram, method, errors = _from_vector(
                 config, measured, method, replicates, progress
             )
+            if config.release.integer:
+                histogram = _nonnegative(config, measured, histogram, method)
         linear = errors == EXACT
-        if replicates:  # the plan's dry run states no intervals
+        if replicates:  # the plan's dry run states no intervals; rounding widens them
             # Residual blocks are answered without A's Gram: their intervals come from the
             # standard errors.
             blocks = isinstance(strategy.quantized.integer, HelmertBlocks)
             rows = measured if plan == "vector" and not blocks and linear else None
             intervals = Intervals(NoiseLaw.of(record), config.release.confidence)
             groups = [_with_intervals(group, intervals, linear, rows, record) for group in groups]
+        rounding = None
+        if config.release.integer:
+            dry_run = replicates == 0
+            if tables is not None:
+                groups = integer_from_tables(config, groups, tables, dry_run)
+                rounding = ROUNDING["tables"]
+            else:
+                groups, histogram = integer_from_vector(config, groups, histogram, dry_run)
+                rounding = ROUNDING["vector"]
+            errors = rounded_errors(errors)
     described = EXACT_INTERVALS if linear else NORMAL_INTERVALS
+    if rounding is not None:
+        described = f"{described}, widened by each answer's rounding to an integer"
     seconds = time.perf_counter() - started
-    return Reconstruction(method, groups, histogram, seconds, errors, described)
+    return Reconstruction(method, groups, histogram, seconds, errors, described, rounding)
 
 
 def _with_intervals(

@@ -26,6 +26,7 @@ from dpmm.config import ReleaseConfig
 from dpmm.linalg.serialize import matrix_digest, save_matrix
 from dpmm.measure.record import MeasurementRecord
 from dpmm.pipeline.chosen import ChosenStrategy
+from dpmm.pipeline.integer_answers import INVARIANTS_STATEMENT
 from dpmm.pipeline.reconstruct_stage import (
     HISTOGRAM_LIMIT,
     GroupAnswers,
@@ -121,6 +122,7 @@ def build_manifest(
             "method": reconstruction.method,
             "standard_errors": reconstruction.standard_errors,
             "seconds": round(reconstruction.seconds, 3),
+            **_output_entry(reconstruction),
         },
         "intervals": {
             "level": config.release.confidence,
@@ -152,6 +154,11 @@ def build_manifest(
     }
     if thresholds is not None:
         manifest["thresholds"] = thresholds
+    if config.invariants:
+        manifest["invariants"] = {
+            **config.invariants.to_dict(),
+            "statement": INVARIANTS_STATEMENT,
+        }
     return manifest
 
 
@@ -175,6 +182,13 @@ def _exact_share(reconstruction: Reconstruction) -> float:
         for g in reconstruction.groups
     )
     return exact / total if total else 1.0
+
+
+def _output_entry(reconstruction: Reconstruction) -> dict[str, Any]:
+    """Integer output: what was rounded, how (absent for real-valued answers)."""
+    if reconstruction.rounding is None:
+        return {}
+    return {"output": "integer", "rounding": reconstruction.rounding}
 
 
 def _target_entry(answers: GroupAnswers) -> dict[str, Any]:

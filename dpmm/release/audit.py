@@ -16,7 +16,8 @@ failed check is a one-sentence finding, never an exception:
    sha256) and its header agrees with the manifest;
 7. ``answers`` — every estimate and standard error in ``answers.parquet`` is what the
    release's post-processing gives from ``measurements.parquet`` and ``strategy.npz``
-   under the config the manifest holds (it is deterministic), within 1e-6;
+   under the config the manifest holds (it is deterministic), within 1e-6; integer
+   answers (``reconstruction.output: integer``) exactly;
 8. ``ledger`` — the ledger's keyed hash chain verifies; the release's reservation exists,
    is for the dataset and the budget, and is spent by the entry (sequence number and hash)
    the manifest recorded; the ledger recorded this ``manifest.json``'s sha256 when the
@@ -409,7 +410,8 @@ def _check_answers(state: _State) -> str:
     if path.is_dir():
         count = _compare_parts(path, recomputed_release.groups, compared)
     else:
-        count = _compare_table(path, recomputed_release.groups, compared)
+        integer = solved.get("output") == "integer"
+        count = _compare_table(path, recomputed_release.groups, compared, integer)
     if not same_errors:
         return (
             f"{path.name}: all {count} estimates recomputed from the measurement; standard "
@@ -437,8 +439,9 @@ def _recomputed(group: Any, column: str) -> Any:
     return getattr(group, attribute.get(column, "half_widths"))
 
 
-def _compare_table(path: Path, groups: list[Any], compared: tuple[str, ...]) -> int:
-    """Compare ``answers.parquet`` with the recomputed groups; the rows compared."""
+def _compare_table(path: Path, groups: list[Any], compared: tuple[str, ...], integer: bool) -> int:
+    """Compare ``answers.parquet`` with the recomputed groups (integer estimates exactly:
+    a relative tolerance would let a large count move by one); the rows compared."""
     published = read_answers(path, ("group", "query", *compared)).to_pydict()
     names = np.asarray(published["group"])
     count = 0
@@ -448,8 +451,9 @@ def _compare_table(path: Path, groups: list[Any], compared: tuple[str, ...]) -> 
         columns = [(column, _recomputed(group, column)) for column in compared]
         for column, recomputed in columns:
             stated = np.asarray(published[column], dtype=np.float64)[rows][order]
+            tolerance = 0.0 if integer and column == "estimate" else ANSWER_TOLERANCE
             if stated.shape != recomputed.shape or not np.allclose(
-                stated, recomputed, rtol=ANSWER_TOLERANCE, atol=ANSWER_TOLERANCE
+                stated, recomputed, rtol=tolerance, atol=tolerance
             ):
                 raise _FailedCheckError(
                     f"the {column.replace('_', ' ')}s of group '{group.name}' in {path.name} "

@@ -1,0 +1,363 @@
+"""``release.output: integer`` end to end: integer, non-negative, consistent released tables.
+
+Random configs (seeded by each test; the releases' noise stays the OS CSPRNG) are released
+on the three paths: the data vector (small random domains and data), marginal tables
+without the vector (the 14-attribute Adult domain) and residual blocks. Every table a
+release publishes is checked: integer, non-negative, summing to the common total (the
+declared one exactly, where declared), and agreeing with every other table on the
+attributes they share; where the histogram is written, every answer is exactly its
+``W x``. The audit recomputes the integers and fails on a changed one; configs the
+integer output cannot serve are refused before anything is spent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from dpmm.cli import main
+from dpmm.config import ReleaseConfig, load_config
+from dpmm.errors import ConfigError
+from dpmm.linalg import Identity
+from dpmm.pipeline import run_release
+from dpmm.pipeline.ingest_stage import counting_plan
+from dpmm.pipeline.release import rerun_post_processing
+from dpmm.pipeline.strategy_stage import choose_strategy
+from dpmm.plan import plan
+from dpmm.privacy.ledger import Ledger
+from dpmm.privacy.params import ZCDP, PureDP
+from dpmm.release import audit_release, format_audit, read_answers, read_histogram
+from dpmm.workload.table_form import table_form
+from tests.pipeline.conftest import ADULT_DOMAIN, kinds, versions
+
+SEED = 20261127
+
+
+def _release_config(folder: Path, body: dict[str, Any], data: Path) -> ReleaseConfig:
+    """Write ``body`` with data, a funded ledger and an integer release section."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ledger = folder / "budget.db"
+    privacy = body["privacy"]
+    with Ledger.init(ledger) as opened:
+        opened.grant("d", PureDP(100) if "epsilon" in privacy else ZCDP(100))
+    document = {
+        **body,
+        "data": {"path": str(data)},
+        "ledger": {"path": str(ledger), "dataset": "d"},
+        "release": {"root": "releases", "output": "integer", **body.get("release", {})},
+    }
+    path = folder / "release.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return load_config(path)
+
+
+def _random_records(rng: np.random.Generator, sizes: list[int], rows: int) -> np.ndarray:
+    """Records concentrated on a few cells (a Dirichlet(0.3) over the domain), so that
+    least squares leaves negative cells to clip."""
+    shares = rng.dirichlet(np.full(int(np.prod(sizes)), 0.3))
+    cells = rng.choice(shares.size, size=rows, p=shares)
+    return np.stack(np.unravel_index(cells, sizes), axis=1)
+
+
+def _write_records(folder: Path, names: list[str], records: np.ndarray) -> Path:
+    path = folder / "records.parquet"
+    columns = {name: pa.array(records[:, i].astype(np.int64)) for i, name in enumerate(names)}
+    pq.write_table(pa.table(columns), path)
+    return path
+
+
+def _released_tables(config: ReleaseConfig, version: Path) -> dict[tuple[int, ...], np.ndarray]:
+    """Every marginal table the release publishes (its groups' blocks answered by the
+    identity on a table), checked integer and non-negative like every other answer."""
+    answers = read_answers(version / "answers.parquet").to_pandas()
+    shape = config.domain.shape
+    tables: dict[tuple[int, ...], np.ndarray] = {}
+    for group in config.workload:
+        rows = answers[answers["group"] == group.name].sort_values("query")
+        values = rows["estimate"].to_numpy()
+        assert values.size == group.matrix.shape[0]
+        assert np.array_equal(values, np.round(values)), f"{group.name}: not integers"
+        assert values.min() >= 0, f"{group.name}: a negative count"
+        for block in table_form(group.matrix, shape) or ():
+            if isinstance(block.local, Identity):
+                table = values[block.rows].reshape([shape[i] for i in block.attrs])
+                if block.attrs in tables:  # the same table in two groups: the same values
+                    assert np.array_equal(tables[block.attrs], table)
+                tables[block.attrs] = table
+    return tables
+
+
+def _check_consistent(tables: dict[tuple[int, ...], np.ndarray], total: int) -> None:
+    """Each table sums to ``total`` and agrees with each other on their shared attributes."""
+    for attrs, table in tables.items():
+        assert int(table.sum()) == total, attrs
+    for (a, first), (b, second) in itertools.combinations(tables.items(), 2):
+        shared = tuple(sorted(set(a) & set(b)))
+        left = first.sum(axis=tuple(a.index(i) for i in a if i not in shared))
+        right = second.sum(axis=tuple(b.index(i) for i in b if i not in shared))
+        assert np.array_equal(left, right), (a, b)
+
+
+def _check_release(config: ReleaseConfig, version: Path, declared: int | None) -> int:
+    """Check every released table and answer and the audit; returns the total."""
+    tables = _released_tables(config, version)
+    histogram = None
+    if (version / "histogram.parquet").exists():
+        histogram = read_histogram(version / "histogram.parquet")
+        assert np.array_equal(histogram, np.round(histogram)) and histogram.min() >= 0
+        answers = read_answers(version / "answers.parquet").to_pandas()
+        for group in config.workload:
+            rows = answers[answers["group"] == group.name].sort_values("query")
+            assert np.array_equal(rows["estimate"].to_numpy(), group.matrix @ histogram)
+    total = (
+        int(histogram.sum()) if histogram is not None else int(next(iter(tables.values())).sum())
+    )
+    if declared is not None:
+        assert total == declared
+    _check_consistent(tables, total)
+    manifest = json.loads((version / "manifest.json").read_text())
+    assert manifest["reconstruction"]["output"] == "integer"
+    if declared is not None:
+        assert manifest["invariants"]["total"] == declared
+        assert (
+            "not protected by the differential-privacy guarantee"
+            in (manifest["invariants"]["statement"])
+        )
+    else:
+        assert "invariants" not in manifest
+    report = audit_release(version)
+    assert report.ok, format_audit(report)
+    return total
+
+
+def _random_workload(rng: np.random.Generator, names: list[str]) -> list[dict[str, Any]]:
+    """A few groups of 1- and 2-way tables, the total, a 1-way count and a CDF by another."""
+    pairs = [list(p) for p in itertools.combinations(names, 2)]
+    chosen = [pairs[i] for i in rng.permutation(len(pairs))[: int(rng.integers(1, 4))]]
+    groups: list[dict[str, Any]] = [{"name": "pairs", "kind": "marginals", "sets": chosen}]
+    if rng.random() < 0.6:
+        groups.append({"name": "one-way", "kind": "marginals", "k": 1})
+    if rng.random() < 0.5:
+        groups.append({"name": "people", "kind": "total"})
+    first, second = (str(n) for n in rng.choice(names, 2, replace=False))
+    if rng.random() < 0.5:
+        groups.append({"name": "counts", "kind": "identity", "attribute": first})
+    if rng.random() < 0.5:
+        groups.append({"name": "cdf", "kind": "prefix", "attribute": first, "by": [second]})
+    return groups
+
+
+def _declared(rng: np.random.Generator, true_total: int) -> int | None:
+    """None, the true total, or another one (an invariant is a fact the config declares)."""
+    return [None, true_total, true_total + int(rng.integers(-50, 50))][int(rng.integers(0, 3))]
+
+
+@pytest.mark.parametrize("case", range(10))
+def test_random_vector_releases_publish_consistent_integer_tables(tmp_path, case) -> None:
+    rng = np.random.default_rng(SEED + case)
+    names = [f"a{i}" for i in range(int(rng.integers(2, 5)))]
+    sizes = [int(n) for n in rng.integers(2, 7, len(names))]
+    rows = int(rng.integers(200, 3000))
+    data = _write_records(tmp_path, names, _random_records(rng, sizes, rows))
+    declared = _declared(rng, rows)
+    body: dict[str, Any] = {
+        "name": f"vector-{case}",
+        "domain": dict(zip(names, sizes, strict=True)),
+        "privacy": {"epsilon": 0.5} if rng.random() < 0.5 else {"rho": 0.1},
+        "workload": _random_workload(rng, names),
+        "strategy": {"method": str(rng.choice(["identity", "marginals", "hierarchical"]))},
+        "release": {"reconstruction": str(rng.choice(["least_squares", "nnls", "auto"]))},
+    }
+    if declared is not None:
+        body["invariants"] = {"total": declared}
+    config = _release_config(tmp_path, body, data)
+    result = run_release(config)
+    assert counting_plan(config, result.strategy) == "vector"
+    assert (result.path / "histogram.parquet").exists()
+    _check_release(config, result.path, declared)
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_random_adult_releases_round_marginal_tables_without_the_vector(
+    tmp_path, adult_parquet, adult_domain, case
+) -> None:
+    rng = np.random.default_rng(SEED + 100 + case)
+    names = list(adult_domain)
+    workload = _random_workload(rng, [str(n) for n in rng.choice(names, 5, replace=False)])
+    declared = _declared(rng, 48842)
+    body: dict[str, Any] = {
+        "name": f"adult-{case}",
+        "domain": {"file": str(ADULT_DOMAIN)},
+        "privacy": {"epsilon": 1},
+        "workload": workload,
+        "strategy": {"method": "marginals"},
+    }
+    if declared is not None:
+        body["invariants"] = {"total": declared}
+    config = _release_config(tmp_path, body, adult_parquet)
+    result = run_release(config)
+    assert counting_plan(config, result.strategy) == "tables"
+    assert not (result.path / "histogram.parquet").exists()
+    total = _check_release(config, result.path, declared)
+    assert abs(total - 48842) < 100 if declared is None else total == declared
+
+
+def test_a_residual_release_rounds_its_least_squares_tables(tmp_path) -> None:
+    rng = np.random.default_rng(SEED + 200)
+    names, sizes = ["a", "b", "c"], [4, 3, 5]
+    data = _write_records(tmp_path, names, _random_records(rng, sizes, 2000))
+    body = {
+        "name": "residual",
+        "domain": dict(zip(names, sizes, strict=True)),
+        "privacy": {"rho": 0.5},
+        "workload": [{"name": "two-way", "kind": "marginals", "k": 2}],
+        "strategy": {"method": "residual"},
+        "invariants": {"total": 2000},
+    }
+    config = _release_config(tmp_path, body, data)
+    result = run_release(config)
+    assert counting_plan(config, result.strategy) == "tables"
+    assert not (result.path / "histogram.parquet").exists()  # the tables are what is rounded
+    _check_release(config, result.path, 2000)
+
+
+def test_integer_standard_errors_add_each_answers_rounding_shift(tmp_path) -> None:
+    rng = np.random.default_rng(SEED + 300)
+    names, sizes = ["a", "b"], [6, 5]
+    data = _write_records(tmp_path, names, _random_records(rng, sizes, 1500))
+    body = {
+        "name": "errors",
+        "domain": dict(zip(names, sizes, strict=True)),
+        "privacy": {"epsilon": 0.5},
+        "workload": [{"name": "two-way", "kind": "marginals", "k": 2}, {"kind": "total"}],
+        "strategy": {"method": "identity"},
+        "release": {"reconstruction": "least_squares"},
+    }
+    config = _release_config(tmp_path, body, data)
+    integer = run_release(config).path
+    real_config = dataclasses.replace(
+        config, release=dataclasses.replace(config.release, output="real")
+    )
+    real = rerun_post_processing(real_config, integer).path  # the same measurement
+    first = read_answers(integer / "answers.parquet").to_pandas()
+    second = read_answers(real / "answers.parquet").to_pandas()
+    shift = np.abs(first["estimate"] - second["estimate"]).to_numpy()
+    assert shift.max() > 0  # the noise makes fractions; a zero shift would test nothing
+    expected = second["standard_error"].to_numpy() + shift
+    assert np.allclose(first["standard_error"].to_numpy(), expected, rtol=1e-12)
+    assert not first["exact_standard_error"].any() and second["exact_standard_error"].all()
+    manifest = json.loads((integer / "manifest.json").read_text())
+    assert "rounding shift" in manifest["reconstruction"]["standard_errors"]
+
+
+def test_the_audit_recomputes_the_integers_and_fails_on_a_changed_one(tmp_path) -> None:
+    rng = np.random.default_rng(SEED + 400)
+    names, sizes = ["a", "b"], [3, 4]
+    data = _write_records(tmp_path, names, _random_records(rng, sizes, 800))
+    body = {
+        "name": "audited",
+        "domain": dict(zip(names, sizes, strict=True)),
+        "privacy": {"epsilon": 1},
+        "workload": [{"name": "two-way", "kind": "marginals", "k": 2}],
+    }
+    version = run_release(_release_config(tmp_path, body, data)).path
+    assert audit_release(version).ok
+    table = read_answers(version / "answers.parquet")
+    values = table.column("estimate").to_numpy().copy()
+    values[int(np.argmax(values))] += 1.0  # one more person in the largest cell
+    index = table.schema.get_field_index("estimate")
+    pq.write_table(
+        table.set_column(index, "estimate", pa.array(values)), version / "answers.parquet"
+    )
+    report = audit_release(version)
+    answers = next(check for check in report.checks if check.name == "answers")
+    assert not answers.ok and "estimates of group 'two-way'" in answers.detail
+
+
+def test_configs_integer_output_cannot_serve_are_refused_before_anything_is_spent(
+    tmp_path, adult_parquet
+) -> None:
+    three_way = {
+        "name": "adult-three",
+        "domain": {"file": str(ADULT_DOMAIN)},
+        "privacy": {"epsilon": 1},
+        "workload": [{"kind": "marginal", "attributes": ["sex", "race", "income>50K"]}],
+        "strategy": {"method": "marginals"},
+    }
+    config = _release_config(tmp_path / "three", three_way, adult_parquet)
+    with pytest.raises(ConfigError, match=r"up to two attributes.*race, sex, income>50K"):
+        run_release(config)
+    assert kinds(config) == [] and versions(config) == []
+    with pytest.raises(ConfigError, match="up to two attributes"):
+        from dpmm.pipeline.preflight import preflight
+
+        preflight(config, choose_strategy(config))
+    workers = {
+        "name": "on-workers",
+        "domain": {"a": 4, "b": 3},
+        "privacy": {"rho": 1},
+        "workload": [{"kind": "marginals", "k": 1}],
+        "strategy": {"method": "identity"},
+        "cluster": {"arrays": "workers"},
+    }
+    config = _release_config(tmp_path / "workers", workers, adult_parquet)
+    with pytest.raises(ConfigError, match=r"release\.output: integer rounds the estimate in the"):
+        run_release(config)
+    assert kinds(config) == [] and versions(config) == []
+
+
+def test_invariants_are_checked_when_the_config_loads(tmp_path) -> None:
+    body = "name: t\ndomain: {a: 2}\nprivacy: {epsilon: 1}\nworkload: [{kind: total}]\n"
+    path = tmp_path / "t.yaml"
+    for extra, message in (
+        ("invariants: {total: 10}\n", "invariants: declared totals constrain integer counts"),
+        ("release: {output: integer}\ninvariants: {total: -1}\n", "invariants.total: must be"),
+        ("release: {output: integer}\ninvariants: {total: 1.5}\n", "invariants.total: must be"),
+        ("release: {output: integer}\ninvariants: {people: 3}\n", "invariants.people: unknown"),
+        ("release: {output: counts}\n", "release.output: unknown value 'counts'"),
+    ):
+        path.write_text(body + extra)
+        with pytest.raises(ConfigError, match=message):
+            load_config(path)
+    path.write_text(body + "release: {output: integer}\ninvariants: {total: 10}\n")
+    config = load_config(path)
+    assert config.release.integer and config.invariants.total == 10
+    path.write_text(body)
+    assert not load_config(path).release.integer and not load_config(path).invariants
+
+
+def test_plan_runs_the_integer_rounding_dry(tmp_path, capsys) -> None:
+    """``dpmm plan`` rounds a zero measurement the way the release will round its own."""
+    from dpmm.pipeline.preflight import preflight
+
+    body = {
+        "name": "planned",
+        "domain": {"file": str(ADULT_DOMAIN)},
+        "privacy": {"epsilon": 1},
+        "workload": [{"kind": "marginals", "k": 2, "attributes": ["sex", "race", "age"]}],
+        "strategy": {"method": "marginals"},
+        "invariants": {"total": 1000},
+    }
+    config = _release_config(tmp_path, body, tmp_path / "none.parquet")
+    checked = preflight(config, choose_strategy(config))
+    (group,) = checked.reconstruction.groups
+    assert checked.reconstruction.rounding is not None
+    blocks = table_form(group.group.matrix, config.domain.shape)
+    tables = {block.attrs: group.values[block.rows] for block in blocks}
+    assert len(tables) == 3
+    assert all(int(t.sum()) == 1000 and t.min() >= 0 for t in tables.values())
+    assert pd.Series(group.standard_errors).gt(0).all()
+    assert plan(config).to_dict()["rounding"] == checked.reconstruction.rounding
+    assert main(["plan", str(config.path)]) == 0
+    out = capsys.readouterr().out
+    assert "reconstructs by least squares; publishes integer counts: the least-squares" in out
