@@ -12,7 +12,8 @@ Post-processing of the real-valued estimate (no data, no budget), in one of two 
   rounded: a least-squares vector has negative cells (about half of them on sparse
   data), and no non-negative vector near it cell by cell has aggregates near its own.
   NNLS is solved at the release's tolerance (1e-6: a looser 1e-4 stopped some Adult
-  solves at twice the error); on the SF1 tables' 500,480 cells it takes about 2 minutes.
+  solves at twice the error): about 20 s on the SF1 tables' 500,480 cells, 10.5 minutes
+  on 2·10⁶ cells, unfinished after 25 minutes on 10⁷ (2 loaded cores).
 * **the tables** (marginal tables or residual blocks, no vector): the least-squares
   tables the workload reads, and the 1-way margins of its 2-way tables, are rounded
   top-down (:func:`integer_tables`: total, then each 1-way table with that sum, then each
