@@ -212,18 +212,25 @@ def test_random_adult_releases_round_marginal_tables_without_the_vector(
     assert abs(total - 48842) < 100 if declared is None else total == declared
 
 
+def _two_way(name: str, names: list[str], sizes: list[int], privacy: dict, **more) -> dict:
+    """A config body of the two-way tables over ``names``."""
+    workload = [{"name": "two-way", "kind": "marginals", "k": 2}, *more.pop("extra", [])]
+    domain = dict(zip(names, sizes, strict=True))
+    return {"name": name, "domain": domain, "privacy": privacy, "workload": workload, **more}
+
+
 def test_a_residual_release_rounds_its_least_squares_tables(tmp_path) -> None:
     rng = np.random.default_rng(SEED + 200)
     names, sizes = ["a", "b", "c"], [4, 3, 5]
     data = _write_records(tmp_path, names, _random_records(rng, sizes, 2000))
-    body = {
-        "name": "residual",
-        "domain": dict(zip(names, sizes, strict=True)),
-        "privacy": {"rho": 0.5},
-        "workload": [{"name": "two-way", "kind": "marginals", "k": 2}],
-        "strategy": {"method": "residual"},
-        "invariants": {"total": 2000},
-    }
+    body = _two_way(
+        "residual",
+        names,
+        sizes,
+        {"rho": 0.5},
+        strategy={"method": "residual"},
+        invariants={"total": 2000},
+    )
     config = _release_config(tmp_path, body, data)
     result = run_release(config)
     assert counting_plan(config, result.strategy) == "tables"
@@ -235,14 +242,15 @@ def test_integer_standard_errors_add_each_answers_rounding_shift(tmp_path) -> No
     rng = np.random.default_rng(SEED + 300)
     names, sizes = ["a", "b"], [6, 5]
     data = _write_records(tmp_path, names, _random_records(rng, sizes, 1500))
-    body = {
-        "name": "errors",
-        "domain": dict(zip(names, sizes, strict=True)),
-        "privacy": {"epsilon": 0.5},
-        "workload": [{"name": "two-way", "kind": "marginals", "k": 2}, {"kind": "total"}],
-        "strategy": {"method": "identity"},
-        "release": {"reconstruction": "least_squares"},
-    }
+    body = _two_way(
+        "errors",
+        names,
+        sizes,
+        {"epsilon": 0.5},
+        extra=[{"kind": "total"}],
+        strategy={"method": "identity"},
+        release={"reconstruction": "least_squares"},
+    )
     config = _release_config(tmp_path, body, data)
     integer = run_release(config).path
     real_config = dataclasses.replace(
@@ -256,6 +264,10 @@ def test_integer_standard_errors_add_each_answers_rounding_shift(tmp_path) -> No
     expected = second["standard_error"].to_numpy() + shift
     assert np.allclose(first["standard_error"].to_numpy(), expected, rtol=1e-12)
     assert not first["exact_standard_error"].any() and second["exact_standard_error"].all()
+    # The interval too: the real-valued one widened by the shift still covers at its level.
+    widened = second["half_width"].to_numpy() + shift
+    assert np.allclose(first["half_width"].to_numpy(), widened, rtol=1e-12)
+    assert not first["exact_interval"].any()
     manifest = json.loads((integer / "manifest.json").read_text())
     assert "rounding shift" in manifest["reconstruction"]["standard_errors"]
 
@@ -264,12 +276,7 @@ def test_the_audit_recomputes_the_integers_and_fails_on_a_changed_one(tmp_path) 
     rng = np.random.default_rng(SEED + 400)
     names, sizes = ["a", "b"], [3, 4]
     data = _write_records(tmp_path, names, _random_records(rng, sizes, 800))
-    body = {
-        "name": "audited",
-        "domain": dict(zip(names, sizes, strict=True)),
-        "privacy": {"epsilon": 1},
-        "workload": [{"name": "two-way", "kind": "marginals", "k": 2}],
-    }
+    body = _two_way("audited", names, sizes, {"epsilon": 1})
     version = run_release(_release_config(tmp_path, body, data)).path
     assert audit_release(version).ok
     table = read_answers(version / "answers.parquet")
