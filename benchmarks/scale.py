@@ -170,6 +170,7 @@ def run_one(cells: int, mode: str, args: argparse.Namespace, work: Path) -> dict
         started = time.perf_counter()
         result = run_release(config, client=client, stage=_stage_timer(times, peaks))
         seconds = time.perf_counter() - started
+        flow_rss = _peak_rss()  # the release's, before this script reads the truth back
         workers = sorted(client.run(_peak_rss).values()) if mode == "workers" else []
     answers = sum(int(group.values.size) for group in result.reconstruction.groups)
     errors = _table_errors(result, data, shape) if args.workload == "tables" else {}
@@ -182,7 +183,7 @@ def run_one(cells: int, mode: str, args: argparse.Namespace, work: Path) -> dict
         "seconds": seconds,
         "stages": times,
         "flow_rss_after": peaks,
-        "flow_rss": _peak_rss(),
+        "flow_rss": flow_rss,
         "worker_rss": workers,
         "answers": answers,
     }
