@@ -26,7 +26,7 @@ measurement and the estimate are as large, the answers small.
 Usage:
     OMP_NUM_THREADS=1 python benchmarks/scale.py [--cells 1e7 1e8] [--modes flow workers]
         [--workers 2] [--memory-limit 8GiB] [--data /tmp/dpmm-scale] [--workload tables]
-        [--reconstruction nnls]
+        [--reconstruction nnls] [--strategy hdmm_kron]
 """
 
 from __future__ import annotations
@@ -102,6 +102,7 @@ def write_config(
     arrays: str,
     workload: str = "prefixes",
     reconstruction: str = "least_squares",
+    strategy: str = "hierarchical",
     **cluster,
 ) -> Path:
     folder.mkdir(parents=True)
@@ -112,7 +113,7 @@ def write_config(
         f"name: scale\ndomain: {{a: {shape[0]}, b: {shape[1]}, c: {shape[2]}}}\n"
         "privacy: {rho: 1/2}\n"
         f"workload: {WORKLOADS[workload]}\n"
-        "strategy: {method: hierarchical}\n"
+        f"strategy: {{method: {strategy}}}\n"
         f"data: {{path: '{data}'}}\n"
         f"ledger: {{path: '{folder / 'budget.db'}', dataset: scale}}\n"
         f"release: {{root: releases, reconstruction: {reconstruction}, histogram: never}}\n"
@@ -151,7 +152,13 @@ def run_one(cells: int, mode: str, args: argparse.Namespace, work: Path) -> dict
     rows = args.rows or min(cells // 10, 10**8)
     data = make_data(Path(args.data) / ("x".join(map(str, shape)) + f"-{rows}"), shape, rows)
     config_path = write_config(
-        work / f"{mode}-{cells}", data, shape, mode, args.workload, args.reconstruction
+        work / f"{mode}-{cells}",
+        data,
+        shape,
+        mode,
+        args.workload,
+        args.reconstruction,
+        args.strategy,
     )
     config = load_config(config_path)
     if mode == "workers":
@@ -302,6 +309,7 @@ def main() -> None:
     parser.add_argument(
         "--reconstruction", choices=["least_squares", "nnls"], default="least_squares"
     )
+    parser.add_argument("--strategy", choices=["hierarchical", "hdmm_kron"], default="hierarchical")
     parser.add_argument("--data", default=str(Path(tempfile.gettempdir()) / "dpmm-scale"))
     parser.add_argument(
         "--one", nargs=3, metavar=("CELLS", "MODE", "SCRATCH"), help=argparse.SUPPRESS

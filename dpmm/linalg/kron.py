@@ -21,7 +21,7 @@ from dpmm.linalg.base import IntegerNorms, Matrix, _guard_integer, check_dense_s
 from dpmm.linalg.combinators import VStack, Weighted, _flattened
 from dpmm.linalg.trace import trace_of_product
 
-__all__ = ["Kron", "KronTerm", "kron_rows", "kron_terms"]
+__all__ = ["Kron", "KronTerm", "factor_gram_pinv", "kron_rows", "kron_terms"]
 
 #: Columns above which a product's exact column norms are summarized by their largest
 #: (2²⁴ int64 per norm: 128 MiB; a 10⁹-cell product's would be 8 GB each).
@@ -29,6 +29,13 @@ NORMS_PER_COLUMN_LIMIT = 2**24
 
 #: A factor without a closed-form Gram inverse gets a dense one up to this many columns.
 SMALL_FACTOR = 4096
+
+
+def factor_gram_pinv(factor: Matrix) -> Matrix | None:
+    """``(FᵀF)⁺`` of one Kronecker factor: its closed form, or (a fitted factor, such as
+    HDMM's ``[I; T]``) a dense pseudo-inverse while it has at most :data:`SMALL_FACTOR`
+    columns; None beyond."""
+    return factor.gram_pinv() or (factor.gram().pinv() if factor.shape[1] <= SMALL_FACTOR else None)
 
 
 class Kron(Matrix):
@@ -92,10 +99,7 @@ class Kron(Matrix):
         return Kron(self._per_distinct_factor(lambda factor: factor.pinv()))
 
     def gram_pinv(self) -> Kron | None:
-        # A factor without a closed form (a fitted one) is inverted densely while small.
-        parts = self._per_distinct_factor(
-            lambda f: f.gram_pinv() or (f.gram().pinv() if f.shape[1] <= SMALL_FACTOR else None)
-        )
+        parts = self._per_distinct_factor(factor_gram_pinv)
         return None if any(part is None for part in parts) else Kron(parts)
 
     def _kron_vector(self, parts: list[np.ndarray], what: str) -> np.ndarray:

@@ -29,6 +29,7 @@ from dpmm.domain import Domain
 from dpmm.errors import ConfigError
 from dpmm.linalg import Kron, Matrix, query_variances
 from dpmm.linalg.chunked_kron import ChunkedKron, axis_factors
+from dpmm.linalg.kron import SMALL_FACTOR, factor_gram_pinv
 from dpmm.measure.record import MeasurementRecord
 from dpmm.reconstruct import nnls
 from dpmm.reconstruct.choice import EXACT
@@ -48,16 +49,18 @@ def check_on_cluster(
     cluster.
 
     Raises:
-        ConfigError: a strategy factor has no structured Gram pseudo-inverse, or a group
+        ConfigError: a strategy factor has no Gram pseudo-inverse (structured, or dense
+            while small), or a group
             is not a Kronecker product over the domain's attributes.
     """
     shape = tuple(domain.shape)
     factors = axis_factors(strategy, shape) or []
     for factor in factors:
-        if not factor.closed_form_gram_pinv:
+        if factor_gram_pinv(factor) is None:
             raise ConfigError(
                 f"{where}: the strategy's factor {factor!r:.60} has no structured Gram "
-                "pseudo-inverse, which least squares on the workers needs"
+                f"pseudo-inverse and more than {SMALL_FACTOR:,} columns, which least squares "
+                "on the workers needs"
             )
     for group in groups:
         if axis_factors(group.matrix, shape) is None:
@@ -99,7 +102,7 @@ class ClusterAnswers:
             self.estimate = chunked_least_squares(kron, answers).persist()
         self.method = method
         self.errors = EXACT if method == "least_squares" else STATED_LEAST_SQUARES
-        self._pinvs = [f.gram_pinv() for f in self.factors]
+        self._pinvs = [factor_gram_pinv(f) for f in self.factors]
 
     def group(self, group: WorkloadGroup) -> tuple[Any, Any, float]:
         """The group's answers and their standard errors (flat Dask arrays, in row order)

@@ -24,6 +24,7 @@ import numpy as np
 
 from dpmm.linalg import Dense, Kron, Matrix, Product
 from dpmm.linalg.chunked_kron import ChunkedKron, chunk_count
+from dpmm.linalg.kron import factor_gram_pinv
 from dpmm.reconstruct.chunked_loop import BlockKron, minimize_on_blocks
 from dpmm.reconstruct.nnls import largest_gram_eigenvalue
 from dpmm.reconstruct.projected_gradient import (
@@ -61,11 +62,11 @@ def chunked_least_squares(A: Kron, y: Any) -> Any:
         ReconstructionError: a factor has no structured Gram pseudo-inverse.
     """
     factors = list(A.factors) if type(A) is Kron else [A]
-    pinvs = [f.gram_pinv() for f in factors]
+    pinvs = [factor_gram_pinv(f) for f in factors]
     if any(p is None for p in pinvs):
         raise ReconstructionError(
             f"Least squares on the cluster needs every factor of {A!r} to have a structured "
-            "Gram pseudo-inverse."
+            "Gram pseudo-inverse, or few enough columns for a dense one."
         )
     solve = Kron([Product([p, f.T]) for p, f in zip(pinvs, factors, strict=True)])
     return ChunkedKron(solve).apply(y)
@@ -123,7 +124,7 @@ def chunked_nnls(
     y = y.astype(np.float64)
     strategy = ChunkedKron(A)
     linear = strategy.apply_adjoint(y).persist()
-    if all(f.closed_form_gram_pinv for f in factors):
+    if all(factor_gram_pinv(f) is not None for f in factors):
         start = chunked_least_squares(A, y)
     else:
         if isinstance(known_total, str):

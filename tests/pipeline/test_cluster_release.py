@@ -192,3 +192,13 @@ def test_workers_with_little_memory_release_a_tensor_several_times_theirs(tmp_pa
     people = published[published["group"] == "people"]["estimate"].iloc[0]
     standard_error = published[published["group"] == "people"]["standard_error"].iloc[0]
     assert abs(people - size) < 6 * standard_error
+
+
+def test_an_hdmm_kron_strategy_releases_on_the_workers(tmp_path: Path) -> None:
+    """HDMM's fitted factors (``[I; T]``, p-Identity) have no closed-form Gram inverse: small
+    ones are inverted densely, so OPT_⊗'s strategies release on the workers too."""
+    config = _config(tmp_path, body=BODY.replace("method: hierarchical", "method: hdmm_kron"))
+    result = run_release(config)
+    assert result.strategy.selected == "hdmm_kron"
+    assert (result.path / "answers.parquet").is_dir()
+    assert audit_release(result.path).ok
