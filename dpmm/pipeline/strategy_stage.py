@@ -31,6 +31,8 @@ from dpmm.durable import atomic_write
 from dpmm.error import expected_error
 from dpmm.errors import ConfigError, DpmmError, PrivacyParameterError
 from dpmm.linalg import Marginals, Matrix
+from dpmm.linalg.chunked_kron import axis_factors
+from dpmm.linalg.kron import factor_gram_pinv
 from dpmm.linalg.residual_general import ResidualBlockStrategy
 from dpmm.linalg.serialize import SerializationError, load_matrix, matrix_digest, save_matrix
 from dpmm.measure.exact import MeasurementError
@@ -118,11 +120,19 @@ def _store(folder: Path, stem: str, chosen: ChosenStrategy, **facts: Any) -> Non
 TABLE_STRATEGIES = (Marginals, ResidualBlockStrategy)
 
 
-def _unreleasable(candidate: Candidate, cells: int) -> str | None:
-    """Why a tried candidate cannot be released on a domain of ``cells`` cells, or None."""
-    # Above the vector limit the input is counted as marginal tables: a union of marginals
-    # or a residual strategy (its integer blocks are read from the tables).
+def _unreleasable(
+    candidate: Candidate, cells: int, workers: tuple[int, ...] | None = None
+) -> str | None:
+    """Why a tried candidate cannot be released on a domain of ``cells`` cells, or None.
+
+    ``workers``: the domain's shape when the config keeps a Kronecker strategy's arrays on
+    the Dask workers (``cluster.arrays: workers``), else None."""
+    # Above the vector limit the input is counted as marginal tables (a union of marginals
+    # or a residual strategy: its integer blocks are read from the tables), or on the
+    # workers for a Kronecker product over the domain's attributes.
     if cells > VECTOR_LIMIT and not isinstance(candidate.strategy, TABLE_STRATEGIES):
+        if workers is not None and _kron_on_workers(candidate.strategy, workers):
+            return None
         return (
             f"not releasable: it needs the data vector, and {cells:,} cells are more than "
             f"the {VECTOR_LIMIT:,} a release counts as a vector"
@@ -130,8 +140,13 @@ def _unreleasable(candidate: Candidate, cells: int) -> str | None:
     return None
 
 
+def _kron_on_workers(strategy: Matrix, shape: tuple[int, ...]) -> bool:
+    factors = axis_factors(strategy, shape)
+    return factors is not None and all(factor_gram_pinv(f) is not None for f in factors)
+
+
 def _first_releasable(
-    selection: Selection, cells: int
+    selection: Selection, cells: int, workers: tuple[int, ...] | None = None
 ) -> tuple[Candidate | None, QuantizedStrategy | None, dict[int, str], MeasurementError | None]:
     """The least-error candidate a release can count and quantize exactly (the selection's
     own choice first) with its grid, and why each candidate ranked above it cannot be."""
@@ -142,7 +157,7 @@ def _first_releasable(
         key=lambda c: (c is not selection.chosen, c.error),
     )
     for candidate in ranked:
-        reason = _unreleasable(candidate, cells)
+        reason = _unreleasable(candidate, cells, workers)
         if reason is None:
             try:
                 return candidate, measurable(candidate.strategy), reasons, problem
@@ -170,11 +185,12 @@ def _baseline_if_better(
     selection: Selection,
     best: Candidate,
     quantized: QuantizedStrategy,
+    workers: tuple[int, ...] | None = None,
 ) -> tuple[Candidate, QuantizedStrategy]:
     """``auto``'s baseline instead of ``best`` when, quantized and under the discrete noise
     each is measured with, the baseline's error is lower: auto is never worse than it."""
     baseline = selection.candidates[0]
-    if baseline is best or baseline.strategy is None or _unreleasable(baseline, cells):
+    if baseline is best or baseline.strategy is None or _unreleasable(baseline, cells, workers):
         return best, quantized
     try:
         grid = measurable(baseline.strategy)
@@ -192,6 +208,7 @@ def select_releasable(
     *,
     progress: Progress | None = None,
     budget: float = math.inf,
+    workers: tuple[int, ...] | None = None,
 ) -> tuple[ChosenStrategy, Selection]:
     """The least-error candidate a release can count and measure exactly, quantized.
 
@@ -202,6 +219,9 @@ def select_releasable(
     selection's candidates. When ``auto`` stopped at a proven optimum that cannot be
     released, every other candidate is tried (on a domain counted as marginal tables, the
     union-of-marginals methods). ``auto``'s searches stop after ``budget`` seconds in all.
+    With ``workers`` (the domain's shape, when ``cluster.arrays: workers`` keeps the arrays
+    on the Dask workers), a Kronecker strategy over the domain's attributes is releasable
+    beyond the vector limit too.
 
     The selection runs with the BLAS threads :func:`~dpmm.blas_threads.blas_limit` decides.
 
@@ -209,7 +229,7 @@ def select_releasable(
         MeasurementError: no candidate can be measured exactly.
     """
     with blas_limit():
-        return _select_releasable(workload, method, privacy, cells, progress, budget)
+        return _select_releasable(workload, method, privacy, cells, progress, budget, workers)
 
 
 def _select_releasable(
@@ -219,10 +239,11 @@ def _select_releasable(
     cells: int,
     progress: Progress | None,
     budget: float,
+    workers: tuple[int, ...] | None,
 ) -> tuple[ChosenStrategy, Selection]:
     started = time.perf_counter()
     selection = select_strategy(workload, method, privacy, progress=progress, budget=budget)
-    found = _first_releasable(selection, cells)
+    found = _first_releasable(selection, cells, workers)
     if method == "auto" and found[0] is not selection.chosen:
         order = TABLE_METHODS if cells > VECTOR_LIMIT else AUTO_CANDIDATES
         left = budget - (time.perf_counter() - started)
@@ -230,10 +251,12 @@ def _select_releasable(
         tried = {c.method for c in wider.candidates}
         earlier = tuple(c for c in selection.candidates if c.method not in tried)
         selection = Selection(wider.chosen, (*earlier, *wider.candidates))
-        found = _first_releasable(selection, cells)
+        found = _first_releasable(selection, cells, workers)
     best, quantized, reasons, problem = found
     if method == "auto" and best is not None and quantized is not None:
-        best, quantized = _baseline_if_better(workload, privacy, cells, selection, best, quantized)
+        best, quantized = _baseline_if_better(
+            workload, privacy, cells, selection, best, quantized, workers
+        )
     if best is None or quantized is None:
         why = next(iter(reasons.values()), "").removeprefix("not releasable: it ")
         raise problem or MeasurementError(
@@ -272,7 +295,14 @@ def select_for_config(
         nonlocal winner
         left = budget if first else max(0.0, deadline - time.monotonic())
         chosen, selection = select_releasable(
-            workload, winner, privacy, config.domain.size, progress=progress, budget=left
+            workload,
+            winner,
+            privacy,
+            config.domain.size,
+            progress=progress,
+            budget=left,
+            # Asked for: under `auto` a domain beyond the vector is counted as tables.
+            workers=tuple(config.domain.shape) if config.cluster.arrays == "workers" else None,
         )
         if first and chosen.selected in METHODS:
             winner = chosen.selected

@@ -202,3 +202,31 @@ def test_an_hdmm_kron_strategy_releases_on_the_workers(tmp_path: Path) -> None:
     assert result.strategy.selected == "hdmm_kron"
     assert (result.path / "answers.parquet").is_dir()
     assert audit_release(result.path).ok
+
+
+@pytest.mark.parametrize("method", ["hierarchical", "hdmm_kron"])
+def test_a_kron_strategy_beyond_the_vector_is_planned_on_the_workers(tmp_path, method) -> None:
+    """2²⁹ cells, past the vector's 2²⁸: selection passed Kronecker strategies over as
+    needing the vector although cluster.arrays: workers holds their arrays there; with
+    flow, or auto (which counts such a domain as tables), the plan still refuses them."""
+    from dpmm.plan import plan
+
+    body = (
+        "name: big\ndomain: {a: 1024, b: 1024, c: 512}\nprivacy: {rho: 1/2}\n"
+        "workload: [{name: a, kind: marginal, attributes: [a]},\n"
+        "  {name: b-c, kind: marginal, attributes: [b, c]}, {name: people, kind: total}]\n"
+        f"strategy: {{method: {method}}}\n"
+    )
+
+    def written(folder: Path, arrays: str) -> ReleaseConfig:
+        path = write_config(folder, body, data=None).path
+        path.write_text(path.read_text() + f"cluster: {{arrays: {arrays}}}\n")
+        return load_config(path)
+
+    config = written(tmp_path, "workers")
+    report = plan(config)
+    assert report.decision.selected == method
+    assert counting_plan(config, choose_strategy(config)) == "chunked"
+    for arrays in ("flow", "auto"):
+        with pytest.raises(ConfigError, match="more than the 268,435,456 a release counts"):
+            plan(written(tmp_path / arrays, arrays))
