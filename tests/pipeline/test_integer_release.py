@@ -212,6 +212,13 @@ def test_random_adult_releases_round_marginal_tables_without_the_vector(
     assert abs(total - 48842) < 100 if declared is None else total == declared
 
 
+def _grid_records(tmp_path: Path, seed: int, sizes: list[int], rows: int) -> tuple[list, Path]:
+    """Attribute names ``a, b, …`` for ``sizes`` and a Parquet file of random records."""
+    names = list("abcdefgh"[: len(sizes)])
+    rng = np.random.default_rng(SEED + seed)
+    return names, _write_records(tmp_path, names, _random_records(rng, sizes, rows))
+
+
 def _two_way(name: str, names: list[str], sizes: list[int], privacy: dict, **more) -> dict:
     """A config body of the two-way tables over ``names``."""
     workload = [{"name": "two-way", "kind": "marginals", "k": 2}, *more.pop("extra", [])]
@@ -220,9 +227,8 @@ def _two_way(name: str, names: list[str], sizes: list[int], privacy: dict, **mor
 
 
 def test_a_residual_release_rounds_its_least_squares_tables(tmp_path) -> None:
-    rng = np.random.default_rng(SEED + 200)
-    names, sizes = ["a", "b", "c"], [4, 3, 5]
-    data = _write_records(tmp_path, names, _random_records(rng, sizes, 2000))
+    sizes = [4, 3, 5]
+    names, data = _grid_records(tmp_path, 200, sizes, 2000)
     body = _two_way(
         "residual",
         names,
@@ -239,9 +245,8 @@ def test_a_residual_release_rounds_its_least_squares_tables(tmp_path) -> None:
 
 
 def test_integer_standard_errors_add_each_answers_rounding_shift(tmp_path) -> None:
-    rng = np.random.default_rng(SEED + 300)
-    names, sizes = ["a", "b"], [6, 5]
-    data = _write_records(tmp_path, names, _random_records(rng, sizes, 1500))
+    sizes = [6, 5]
+    names, data = _grid_records(tmp_path, 300, sizes, 1500)
     body = _two_way(
         "errors",
         names,
@@ -273,9 +278,8 @@ def test_integer_standard_errors_add_each_answers_rounding_shift(tmp_path) -> No
 
 
 def test_the_audit_recomputes_the_integers_and_fails_on_a_changed_one(tmp_path) -> None:
-    rng = np.random.default_rng(SEED + 400)
-    names, sizes = ["a", "b"], [3, 4]
-    data = _write_records(tmp_path, names, _random_records(rng, sizes, 800))
+    sizes = [3, 4]
+    names, data = _grid_records(tmp_path, 400, sizes, 800)
     body = _two_way("audited", names, sizes, {"epsilon": 1})
     version = run_release(_release_config(tmp_path, body, data)).path
     assert audit_release(version).ok

@@ -146,6 +146,14 @@ def test_a_scale_changed_consistently_with_its_hashes_fails_the_noise_check(rele
     assert f"the manifest says {weaker}" in report.checks[4].detail
 
 
+def _with_column(table, column, change):
+    """``table`` with ``column`` replaced by ``change(its values)``."""
+    import pyarrow as pa
+
+    values = change(table.column(column).to_numpy(zero_copy_only=False).copy())
+    return table.set_column(table.schema.get_field_index(column), column, pa.array(values))
+
+
 def _rewrite(folder, manifest, name, table, *, publish=True):
     """Replace a listed file and update its size and sha256 in the manifest."""
     import pyarrow.parquet as pq
@@ -157,19 +165,11 @@ def _rewrite(folder, manifest, name, table, *, publish=True):
 
 
 def test_standard_errors_an_earlier_dpmm_made_differently_are_not_compared(release):
-    import pyarrow as pa
-
     folder, manifest, _ = release
     manifest["reconstruction"]["standard_errors"] = "parametric bootstrap, 100 replicates"
     table = read_answers(folder / "answers.parquet")
-    errors = table.column("standard_error").to_numpy() * 1.1
-    index = table.schema.get_field_index("standard_error")
-    _rewrite(
-        folder,
-        manifest,
-        "answers.parquet",
-        table.set_column(index, "standard_error", pa.array(errors)),
-    )
+    changed = _with_column(table, "standard_error", lambda errors: errors * 1.1)
+    _rewrite(folder, manifest, "answers.parquet", changed)
     report = audit_release(folder)
     assert report.ok, format_audit(report)
     assert "standard errors made by parametric bootstrap, 100 replicates" in report.checks[6].detail
@@ -195,19 +195,14 @@ def test_a_forged_answer_with_its_hash_updated_fails_the_answers_check(release, 
 
 
 def test_an_interval_claimed_exact_or_at_another_level_fails_the_answers_check(release):
-    import pyarrow as pa
-
     folder, manifest, _ = release
     table = read_answers(folder / "answers.parquet")
-    flags = table.column("exact_interval").to_numpy(zero_copy_only=False).copy()
-    flags[0] = not flags[0]
-    index = table.schema.get_field_index("exact_interval")
-    _rewrite(
-        folder,
-        manifest,
-        "answers.parquet",
-        table.set_column(index, "exact_interval", pa.array(flags)),
-    )
+
+    def flip_first(flags):
+        flags[0] = not flags[0]
+        return flags
+
+    _rewrite(folder, manifest, "answers.parquet", _with_column(table, "exact_interval", flip_first))
     report = audit_release(folder)
     assert _failed(report) == {"answers"}
     assert "exact intervals of group" in report.checks[6].detail
