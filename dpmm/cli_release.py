@@ -6,7 +6,9 @@
 * ``dpmm demo [--folder DIR] [--rows N]`` — generate a census-like dataset, fund a demo
   ledger and run a release of it on a local Dask cluster with Prefect's engine.
 * ``dpmm releases list ROOT`` / ``show RELEASE_DIR`` / ``diff A B``.
-* ``dpmm audit RELEASE_DIR [--ledger PATH]`` — exit status 1 when any check fails.
+* ``dpmm audit RELEASE_DIR [--ledger PATH] [--scheduler ADDRESS]`` — exit status 1 when any
+  check fails; a version made on the Dask workers is recomputed on the cluster its config
+  describes, or on the scheduler named.
 
 The release flow is imported only when a command runs it, so ``dpmm plan`` and the
 ledger commands never load Prefect.
@@ -36,6 +38,7 @@ from dpmm.release import (
     show_release,
 )
 from dpmm.release.catalog import budget_text, text_table
+from dpmm.terminal_progress import terminal_bar
 
 __all__ = ["add_release_commands", "error_summary"]
 
@@ -155,7 +158,11 @@ def _diff(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _audit(args: argparse.Namespace, out: TextIO) -> int:
-    report = audit_release(args.release, ledger=args.ledger)
+    _quiet_engines()  # Dask's chatter stays off the terminal, as in a release
+    with terminal_bar("audit", "checks") as bar:
+        report = audit_release(
+            args.release, ledger=args.ledger, scheduler=args.scheduler, progress=bar
+        )
     text = format_audit(report)
     out.write(text if text.endswith("\n") else text + "\n")
     return 0 if report.ok else EXIT_AUDIT_FAILED
@@ -255,8 +262,17 @@ def add_release_commands(commands: argparse._SubParsersAction) -> None:
         "audit",
         help="verify a release: file hashes, sensitivity, noise scale, ledger chain",
         description="Re-derive the sensitivity and noise scale from the stored strategy, "
-        "check every file's hash and the ledger's hash chain; exit status 1 on any mismatch.",
+        "recompute every answer from the measurement, check every file's hash and the "
+        "ledger's hash chain; exit status 1 on any mismatch. A version made on the Dask "
+        "workers (cluster.arrays: workers) is recomputed on a cluster: the one its config "
+        "describes, or the scheduler given.",
     )
     audit.add_argument("release", metavar="RELEASE_DIR")
     audit.add_argument("--ledger", help="the ledger (default: the one the manifest names)")
+    audit.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="a Dask scheduler (tcp://host:8786) to recompute a version made on the workers "
+        "on (default: the cluster of the version's config)",
+    )
     audit.set_defaults(run=_audit)

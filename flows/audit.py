@@ -11,9 +11,10 @@ __all__ = ["audit_flow"]
 
 
 @flow(name="dpmm-audit")
-def audit_flow(release_dir: str, ledger: str | None = None) -> bool:
-    """Audit a release version folder; True when every check passes."""
-    report = audit_release(release_dir, ledger=ledger)
+def audit_flow(release_dir: str, ledger: str | None = None, scheduler: str | None = None) -> bool:
+    """Audit a release version folder; True when every check passes. A version made on the
+    Dask workers is recomputed on the cluster its config describes, or on ``scheduler``."""
+    report = audit_release(release_dir, ledger=ledger, scheduler=scheduler)
     logger = get_run_logger()
     for check in report.checks:
         (logger.info if check.ok else logger.error)("%s: %s", check.name, check.detail)

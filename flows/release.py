@@ -4,7 +4,7 @@ The stages are :mod:`dpmm.pipeline`'s functions, run one after the other in the 
 process, so the ledger and the measurement store are only touched there. Ingest
 (``ingest-histogram``) and, for a config with private truncation thresholds, the bucket
 count they are drawn from (``count-threshold-buckets``) submit one task per partition to
-the config's Dask cluster (:mod:`flows.cluster`), which starts when ingest first needs it.
+the config's Dask cluster (:mod:`dpmm.cluster`), which starts when ingest first needs it.
 The stages are task runs of this flow itself, so its page shows them. Retries are safe: a
 re-run of the flow resumes the open run and reuses its persisted measurement (DESIGN §5
 rule 4); Prefect's cache is never used for it.
@@ -37,6 +37,7 @@ from prefect.artifacts import (
 )
 from prefect.cache_policies import NO_CACHE
 
+from dpmm.cluster import DaskCluster
 from dpmm.config import ReleaseConfig, load_config
 from dpmm.errors import DpmmError
 from dpmm.pipeline import (
@@ -50,7 +51,6 @@ from dpmm.privacy.ledger_schema import decimal_text
 from dpmm.privacy.params import PureDP
 from dpmm.release.spend import spend_of
 from dpmm.terminal_progress import terminal_bar
-from flows.cluster import DaskCluster
 from flows.crashed_runs import mark_crashed_runs
 
 __all__ = ["release_flow"]

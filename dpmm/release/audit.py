@@ -26,6 +26,15 @@ failed check is a one-sentence finding, never an exception:
    thresholds plus measurement add up to the config's budget.
 
 A check that needs the result of an earlier one that failed fails as "not checked".
+
+A version whose arrays stayed on the Dask workers (``cluster.arrays: workers``: its
+``answers.parquet`` and ``measurements.parquet`` are folders of parts) is recomputed on a
+cluster, never in the auditing process, which would need memory proportional to the
+domain: the one the release's config describes (:class:`~dpmm.cluster.DaskCluster`, the
+release's own code: an address, a cluster class, or a LocalCluster made for the audit),
+one the operator names by its scheduler's address, or the caller's client. The workers
+read the measurement's parts, solve least squares and compare each answers part where
+they read it; only a count of rows, or a finding, comes back.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ import sqlite3
 import sys
 import tempfile
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path, PurePosixPath
@@ -55,10 +65,13 @@ from dpmm.reconstruct.choice import EXACT
 from dpmm.release.catalog import load_manifest
 from dpmm.release.tables import PART, part_files, read_answers, read_measurements
 from dpmm.release.writer import MANIFEST_NAME, file_digests, leftovers
+from dpmm.settings import ClusterSettings, cluster_settings
 from dpmm.workload.prefix_sum import bucket_values, value_error_bound
 
 __all__ = ["AuditReport", "Check", "audit_release", "format_audit"]
 
+#: ``progress(steps done, steps, what runs now)``, as the terminal's bar takes it.
+Progress = Callable[[int, int, str], None]
 #: Files every release lists in its manifest.
 REQUIRED_FILES = ("answers.parquet", "measurements.parquet", "strategy.npz")
 
@@ -99,6 +112,15 @@ class _State:
 
     folder: Path
     ledger: str | Path | None
+    #: The cluster the operator named (an address), None for the release's own.
+    cluster: ClusterSettings | None = None
+    #: The client of the cluster a chunked version is recomputed on, once there is one.
+    client: Any = None
+    progress: Progress | None = None
+    #: The check running now (its position in the audit's checks), for ``progress``.
+    step: int = 0
+    #: What the audit started (a cluster), closed when it ends.
+    resources: ExitStack = field(default_factory=ExitStack)
     manifest: dict[str, object] | None = None
     strategy: ExactStrategy | None = None
     sensitivity: Fraction | None = None
@@ -106,20 +128,44 @@ class _State:
 
 
 def audit_release(
-    release_dir: str | os.PathLike[str], *, ledger: str | Path | None = None
+    release_dir: str | os.PathLike[str],
+    *,
+    ledger: str | Path | None = None,
+    scheduler: str | None = None,
+    client: Any = None,
+    progress: Progress | None = None,
 ) -> AuditReport:
     """Run every check on a release version folder (see the module docstring).
 
     Args:
         release_dir: the version folder, e.g. ``releases/survey/v0003``.
         ledger: the ledger to check against; the manifest's ``ledger.location`` by default.
+        scheduler: the address of the Dask scheduler to recompute a version made on the
+            workers on; by default the cluster its config describes.
+        client: a ``distributed.Client`` to recompute such a version on (instead of
+            ``scheduler``), left open.
+        progress: called with ``(checks done, checks, what runs now)``, and during the
+            answers of a version made on the workers with the parts compared so far.
 
     Returns:
         The report; ``report.ok`` is True when every check passed.
+
+    Raises:
+        ConfigError: ``scheduler`` is not a scheduler address.
     """
-    state = _State(Path(release_dir), ledger)
+    named = None if scheduler is None else cluster_settings({"address": scheduler})
+    state = _State(Path(release_dir), ledger, named, client, progress)
+    with state.resources:
+        checks = _run_checks(state)
+    return AuditReport(Path(release_dir), tuple(checks))
+
+
+def _run_checks(state: _State) -> list[Check]:
     checks = []
-    for name, step in _STEPS:
+    for done, (name, step) in enumerate(_STEPS):
+        state.step = done
+        if state.progress is not None:
+            state.progress(done, len(_STEPS), name)
         try:
             checks.append(Check(name, True, step(state)))
         except _FailedCheckError as finding:
@@ -134,7 +180,9 @@ def audit_release(
         except Exception as error:  # a damaged file is a finding, never a crash
             detail = f"a release file could not be read ({type(error).__name__}: {error})"
             checks.append(Check(name, False, detail))
-    return AuditReport(Path(release_dir), tuple(checks))
+    if state.progress is not None:
+        state.progress(len(_STEPS), len(_STEPS), "")
+    return checks
 
 
 def format_audit(report: AuditReport, *, ascii_only: bool | None = None) -> str:
@@ -378,13 +426,40 @@ def _manifest_config(manifest: dict[str, object], folder: Path) -> ReleaseConfig
 
 
 def _check_answers(state: _State) -> str:
-    """Recompute every answer from the measurement and the strategy, as the release did."""
-    # The release's own post-processing (dpmm.pipeline imports this package: imported here).
-    from dpmm.pipeline.release import recompute_answers
-
+    """Recompute every answer from the measurement and the strategy, as the release did: in
+    this process, or for a version made on the workers (its answers a folder of parts) on
+    the audit's cluster."""
     manifest = _need_manifest(state)
     path = _member(state.folder, "answers.parquet")
     config = _manifest_config(manifest, state.folder)
+    if not path.is_dir():
+        return _recomputed_answers(state, manifest, config, path)
+    import dask
+
+    client = _cluster_client(state, config.cluster)
+    with dask.config.set(scheduler=client):  # every persist and compute goes to the cluster
+        return _recomputed_answers(state, manifest, config, path)
+
+
+def _cluster_client(state: _State, release_cluster: ClusterSettings) -> Any:
+    """The caller's client, or one of the cluster the operator named or the release's
+    config describes, started through the release's own code and closed with the audit."""
+    if state.client is None:
+        from dpmm.cluster import DaskCluster  # loads distributed only when needed
+
+        settings = state.cluster if state.cluster is not None else release_cluster
+        state.client = state.resources.enter_context(DaskCluster(settings)).client
+    return state.client
+
+
+def _recomputed_answers(
+    state: _State, manifest: dict[str, object], config: ReleaseConfig, path: Path
+) -> str:
+    """The answers check: ``path``'s answers against those the release's post-processing
+    gives from its measurement (on whichever scheduler is current)."""
+    # The release's own post-processing (dpmm.pipeline imports this package: imported here).
+    from dpmm.pipeline.release import recompute_answers
+
     recomputed_release = recompute_answers(config, state.folder)
     # Standard errors are compared when this dpmm makes them the way the version says its
     # were made (an earlier dpmm's bootstrap drew differently). Versions before the key
@@ -408,7 +483,7 @@ def _check_answers(state: _State) -> str:
             f"release.confidence {level!r}"
         )
     if path.is_dir():
-        count = _compare_parts(path, recomputed_release.groups, compared)
+        count = _compare_parts(path, recomputed_release.groups, compared, state)
     else:
         integer = solved.get("output") == "integer"
         count = _compare_table(path, recomputed_release.groups, compared, integer)
@@ -465,10 +540,14 @@ def _compare_table(path: Path, groups: list[Any], compared: tuple[str, ...], int
     return count
 
 
-def _compare_parts(folder: Path, groups: list[Any], compared: tuple[str, ...]) -> int:
+def _compare_parts(
+    folder: Path, groups: list[Any], compared: tuple[str, ...], state: _State
+) -> int:
     """Compare a folder of answer parts with the recomputed groups (Dask arrays), each part
-    against its block by a task that reads only that part; the rows compared."""
+    against its block by a task on the audit's cluster that reads only that part; the rows
+    compared."""
     import dask
+    from distributed import as_completed
 
     parts = {path.name: path for path in part_files(folder)}
     tasks = []
@@ -489,7 +568,16 @@ def _compare_parts(folder: Path, groups: list[Any], compared: tuple[str, ...]) -
             )
     if parts:
         raise _FailedCheckError(f"{folder.name} holds parts the release does not have")
-    return sum(dask.compute(*tasks))
+    futures = state.client.compute(tasks)
+    count = 0
+    try:
+        for done, future in enumerate(as_completed(futures), start=1):
+            count += future.result()  # a part's finding is raised here
+            if state.progress is not None:
+                state.progress(state.step, len(_STEPS), f"answers: {done}/{len(tasks)} parts")
+    finally:
+        state.client.cancel(futures)  # the rest, after a finding
+    return count
 
 
 def _compare_part(

@@ -1,13 +1,15 @@
-"""The Dask cluster a release's counting stages use, from the config's ``cluster`` section.
+"""The Dask cluster of a config's ``cluster`` section: the release's, and its audit's.
 
-The flow's stages are Prefect task runs in the flow's process; the counting stages submit
-one plain Dask task per partition through a ``distributed.Client`` (DESIGN §9: no task
-holds a worker thread while it waits on others). The cluster starts when a stage first
-asks for the client, so a release that reads no data (``--from-measurements``) starts
-none. By default it is a LocalCluster of threads in the flow's own process (pyarrow and
-numpy release the GIL while reading and counting); an existing scheduler
-(``cluster.address``) or a cluster class (``cluster.class``, e.g.
-``dask_jobqueue.SLURMCluster``) is used as configured (``deploy/README.md``).
+The release flow's stages are Prefect task runs in the flow's process; the counting stages
+submit one plain Dask task per partition through a ``distributed.Client`` (DESIGN §9: no
+task holds a worker thread while it waits on others). ``dpmm audit`` of a version whose
+arrays stayed on the workers recomputes its answers on the same cluster (or on one the
+operator names). The cluster starts when a stage first asks for the client, so a release
+that reads no data (``--from-measurements``) and the audit of a one-process version start
+none. By default it is a LocalCluster of threads in the calling process (pyarrow and numpy
+release the GIL while reading and counting); an existing scheduler (``cluster.address``)
+or a cluster class (``cluster.class``, e.g. ``dask_jobqueue.SLURMCluster``) is used as
+configured (``deploy/README.md``).
 """
 
 from __future__ import annotations
