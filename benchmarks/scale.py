@@ -23,10 +23,14 @@ once per size under ``--data`` (reused by later runs).
 ``--workload tables`` answers a few tables instead (``a``, ``b × c``, the total): the
 measurement and the estimate are as large, the answers small.
 
+``--audit`` then runs ``dpmm audit`` of the version in a process of its own (its peak RSS
+is the audit's), a ``workers`` version with ``--scheduler`` on a fresh cluster like the
+release's (the workers' peaks are the audit's), and prints its wall seconds and peaks.
+
 Usage:
     OMP_NUM_THREADS=1 python benchmarks/scale.py [--cells 1e7 1e8] [--modes flow workers]
         [--workers 2] [--memory-limit 8GiB] [--data /tmp/dpmm-scale] [--workload tables]
-        [--reconstruction nnls] [--strategy hdmm_kron]
+        [--reconstruction nnls] [--strategy hdmm_kron] [--audit]
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import resource
 import shutil
 import subprocess
@@ -146,7 +151,7 @@ def _stage_timer(times: dict[str, float], peaks: dict[str, int]):
 
 
 def run_one(cells: int, mode: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     shape = grid(cells)
     rows = args.rows or min(cells // 10, 10**8)
@@ -161,24 +166,15 @@ def run_one(cells: int, mode: str, args: argparse.Namespace, work: Path) -> dict
         args.strategy,
     )
     config = load_config(config_path)
-    if mode == "workers":
-        cluster = LocalCluster(
-            n_workers=args.workers,
-            threads_per_worker=1,
-            processes=True,
-            memory_limit=args.memory_limit,
-            dashboard_address=":0",
-        )
-    else:
-        cluster = LocalCluster(n_workers=1, threads_per_worker=2, processes=False)
     times: dict[str, float] = {}
     peaks: dict[str, int] = {}
-    with cluster, Client(cluster) as client:
+    with _cluster(mode, args) as cluster, Client(cluster) as client:
         started = time.perf_counter()
         result = run_release(config, client=client, stage=_stage_timer(times, peaks))
         seconds = time.perf_counter() - started
         flow_rss = _peak_rss()  # the release's, before this script reads the truth back
         workers = sorted(client.run(_peak_rss).values()) if mode == "workers" else []
+    audit = _audit(result.path, mode, args) if args.audit else None
     answers = sum(int(group.values.size) for group in result.reconstruction.groups)
     errors = _table_errors(result, data, shape) if args.workload == "tables" else {}
     return {
@@ -193,6 +189,50 @@ def run_one(cells: int, mode: str, args: argparse.Namespace, work: Path) -> dict
         "flow_rss": flow_rss,
         "worker_rss": workers,
         "answers": answers,
+        "audit": audit,
+    }
+
+
+def _cluster(mode: str, args: argparse.Namespace) -> Any:
+    """A LocalCluster of ``--workers`` process workers, or the flow's threads."""
+    from distributed import LocalCluster
+
+    if mode == "workers":
+        return LocalCluster(
+            n_workers=args.workers,
+            threads_per_worker=1,
+            processes=True,
+            memory_limit=args.memory_limit,
+            dashboard_address=":0",
+        )
+    return LocalCluster(n_workers=1, threads_per_worker=2, processes=False)
+
+
+def _audit(folder: Path, mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    """``dpmm audit`` of the version in its own process, a ``workers`` version on a fresh
+    cluster like the release's: wall seconds, whether it passed, its process's peak RSS
+    and the workers' peaks."""
+    from distributed import Client
+
+    command = [sys.executable, "-m", "dpmm.cli", "audit", str(folder)]
+    with _cluster(mode, args) as cluster, Client(cluster) as client:
+        if mode == "workers":
+            command += ["--scheduler", cluster.scheduler_address]
+        with tempfile.TemporaryFile("w+") as out:
+            started = time.perf_counter()
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+            _, status, usage = os.wait4(process.pid, 0)  # the audit's own peak
+            seconds = time.perf_counter() - started
+            out.seek(0)
+            printed = out.read()
+        workers = sorted(client.run(_peak_rss).values()) if mode == "workers" else []
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.stderr.write(printed)
+    return {
+        "passed": os.waitstatus_to_exitcode(status) == 0,
+        "seconds": seconds,
+        "rss": usage.ru_maxrss * 1024,
+        "worker_rss": workers,
     }
 
 
@@ -254,6 +294,23 @@ def print_runs(runs: list[dict[str, Any]], flush: bool = False) -> None:
         )
 
 
+def print_audits(runs: list[dict[str, Any]]) -> None:
+    print(
+        "| cells | mode | release seconds | audit | audit seconds | audit process peak GiB | "
+        "audit worker peaks GiB |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for run in runs:
+        audit = run.get("audit")
+        if audit is None:
+            continue
+        print(
+            f"| {run['cells']:.2e} | {run['mode']} | {run['seconds']:.1f} | "
+            f"{'passed' if audit['passed'] else 'FAILED'} | {audit['seconds']:.1f} | "
+            f"{_gib(audit['rss'])} | {', '.join(_gib(r) for r in audit['worker_rss'])} |"
+        )
+
+
 def fit_model(runs: list[dict[str, Any]], workers: int) -> None:
     """Seconds ≈ s₀ + s₁·cells/k and worker memory ≈ m₀ + m₁·cells/k, fitted on the
     workers' runs; predictions for 10¹⁰–10¹² cells."""
@@ -311,6 +368,7 @@ def main() -> None:
     )
     parser.add_argument("--strategy", choices=["hierarchical", "hdmm_kron"], default="hierarchical")
     parser.add_argument("--data", default=str(Path(tempfile.gettempdir()) / "dpmm-scale"))
+    parser.add_argument("--audit", action="store_true", help="audit each version after its release")
     parser.add_argument(
         "--one", nargs=3, metavar=("CELLS", "MODE", "SCRATCH"), help=argparse.SUPPRESS
     )
@@ -331,6 +389,9 @@ def main() -> None:
                     print_runs(runs[-1:], flush=True)
     print()
     print_runs(runs)
+    if args.audit:
+        print()
+        print_audits(runs)
     for run in runs:
         for name, error in run.get("errors", {}).items():
             print(
