@@ -33,7 +33,7 @@ from dpmm.strategy.template import check_count, check_norm, descend, optimize_te
 
 __all__ = ["PIdentityTemplate", "optimize_pidentity"]
 
-#: L-BFGS-B iterations in all for the start kept: on AllRange(256)/(1024) the error is
+#: L-BFGS iterations in all for the start kept: on AllRange(256)/(1024) the error is
 #: within 0.5 % of its 2000-iteration value after 300, and beats HDMM's after 100–200.
 MAX_ITERATIONS = 400
 
@@ -44,7 +44,7 @@ CELLS_PER_ITERATION = 4
 
 
 def iteration_budget(n: int) -> int:
-    """L-BFGS-B iterations in all for the kept start on an attribute of n cells.
+    """L-BFGS iterations in all for the kept start on an attribute of n cells.
 
     Example:
         >>> iteration_budget(1024), iteration_budget(4096)
