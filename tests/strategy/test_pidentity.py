@@ -198,3 +198,21 @@ def test_woodbury_loss_is_accurate_at_the_bound():
     loss, _ = PIdentityTemplate(G, 1, 1).loss_and_grad(theta.ravel())
     dense = PIdentity(theta, 1).dense()
     assert loss == pytest.approx(np.trace(G @ np.linalg.inv(dense.T @ dense)), rel=1e-9)
+
+
+def test_large_fits_start_with_light_columns_and_small_ones_as_hdmm():
+    """HDMM's start (Θ uniform on [0, 1]) for small fits; large fits scaled to column weight w."""
+    rng = np.random.default_rng(11)
+    small = PIdentityTemplate.from_generators(np.arange(1.0, 513), np.arange(512.0, 0, -1), 32, 1)
+    assert small.initial(rng).max() > 0.9  # unscaled: entries on [0, 1]
+    n, p = 4096, 256
+    large = PIdentityTemplate.from_generators(np.arange(1.0, n + 1), np.arange(n, 0.0, -1), p, 1)
+    columns = large.initial(rng).reshape(p, n).sum(axis=0)
+    # Each column sums p uniforms on [0, 2w/p]: mean w, sd w·sqrt(1/(3p)) ≈ 0.036 w; the mean
+    # of 4,096 columns is within 6 sd / 64 of w.
+    w = pidentity.START_COLUMN_WEIGHT
+    assert abs(columns.mean() - w) < 6 * 0.036 * w / 64
+    assert pidentity.iteration_budget(n) == (
+        pidentity.LARGE_SCREEN_ITERATIONS,
+        pidentity.LARGE_ITERATIONS,
+    )
