@@ -54,6 +54,7 @@ __all__ = [
     "cgroup_cores",
     "dask_worker_threads",
     "owned_cores",
+    "stage_threads",
 ]
 
 #: The operator's override: a positive number of threads, or ``off``.
@@ -251,3 +252,24 @@ def blas_limit() -> Iterator[int | None]:
             yield threads
     finally:
         _decided.reset(token)
+
+
+def stage_threads() -> int:
+    """The threads the running BLAS-heavy stage may keep busy: the enclosing
+    :func:`blas_limit`'s count, else :func:`blas_threads` now (``off``: the owned cores).
+
+    A stage that runs independent single-threaded searches side by side (the random
+    starts of a large template fit) runs this many at once.
+
+    Example:
+        >>> import os
+        >>> os.environ["DPMM_BLAS_THREADS"] = "2"
+        >>> with blas_limit():
+        ...     stage_threads()
+        2
+        >>> del os.environ["DPMM_BLAS_THREADS"]
+    """
+    decided = _decided.get()
+    if decided is None:
+        decided = blas_threads()
+    return owned_cores() if decided is None else decided

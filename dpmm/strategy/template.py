@@ -12,7 +12,9 @@ to the privacy constant, so "best" is directly "least error".
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -20,6 +22,7 @@ import numpy as np
 import scipy.optimize
 from threadpoolctl import threadpool_limits
 
+from dpmm.blas_threads import stage_threads
 from dpmm.errors import ArgumentError, DpmmError
 from dpmm.strategy.projected_lbfgs import minimize_bounded
 from dpmm.strategy.restarts import restart_generator
@@ -135,6 +138,31 @@ def descend(template: Template, start: np.ndarray, iterations: int) -> tuple[np.
     return end, float(template.loss_and_grad(end)[0])
 
 
+def _descend_each(
+    template: Template, starts: Sequence[np.ndarray], iterations: int
+) -> list[tuple[np.ndarray, float]]:
+    """:func:`descend` from every start, in order; large fits several at once.
+
+    A large fit's iterations are NumPy and LAPACK calls on ~10⁶ numbers, which release
+    the GIL, on one BLAS thread each: its starts run side by side in
+    :func:`~dpmm.blas_threads.stage_threads` threads, so a fit uses the cores its stage
+    owns without oversubscribing them. Each start's descent is deterministic, so the
+    results do not depend on how many run at once.
+    """
+    workers = min(len(starts), stage_threads())
+    if workers <= 1 or np.size(starts[0]) < LARGE_PROBLEM:
+        return [descend(template, start, iterations) for start in starts]
+    # One BLAS thread around the pool too: the descents' own limits then restore 1, not the
+    # stage's count, whichever ends first.
+    with threadpool_limits(limits=1), ThreadPoolExecutor(workers) as pool:
+        # Each thread runs in a copy of this context: the selection's time budget holds there.
+        futures = [
+            pool.submit(contextvars.copy_context().run, descend, template, start, iterations)
+            for start in starts
+        ]
+        return [future.result() for future in futures]
+
+
 def optimize_template(
     template: Template,
     *,
@@ -177,13 +205,14 @@ def optimize_template(
     points += [template.initial(rng) for _ in range(restarts)]
     best_params: np.ndarray | None = None
     best_loss = np.inf
+    finite = []
     for start in points:
         start_loss, _ = template.loss_and_grad(start)
         if start_loss < best_loss:
             best_params, best_loss = start.copy(), start_loss
-        if not np.isfinite(start_loss):
-            continue
-        end, end_loss = descend(template, start, max_iterations)
+        if np.isfinite(start_loss):
+            finite.append(start)
+    for end, end_loss in _descend_each(template, finite, max_iterations):
         if end_loss < best_loss:
             best_params, best_loss = end, end_loss
     if best_params is None or not np.isfinite(best_loss):
