@@ -31,8 +31,9 @@ A version whose arrays stayed on the Dask workers (``cluster.arrays: workers``: 
 ``answers.parquet`` and ``measurements.parquet`` are folders of parts) is recomputed on a
 cluster, never in the auditing process, which would need memory proportional to the
 domain: the one the release's config describes (:class:`~dpmm.cluster.DaskCluster`, the
-release's own code: an address, a cluster class, or a LocalCluster made for the audit),
-one the operator names by its scheduler's address, or the caller's client. The workers
+release's own code: an address or a LocalCluster made for the audit; a cluster class the
+manifest names is never imported), one the operator names by its scheduler's address, or
+the caller's client. The workers
 read the measurement's parts, solve least squares and compare each answers part where
 they read it; only a count of rows, or a finding, comes back.
 """
@@ -448,6 +449,14 @@ def _cluster_client(state: _State, release_cluster: ClusterSettings) -> Any:
         from dpmm.cluster import DaskCluster  # loads distributed only when needed
 
         settings = state.cluster if state.cluster is not None else release_cluster
+        if settings.cluster_class is not None:
+            # A release folder may come from anyone: the audit never imports and starts
+            # the class its manifest names (any importable callable, with its options).
+            raise _FailedCheckError(
+                f"not checked: the version was made on a cluster of class "
+                f"'{settings.cluster_class}', which the audit does not start from a release "
+                "folder; name its scheduler with --scheduler ADDRESS"
+            )
         state.client = state.resources.enter_context(DaskCluster(settings)).client
     return state.client
 

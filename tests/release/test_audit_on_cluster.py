@@ -196,3 +196,15 @@ def test_a_scheduler_that_is_not_an_address_is_refused_in_one_sentence(
     assert status == 2
     error = capsys.readouterr().err
     assert error.startswith("dpmm: error: cluster.address:") and error.count("\n") == 1
+
+
+def test_the_audit_never_starts_a_cluster_class_a_release_folder_names(tmp_path: Path) -> None:
+    """Any importable callable could be named there (with its options as arguments)."""
+    from dpmm.release import audit as audit_module
+    from dpmm.settings import cluster_settings
+
+    named = cluster_settings({"class": "os.system", "options": {"command": "touch x"}})
+    state = audit_module._State(tmp_path, None)
+    with pytest.raises(audit_module._FailedCheckError, match="--scheduler ADDRESS"):
+        audit_module._cluster_client(state, named)
+    assert state.client is None
