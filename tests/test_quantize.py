@@ -291,3 +291,21 @@ def test_a_marginal_weight_far_below_the_others_keeps_the_norms_exact() -> None:
     assert weights[-1] == 1 and min(weights) >= 1  # every table still measured
     assert analyze_strategy(quantized.integer).sensitivity_l1 > 0
     np.testing.assert_allclose(quantized.matrix.dense(), A.dense(), atol=2.0**-12)
+
+
+def test_a_rounded_p_identity_keeps_its_proof_of_independent_columns():
+    """Its identity block survives rounding, so its error needs no SVD; a rounded dense
+    strategy without such rows makes no promise."""
+    from dpmm.linalg.pidentity import PIdentity
+    from dpmm.privacy import PureDP
+
+    theta = np.random.default_rng(5).uniform(size=(3, 24)) * (np.arange(24) % 4 == 0)
+    quantized = quantize(PIdentity(theta, 1), bits=10)
+    assert quantized.matrix.known_full_column_rank
+    unproved = Dense(quantized.matrix.dense())  # same numbers, no promise: the SVD route
+    W = AllRange(24)
+    assert expected_error(W, quantized.matrix, PureDP(1)) == pytest.approx(
+        expected_error(W, unproved, PureDP(1)), rel=1e-9
+    )
+    wide = quantize(Dense(np.random.default_rng(6).uniform(size=(30, 24)) + 0.1), bits=10)
+    assert not wide.matrix.known_full_column_rank

@@ -202,9 +202,24 @@ def _round_weight(weight: float, bits: int) -> tuple[int, int]:
     return int(rounded[0]), exponent
 
 
+def _rounded_dense(rounded: np.ndarray) -> Dense:
+    """``Dense(rounded)``, promising independent columns where a cheap proof shows them.
+
+    Rows with a single nonzero entry that together cover every column hold a nonsingular
+    diagonal: the columns are then independent, and the strategy's Gram is inverted
+    directly instead of through an SVD. A p-Identity ``[I; Θ] D`` keeps its identity block
+    through rounding: on 4,096 cells its error took two SVDs of 4,352 × 4,096 (about a
+    minute of the plan's selection).
+    """
+    single = np.count_nonzero(rounded, axis=1) == 1
+    covered = np.zeros(rounded.shape[1], dtype=bool)
+    covered[np.argmax(rounded[single] != 0, axis=1)] = True
+    return Dense(rounded, full_column_rank=bool(covered.all()))
+
+
 def _quantize_dense(A: Dense, bits: int) -> tuple[Matrix, int]:
     rounded, exponent = _round(A.array, bits)
-    return (A, 0) if rounded is A.array else (Dense(rounded), exponent)
+    return (A, 0) if rounded is A.array else (_rounded_dense(rounded), exponent)
 
 
 def _quantize_sparse(A: Sparse, bits: int) -> tuple[Matrix, int]:
@@ -275,7 +290,7 @@ def _quantize_other(A: Matrix, bits: int) -> tuple[Matrix, int]:
             "round as a dense array; express it as Dense, Sparse, Weighted, Kron or VStack"
         ) from None
     rounded, exponent = _round(array, bits)
-    return Dense(rounded), exponent
+    return _rounded_dense(rounded), exponent
 
 
 def _row_space(block: np.ndarray) -> np.ndarray:
