@@ -37,6 +37,7 @@ from dpmm.pipeline.integer_answers import (
     integer_from_vector,
     rounded_errors,
 )
+from dpmm.pipeline.interval_stage import group_multisets, half_widths
 from dpmm.reconstruct import (
     MarginalMeasurement,
     covariance_factor,
@@ -45,7 +46,7 @@ from dpmm.reconstruct import (
 from dpmm.reconstruct.answers import REPLICATES
 from dpmm.reconstruct.choice import EXACT, solve_answers
 from dpmm.reconstruct.integer import TableSource
-from dpmm.reconstruct.intervals import Intervals, NoiseLaw, coefficient_rows
+from dpmm.reconstruct.intervals import Intervals, NoiseLaw
 from dpmm.reconstruct.nnls import nnls_setup
 from dpmm.reconstruct.residual_blocks import (
     BlockEstimate,
@@ -400,12 +401,11 @@ def reconstruct(
                 histogram = _nonnegative(config, measured, histogram, method, replicates == 0)
         linear = errors == EXACT
         if replicates:  # the plan's dry run states no intervals; rounding widens them
-            # Residual blocks are answered without A's Gram: their intervals come from the
-            # standard errors.
-            blocks = isinstance(strategy.quantized.integer, HelmertBlocks)
-            rows = measured if plan == "vector" and not blocks and linear else None
             intervals = Intervals(NoiseLaw.of(record), config.release.confidence)
-            groups = [_with_intervals(group, intervals, linear, rows, record) for group in groups]
+            groups = [
+                _with_intervals(config, strategy, plan, group, intervals, linear)
+                for group in groups
+            ]
         rounding = None
         if config.release.integer:
             dry_run = replicates == 0
@@ -424,28 +424,19 @@ def reconstruct(
 
 
 def _with_intervals(
+    config: ReleaseConfig,
+    strategy: ChosenStrategy,
+    plan: str,
     answers: GroupAnswers,
     intervals: Intervals,
     linear: bool,
-    measured: Measurement | None,
-    record: MeasurementRecord,
 ) -> GroupAnswers:
-    """The group's answers with their intervals: from each query's coefficients on the
-    noise where ``measured`` gives them at bounded cost, from the standard errors where
-    not (:mod:`dpmm.reconstruct.intervals`); a normal approximation for an estimate not
-    linear in the noise."""
+    """The group's answers with their intervals (:mod:`dpmm.pipeline.interval_stage`);
+    a normal approximation for an estimate not linear in the noise."""
     errors = answers.standard_errors
     if not linear:
         return replace(answers, half_widths=intervals.normal(errors), exact_intervals=False)
-    blocks = None
-    if measured is not None:
-        blocks = coefficient_rows(answers.group.matrix, measured.strategy, measured.quantized.scale)
-    if blocks is None:
-        widths, exact = intervals.bounded(errors, int(record.shape[0]))
-        return replace(answers, half_widths=widths, exact_intervals=exact)
-    widths, flags = np.empty(errors.shape), np.empty(errors.shape, dtype=bool)
-    for first, rows in blocks:
-        found, exact = intervals.from_rows(rows)
-        widths[first : first + rows.shape[0]] = found
-        flags[first : first + rows.shape[0]] = exact
-    return replace(answers, half_widths=widths, exact_intervals=flags)
+    multisets = group_multisets(config, strategy, plan, answers.group)
+    terms = int(strategy.quantized.integer.shape[0])
+    widths, exact = half_widths(intervals, multisets, errors, terms)
+    return replace(answers, half_widths=widths, exact_intervals=exact)

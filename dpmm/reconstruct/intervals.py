@@ -27,8 +27,8 @@ parameter σ², in the measurement's integer units) and ``c`` the query's row of
   distances add over independent terms, and ``Σ c_j round(Y_j) ≤ Σ c_j Y_j + ½‖c‖₁``; so
   ``h = σ‖c‖₂ z' + ½‖c‖₁`` with ``z'`` the normal quantile at the level less
   ``2k · 0.1/σ²``. It needs only ``‖c‖₂`` (the standard error) and ``‖c‖₁ ≤ √k ‖c‖₂``, so
-  releases that never form the rows (the cluster's, marginal tables) get it too.
-* **Chernoff bound** (discrete Laplace without rows, and multisets too costly to
+  releases that never know the coefficients (the cluster's, residual blocks) get it too.
+* **Chernoff bound** (discrete Laplace without known coefficients, and multisets too costly to
   convolve): ``P(e > h) ≤ min_u e^{−uh} Π_j M(c_j u)``. The discrete Gaussian is
   σ²-subgaussian (Canonne, Kamath and Steinke 2020), so this is
   ``exp(−h² / 2σ²‖c‖²)``. The discrete Laplace's log-MGF
@@ -66,9 +66,11 @@ from dpmm.reconstruct.answers import covariance_factor
 __all__ = [
     "RESOLUTION",
     "Intervals",
+    "Multisets",
     "NoiseLaw",
     "coefficient_rows",
     "exact_half_width",
+    "merged_multiset",
 ]
 
 #: Off the coefficients' lattice, published half-widths exceed the exact ones by less than
@@ -382,7 +384,14 @@ def exact_half_width(
         >>> exact_half_width(np.array([1.0, 1.0, 1.0]), law, 0.9)
         (1.0, True)
     """
-    values, counts = _multiset(coefficients)
+    return _exact_of_multiset(*_multiset(coefficients), law, level, work_limit)
+
+
+def _exact_of_multiset(
+    values: np.ndarray, counts: np.ndarray, law: NoiseLaw, level: float, work_limit: float
+) -> tuple[float, bool] | None:
+    """:func:`exact_half_width` of the coefficients with distinct magnitudes ``values``
+    and multiplicities ``counts``."""
     if not values.size:
         return 0.0, True
     if _work(values, counts, law) > work_limit:
@@ -408,6 +417,66 @@ def exact_half_width(
     assert total is not None
     found = _least_cell(*total, level)
     return None if found is None else (found * grid, True)
+
+
+@dataclass(frozen=True, eq=False)
+class Multisets:
+    """Each query's coefficient magnitudes on the noise, as the distinct multisets of a
+    group of queries and which one each query has: what its interval depends on, for any
+    noise law (least squares' coefficients do not depend on the noise's scale).
+
+    Attributes:
+        distinct: ``(values, counts)`` per distinct multiset: the distinct magnitudes of
+            the non-zero coefficients and their multiplicities, in order of first use.
+        index: Per query, the position of its multiset in ``distinct``.
+    """
+
+    distinct: tuple[tuple[np.ndarray, np.ndarray], ...]
+    index: np.ndarray
+
+    @classmethod
+    def collect(cls, multisets: Iterator[tuple[np.ndarray, np.ndarray]]) -> Multisets:
+        """The queries' ``(values, counts)`` in order, each distinct multiset kept once
+        (equal to 12 significant digits of its largest magnitude)."""
+        known: dict[bytes, int] = {}
+        distinct: list[tuple[np.ndarray, np.ndarray]] = []
+        index = []
+        for values, counts in multisets:
+            key = _multiset_key(values, counts)
+            if key not in known:
+                known[key] = len(distinct)
+                distinct.append((values, counts))
+            index.append(known[key])
+        return cls(tuple(distinct), np.asarray(index, dtype=np.int64))
+
+    @classmethod
+    def of_rows(cls, blocks: Iterator[tuple[int, np.ndarray]]) -> Multisets:
+        """From the coefficient rows of the queries (:func:`coefficient_rows`'s blocks)."""
+        return cls.collect(
+            merged_multiset(row, np.ones(row.size, dtype=np.int64))
+            for _, rows in blocks
+            for row in rows
+        )
+
+
+def merged_multiset(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Magnitudes with multiplicities (repeats allowed), zeros dropped (:data:`ZERO`) and
+    magnitudes equal to 12 significant digits of the largest merged into their largest
+    (well inside the 1e-9 a lattice is recognized to): the floating-point residue of a
+    computation whose exact coefficients agree does not multiply the convolutions."""
+    magnitudes = np.abs(np.asarray(values, dtype=np.float64).reshape(-1))
+    counts = np.asarray(counts, dtype=np.int64).reshape(-1)
+    if not magnitudes.size or magnitudes.max() == 0:
+        return np.zeros(0), np.zeros(0, dtype=np.int64)
+    largest = float(magnitudes.max())
+    kept = (magnitudes > ZERO * largest) & (counts > 0)
+    magnitudes, counts = magnitudes[kept], counts[kept]
+    order = np.argsort(magnitudes)
+    magnitudes, counts = magnitudes[order], counts[order]
+    # A new magnitude starts where it exceeds the previous by more than the 12th digit.
+    starts = np.flatnonzero(np.diff(magnitudes, prepend=-np.inf) > 1e-12 * largest)
+    ends = np.append(starts[1:], magnitudes.size) - 1
+    return magnitudes[ends], np.add.reduceat(counts, starts)
 
 
 @dataclass
@@ -457,35 +526,40 @@ class Intervals:
 
     def from_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Half-widths of the queries whose coefficient rows (integer noise units) are
-        ``rows``, and whether each is exact; a multiset too costly to convolve gets the
-        Chernoff bound of its own coefficients."""
+        ``rows``, and whether each is exact (:meth:`of`)."""
         rows = np.atleast_2d(np.asarray(rows, dtype=np.float64))
-        widths, exact = np.empty(rows.shape[0]), np.empty(rows.shape[0], dtype=bool)
-        for index, row in enumerate(rows):
-            key = _multiset_key(row)
-            known = self._known.get(key)
-            if known is None:
-                values, counts = _multiset(row)
-                limit = min(WORK_LIMIT, self._work_left)
-                found = exact_half_width(row, self.law, self.level, work_limit=limit)
-                if found is None:
-                    found = (_chernoff_width(values, counts, self.law, self.level), False)
-                else:
-                    self._work_left -= _work(values, counts, self.law)
-                known = self._known[key] = found
-            widths[index], exact[index] = known
-        return widths, exact
+        return self.of(Multisets.of_rows(iter([(0, rows)])))
+
+    def of(self, multisets: Multisets) -> tuple[np.ndarray, np.ndarray]:
+        """Half-widths of queries with these coefficient multisets, and whether each is
+        exact; a multiset too costly to convolve gets the Chernoff bound of its own
+        coefficients."""
+        found = [self._multiset(values, counts) for values, counts in multisets.distinct]
+        widths = np.array([width for width, _ in found], dtype=np.float64)
+        exact = np.array([flag for _, flag in found], dtype=bool)
+        return widths[multisets.index], exact[multisets.index]
+
+    def _multiset(self, values: np.ndarray, counts: np.ndarray) -> tuple[float, bool]:
+        key = _multiset_key(values, counts)
+        known = self._known.get(key)
+        if known is None:
+            limit = min(WORK_LIMIT, self._work_left)
+            found = _exact_of_multiset(values, counts, self.law, self.level, limit)
+            if found is None:
+                found = (_chernoff_width(values, counts, self.law, self.level), False)
+            else:
+                self._work_left -= _work(values, counts, self.law)
+            known = self._known[key] = found
+        return known
 
 
-def _multiset_key(row: np.ndarray) -> bytes:
-    """The row's magnitudes, sorted and rounded to 12 significant digits of its largest."""
-    magnitudes = np.abs(row)
-    largest = float(magnitudes.max()) if magnitudes.size else 0.0
-    if largest == 0:
+def _multiset_key(values: np.ndarray, counts: np.ndarray) -> bytes:
+    """The magnitudes rounded to 12 significant digits of the largest, and multiplicities."""
+    if not values.size:
         return b""
-    exponent = math.floor(math.log10(largest)) - 11
-    kept = np.sort(magnitudes[magnitudes > ZERO * largest])
-    return np.float64(exponent).tobytes() + np.rint(kept / 10.0**exponent).tobytes()
+    exponent = math.floor(math.log10(float(values.max()))) - 11
+    rounded = np.rint(values / 10.0**exponent)
+    return np.float64(exponent).tobytes() + rounded.tobytes() + counts.astype(np.int64).tobytes()
 
 
 def coefficient_rows(W: Matrix, A: Matrix, scale: int) -> Iterator[tuple[int, np.ndarray]] | None:

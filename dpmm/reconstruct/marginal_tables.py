@@ -26,7 +26,7 @@ consistent with each other (they are marginals of one x̂) but may be negative.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,7 +37,7 @@ from dpmm.linalg.marginals import members_mask
 from dpmm.reconstruct.answers import WorkloadAnswers
 from dpmm.reconstruct.protocol import ReconstructionError
 
-__all__ = ["MarginalMeasurement", "marginal_tables"]
+__all__ = ["MarginalMeasurement", "marginal_tables", "noise_coefficients"]
 
 #: Measured sets × coefficients grouped at once (bounds the arrays of one step).
 GROUPING_SIZE = 1 << 20
@@ -85,16 +85,15 @@ def _sizes_outside(shape: tuple[int, ...]) -> Callable[[np.ndarray], np.ndarray]
     return outside
 
 
-def _parts(
+def _terms(
     b: int,
     sets: list[int],
-    tables: list[np.ndarray],
-    measurements: Sequence[MarginalMeasurement],
+    weights: Sequence[float],
     P: MarginalsGram,
     shape: tuple[int, ...],
-    sums: dict[tuple[int, int], np.ndarray],
-) -> dict[int, np.ndarray]:
-    """``M_b x̂`` as tables on subsets ``d`` of b (each constant along ``b \\ d``).
+) -> Iterator[tuple[int, int, float]]:
+    """``(measured index, d, G)`` with ``M_b x̂ = Σ G · (y_index summed to d, broadcast
+    over b)``, ``d ⊆ b``; ``weights[index]`` is ``w_a / s_a²``.
 
     ``M_b C(c) M_aᵀ y_a`` is ``y_a`` summed to ``d = a ∩ b ∩ c``, times the sizes of the
     attributes outside ``a ∪ c`` and outside ``b ∪ (a ∩ c)``: the coefficients ``u_c``
@@ -104,30 +103,101 @@ def _parts(
     # Attribute sets are bit masks: int64 holds 62 attributes, Python integers any number.
     kind = np.int64 if len(shape) <= 62 else object
     masks = np.array(list(P.coefficients), dtype=kind)
-    weights = np.fromiter(P.coefficients.values(), dtype=np.float64)
+    coefficients = np.fromiter(P.coefficients.values(), dtype=np.float64)
     measured = np.array(sets, dtype=kind)
     outside = _sizes_outside(shape)
     rows = max(1, GROUPING_SIZE // max(masks.size, 1))
-    parts: dict[int, np.ndarray] = {}
     for start in range(0, measured.size, rows):
         a = measured[start : start + rows, None]
         meets = a & masks
-        factors = weights * outside(a | masks) * outside(b | meets)
+        factors = coefficients * outside(a | masks) * outside(b | meets)
         subsets, which = np.unique(meets & b, return_inverse=True)
         which = which.reshape(meets.shape) + subsets.size * np.arange(meets.shape[0])[:, None]
         grouped = np.bincount(which.ravel(), weights=factors.ravel(), minlength=meets.size)
         grouped = grouped[: meets.shape[0] * subsets.size].reshape(meets.shape[0], subsets.size)
         for row, column in zip(*np.nonzero(grouped), strict=True):
-            index, d = start + int(row), int(subsets[column])
-            key = (index, d)
-            if key not in sums:
-                held = [i for i in range(len(shape)) if sets[index] >> i & 1]
-                axes = tuple(pos for pos, i in enumerate(held) if not d >> i & 1)
-                sums[key] = tables[index].sum(axis=axes) if axes else tables[index]
-            m = measurements[index]
-            term = (grouped[row, column] * m.weight / m.noise_std**2) * sums[key]
-            parts[d] = parts[d] + term if d in parts else term
+            index = start + int(row)
+            yield index, int(subsets[column]), float(grouped[row, column]) * weights[index]
+
+
+def _parts(
+    b: int,
+    sets: list[int],
+    tables: list[np.ndarray],
+    measurements: Sequence[MarginalMeasurement],
+    P: MarginalsGram,
+    shape: tuple[int, ...],
+    sums: dict[tuple[int, int], np.ndarray],
+) -> dict[int, np.ndarray]:
+    """``M_b x̂`` as tables on subsets ``d`` of b (each constant along ``b \\ d``)."""
+    weights = [m.weight / m.noise_std**2 for m in measurements]
+    parts: dict[int, np.ndarray] = {}
+    for index, d, factor in _terms(b, sets, weights, P, shape):
+        key = (index, d)
+        if key not in sums:
+            held = [i for i in range(len(shape)) if sets[index] >> i & 1]
+            axes = tuple(pos for pos, i in enumerate(held) if not d >> i & 1)
+            sums[key] = tables[index].sum(axis=axes) if axes else tables[index]
+        term = factor * sums[key]
+        parts[d] = parts[d] + term if d in parts else term
     return parts
+
+
+def noise_coefficients(
+    domain_shape: Sequence[int],
+    measured: Sequence[tuple[Sequence[int], float]],
+    attrs: Sequence[int],
+    rows: np.ndarray,
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The coefficients of least-squares answers ``r · M_attrs x̂`` on the measured cells'
+    noise, as distinct magnitudes (repeats allowed) with multiplicities, one per row ``r``.
+
+    By :func:`_parts`, the answer of cell v of the table over b is
+    ``Σ_{(a,d)} G(a, d) Σ_{u: u_d = v_d} y_a[u]``, so ``r``'s coefficient on cell u of a
+    measured table a is ``Σ_d G(a, d) R_d[u_d]`` with ``R_d`` the row summed to the
+    attributes d ⊆ a ∩ b: a function of u's attributes in a ∩ b only, repeated
+    ``Π_{a \\ b} n_i`` times. Nothing larger than ``|rows| × |a ∩ b|`` is formed.
+
+    Args:
+        domain_shape: Attribute sizes.
+        measured: ``(attributes, weight)`` per measured table, every cell's noise of one
+            standard deviation (least squares' coefficients do not depend on it).
+        attrs: The answered table's attributes.
+        rows: ``(queries, cells of that table)``: each answer's row on it (C order over
+            the sorted attributes).
+
+    Example:
+        >>> [(v.tolist(), c.tolist()) for v, c in noise_coefficients((3,), [((0,), 1.0)],
+        ...     (0,), np.array([[1.0, 1.0, 0.0]]))]   # y₀ + y₁ from the table itself
+        [([1.0, 1.0, 0.0], [1, 1, 1])]
+    """
+    shape = tuple(int(n) for n in domain_shape)
+    sets = [members_mask(sorted(int(i) for i in a)) for a, _ in measured]
+    weights = [float(w) for _, w in measured]
+    P = MarginalsGram(shape, {mask: w**2 for mask, w in zip(sets, weights, strict=True)}).pinv()
+    b_attrs = sorted(int(i) for i in attrs)
+    b = members_mask(b_attrs)
+    rows = np.asarray(rows, dtype=np.float64).reshape(-1, *[shape[i] for i in b_attrs])
+    per_table: dict[int, dict[int, float]] = {}
+    for index, d, factor in _terms(b, sets, weights, P, shape):
+        per_table.setdefault(index, {})[d] = factor
+    parts = []  # (coefficients: queries × cells of a ∩ b, multiplicity)
+    for index, terms in per_table.items():
+        common = [i for i in b_attrs if sets[index] >> i & 1]
+        block = np.zeros((rows.shape[0], *[shape[i] for i in common]))
+        for d, factor in terms.items():
+            axes = tuple(1 + pos for pos, i in enumerate(b_attrs) if not d >> i & 1)
+            summed = rows.sum(axis=axes, keepdims=True) if axes else rows
+            kept = [0] + [1 + pos for pos, i in enumerate(b_attrs) if i in common]
+            block = block + factor * summed.reshape([summed.shape[k] for k in kept])
+        outside_b = [i for i in range(len(shape)) if sets[index] >> i & 1 and i not in common]
+        parts.append((block.reshape(rows.shape[0], -1), math.prod(shape[i] for i in outside_b)))
+    counts = np.concatenate(
+        [np.full(block.shape[1], repeats, dtype=np.int64) for block, repeats in parts]
+        or [np.zeros(0, dtype=np.int64)]
+    )
+    for query in range(rows.shape[0]):
+        yield np.concatenate([block[query] for block, _ in parts] or [np.zeros(0)]), counts
 
 
 def _expand(table: np.ndarray, held: list[int], attrs: list[int], shape: tuple[int, ...]):
