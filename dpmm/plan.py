@@ -374,7 +374,9 @@ def _plan(config: ReleaseConfig, progress: Progress | None) -> PlanReport:
         privacy = config.measurement_privacy
     checked = preflight(config, chosen)
     variance = noise_variance(config, chosen)
-    targets = target_report(config, chosen, checked.reconstruction.groups, variance)
+    targets = target_report(
+        config, chosen, checked.reconstruction.groups, variance, checked.counting
+    )
     if derived is not None and targets is not None:  # the least and what binds, as derived
         targets = replace(targets, least=derived.least, binding=derived.binding)
     # Each group's expected error as the release computes it.

@@ -3,14 +3,16 @@
 A workload group may state a ``target``:
 
 * ``{rmse: R}``: its expected root mean squared error per query at most ``R``;
-* ``{half_width: H, confidence: C}``: every query's ``C``-level interval within ``±H``, by
-  the normal approximation (``z_C`` standard errors: 1.96 at ``C = 0.95``).
+* ``{half_width: H, confidence: C}``: every query's ``C``-level interval within ``±H``: the
+  half-width a release publishes at that level (``answers.parquet``'s ``half_width`` when
+  ``release.confidence`` is ``C``; :mod:`dpmm.pipeline.interval_stage`), or, where none is
+  given, the normal approximation (``z_C`` standard errors: 1.96 at ``C = 0.95``).
 
 Either may be relative to a public reference (``relative_to``): one published number, or a
 public file with one value per query of the group (:mod:`dpmm.workload.reference` reads it).
 ``R`` and ``H`` are then fractions of each query's reference: query ``q`` needs
-``z_C · se_q ≤ H · |ref_q|`` (or ``se_q ≤ R · |ref_q|``, its RMSE being its standard error),
-so the figure is the largest ``z_C · se_q / |ref_q|`` and the query reaching it binds.
+``h_q ≤ H · |ref_q|`` (or ``se_q ≤ R · |ref_q|``, its RMSE being its standard error), so
+the figure is the largest ``h_q / |ref_q|`` and the query reaching it binds.
 
 Every standard error of a release scales with the standard deviation of its noise, whose
 exact variance follows from the strategy and the budget alone. So the plan's dry run at
@@ -20,7 +22,11 @@ them, naming the target that binds: judged by the exact discrete noise the relea
 draw, on four significant digits of ε, or under ρ as ``Δ₂²/(2m)`` for a whole σ² = m
 (the sampler draws a whole σ² exactly and rounds most other values up). It keeps the
 plan's strategy: a budget does not change which strategy is best under pure ε; under ρ
-the budget moves only the discrete noise.
+the budget moves only the discrete noise. A published half-width is not quite
+proportional to the noise's standard deviation (a lattice's terms, a discrete law's
+shape): the budget is found with the half-width's ratio to it taken as fixed, that ratio
+re-measured at the budget found until it stays, and the budget stated meets the target
+by the published computation itself.
 
 Example:
     >>> target = parse_target({"half_width": 10, "confidence": 0.95}, "workload[0].target")
@@ -35,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from scipy.stats import norm
@@ -121,27 +127,37 @@ class Target:
     confidence: float | None = None
     reference: Reference | None = field(default=None, compare=False)
 
-    def _scaled(self, standard_errors: np.ndarray) -> np.ndarray:
-        """Each query's figure: its standard error (over its reference), times ``z_C``."""
-        errors = standard_errors if self.reference is None else self.reference.of(standard_errors)
+    def _scaled(
+        self, standard_errors: np.ndarray, half_widths: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Each query's figure: its standard error, or its half-width (the one published,
+        else ``z_C`` standard errors), over its reference."""
+        errors = standard_errors
         if self.kind == "half_width":
-            errors = float(norm.ppf((1 + self.confidence) / 2)) * errors
-        return errors
+            errors = (
+                half_widths
+                if half_widths is not None
+                else float(norm.ppf((1 + self.confidence) / 2)) * standard_errors
+            )
+        return errors if self.reference is None else self.reference.of(errors)
 
-    def figure(self, standard_errors: np.ndarray) -> float:
-        """What the target bounds, for answers with these standard errors."""
+    def figure(self, standard_errors: np.ndarray, half_widths: np.ndarray | None = None) -> float:
+        """What the target bounds, for answers with these standard errors (and, for a
+        ``half_width`` target, these published half-widths at its confidence)."""
         if not standard_errors.size:
             return 0.0
         if self.kind == "rmse" and self.reference is None:
             return float(np.sqrt(np.mean(np.square(standard_errors))))
-        return float(np.max(self._scaled(standard_errors)))
+        return float(np.max(self._scaled(standard_errors, half_widths)))
 
-    def binding_query(self, standard_errors: np.ndarray) -> int | None:
+    def binding_query(
+        self, standard_errors: np.ndarray, half_widths: np.ndarray | None = None
+    ) -> int | None:
         """The index of the query whose figure is the group's (None for an absolute RMSE,
         which is a mean over the group's queries)."""
         if not standard_errors.size or (self.kind == "rmse" and self.reference is None):
             return None
-        return int(np.argmax(self._scaled(standard_errors)))
+        return int(np.argmax(self._scaled(standard_errors, half_widths)))
 
     def describe(self) -> str:
         """``RMSE ≤ 50``, ``±10 at 95 %`` or ``±5 % of counties.csv at 95 %``."""
@@ -240,6 +256,7 @@ def _reference(value: object, path: str) -> Reference:
 
 
 Budget = PureDP | ZCDP
+Noise = TypeVar("Noise")
 
 
 @dataclass(frozen=True)
@@ -328,10 +345,10 @@ def least_budget_text(budget: Budget | None) -> str:
 
 
 def budget_noise(
-    noise_variance: Callable[[Budget], float], privacy: Budget, measurement: Budget
-) -> Callable[[Budget], float]:
-    """The variance of one noise draw as a function of the whole budget, from its
-    function of the measurement's budget.
+    noise_variance: Callable[[Budget], Noise], privacy: Budget, measurement: Budget
+) -> Callable[[Budget], Noise]:
+    """The variance of one noise draw (or anything else about the noise) as a function of
+    the whole budget, from its function of the measurement's budget.
 
     Private truncation thresholds (pure ε only) take their shares of the whole budget
     first, so the measurement keeps ``measurement.epsilon / privacy.epsilon`` of any budget.
@@ -345,7 +362,7 @@ def budget_noise(
         return noise_variance
     kept = measurement.epsilon / privacy.epsilon
 
-    def variance(budget: Budget) -> float:
+    def variance(budget: Budget) -> Noise:
         return noise_variance(PureDP(budget.epsilon * kept))
 
     return variance
@@ -375,6 +392,7 @@ def check_targets(
     *,
     gaussian_constant: Fraction | None = None,
     label: Callable[[str, int], str] | None = None,
+    half_widths: HalfWidths | None = None,
 ) -> TargetReport:
     """The targets met at ``privacy`` and the least budget meeting each and all.
 
@@ -388,6 +406,10 @@ def check_targets(
             a σ², an exact rational; otherwise it has four significant digits.
         label: ``label(group name, query index)``: the query's label, to name the query
             that binds in each group (None: queries are not named).
+        half_widths: ``half_widths(group name, confidence, budget)``: the half-widths a
+            release at ``budget`` publishes for the group's answers at that level, which
+            ``half_width`` targets are judged by (None, or None returned: ``z_C`` standard
+            errors).
 
     Example:
         >>> from dpmm.privacy import PureDP
@@ -401,22 +423,133 @@ def check_targets(
     groups = []
     for name, target, errors in targets:
         errors = np.asarray(errors, dtype=np.float64)
-        achieved = target.figure(errors)
-        worst = target.binding_query(errors)
+        published = None
+        if half_widths is not None and target.kind == "half_width":
+            published = _published(half_widths, name, target, errors)
+        widths = published(privacy) if published is not None else None
+        achieved = target.figure(errors, widths)
+        worst = target.binding_query(errors, widths)
         query = label(name, worst) if label is not None and worst is not None else None
-        allowed = base * (target.value / achieved) ** 2 if achieved > 0 else math.inf
-        needed = _least_budget(privacy, allowed, noise_variance)
-        if isinstance(privacy, ZCDP) and gaussian_constant is not None:
-            exact = _least_rho(gaussian_constant, allowed, noise_variance)
-            # Four digits, unless a σ² the sampler draws exactly costs clearly less.
-            if needed is None or (exact is not None and exact.rho * (1 + PRECISION) < needed.rho):
-                needed = exact
+
+        solve = _solver(privacy, target.value, noise_variance, gaussian_constant)
+        needed = solve(base, achieved)
+        if published is not None and needed is not None and widths is not None:
+            figure_at = _figure_at(target, errors, published)
+            needed = _settled(needed, solve, figure_at, target.value, noise_variance)
         groups.append(GroupTarget(name, target, achieved, needed, query))
     reachable = [group for group in groups if group.needed is not None]
     if len(reachable) < len(groups) or not groups:
         return TargetReport(tuple(groups), None, None)
     binding = max(reachable, key=lambda group: _amount(group.needed))
     return TargetReport(tuple(groups), binding.needed, binding.name)
+
+
+#: Rounds of re-measuring a published half-width's ratio to the noise's deviation at the
+#: budget found (it settles in one or two: the ratio barely moves with the budget).
+SETTLE_ROUNDS = 6
+
+#: ``half_widths(group name, confidence, budget)``: a group's published half-widths.
+HalfWidths = Callable[[str, float, "Budget"], np.ndarray | None]
+
+
+def _published(
+    half_widths: HalfWidths, name: str, target: Target, errors: np.ndarray
+) -> Callable[[Budget], np.ndarray | None] | None:
+    """The group's published half-widths at its target's confidence, by budget (None when
+    none are known: then the target is judged by ``z_C`` standard errors)."""
+    known: dict[tuple[type, Fraction], np.ndarray | None] = {}
+
+    def at(budget: Budget) -> np.ndarray | None:
+        key = (type(budget), _amount(budget))
+        if key not in known:
+            known[key] = half_widths(name, float(target.confidence), budget)
+        return known[key]
+
+    return at
+
+
+def _solver(
+    privacy: Budget,
+    value: float,
+    noise_variance: Callable[[Budget], float],
+    gaussian_constant: Fraction | None,
+) -> Callable[[float, float], Budget | None]:
+    """``solve(variance, figure)``: the least budget whose noise variance is at most the one
+    taking ``figure`` (at ``variance``) to ``value``, the figure proportional to the noise's
+    deviation; None: no budget the samplers can draw."""
+
+    def solve(variance: float, figure: float) -> Budget | None:
+        allowed = variance * (value / figure) ** 2 if figure > 0 else math.inf
+        needed = _least_budget(privacy, allowed, noise_variance)
+        if isinstance(privacy, ZCDP) and gaussian_constant is not None:
+            exact = _least_rho(gaussian_constant, allowed, noise_variance)
+            # Four digits, unless a σ² the sampler draws exactly costs clearly less.
+            if needed is None or (exact is not None and exact.rho * (1 + PRECISION) < needed.rho):
+                needed = exact
+        return needed
+
+    return solve
+
+
+def _figure_at(
+    target: Target, errors: np.ndarray, published: Callable[[Budget], np.ndarray | None]
+) -> Callable[[Budget], float]:
+    """The target's figure by the half-widths published at a budget."""
+    return lambda budget: target.figure(errors, published(budget))
+
+
+def _settled(
+    needed: Budget,
+    solve: Callable[[float, float], Budget | None],
+    figure_at: Callable[[Budget], float],
+    value: float,
+    noise_variance: Callable[[Budget], float],
+) -> Budget | None:
+    """The least budget whose published figure meets ``value``: ``needed`` (found with the
+    figure's ratio to the noise's deviation at the config's budget) solved again with the
+    ratio at the budget found, until it stays, then checked by the published figure (a
+    budget meeting its own solve has ``figure ≤ value``); on a lattice the figure moves in
+    steps, so the last digit is then lowered while the figure still meets ``value``."""
+    tried: dict[Budget, float] = {}
+    for _ in range(SETTLE_ROUNDS):
+        tried[needed] = figure_at(needed)
+        following = solve(noise_variance(needed), tried[needed])
+        if following is None:
+            return None
+        if following == needed:
+            return _lowered(needed, figure_at, value)
+        needed = following
+    meeting = [budget for budget, figure in tried.items() if figure <= value]
+    if meeting:
+        return _lowered(min(meeting, key=_amount), figure_at, value)
+    for _ in range(SETTLE_ROUNDS):  # none met: step up by the shortfall until one does
+        figure = figure_at(needed)
+        if figure <= value:
+            return _lowered(needed, figure_at, value)
+        following = solve(noise_variance(needed), figure * (1 + 1e-6))
+        if following is None:
+            return None
+        needed = following
+    return None
+
+
+def _lowered(needed: Budget, figure_at: Callable[[Budget], float], value: float) -> Budget:
+    """``needed`` less a unit of its last :data:`DIGITS` digit while the published figure
+    still meets ``value`` (at most :data:`SETTLE_ROUNDS` units; a budget that is not of
+    four digits, an exact ρ, is kept)."""
+    amount = _amount(needed)
+    unit = _unit(float(amount))
+    if amount % unit:
+        return needed
+    for _ in range(SETTLE_ROUNDS):
+        lower = _budget(needed, amount - unit)
+        try:
+            if amount - unit <= 0 or figure_at(lower) > value:
+                break
+        except DpmmError:  # noise the samplers cannot draw
+            break
+        needed, amount = lower, amount - unit
+    return needed
 
 
 def _amount(budget: Budget) -> Fraction:

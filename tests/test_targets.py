@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from fractions import Fraction
 from pathlib import Path
 
@@ -205,24 +206,36 @@ def _reference_file(folder: Path) -> dict:
 
 
 def _binding_figure(report, config, budget) -> tuple[float, float]:
-    """The binding query's figure at ``budget``, recomputed from the strategy alone (the
+    """The binding query's figure at ``budget``, recomputed from the strategy alone, and
+    what its target allows there: a half-width target's figure is the half-width a release
+    publishes (from the query's own row of ``W (BᵀB)⁺ Bᵀ`` on the integer noise of the
+    law the samplers draw at ``budget``), an RMSE target's the standard error (the
     per-query variance of least squares, times the exact discrete noise over the
-    continuous noise of the same sensitivity), and what its target allows there."""
+    continuous noise of the same sensitivity)."""
     from dpmm.error import noise_variance, per_query_variance
-    from dpmm.measure.mechanism import planned_noise_variance
+    from dpmm.measure.mechanism import NoiseModel, planned_noise_variance, record_fields
+    from dpmm.reconstruct.intervals import Intervals, NoiseLaw, coefficient_rows
     from dpmm.workload.labels import query_labels
 
     group = next(g for g in config.workload if g.name == report.targets.binding)
     index = query_labels(group, config.domain).index(report.targets.binding_query)
     quantized = report.decision.quantized
+    target = group.target
+    magnitudes = target.reference.magnitudes
+    reference = magnitudes[index] if magnitudes.size > 1 else magnitudes[0]
+    if target.kind == "half_width":
+        fields = record_fields(NoiseModel.of(quantized).exact, budget)
+        laplace = fields["noise"] == "discrete_laplace"
+        law = NoiseLaw(fields["noise"], Fraction(fields["scale" if laplace else "sigma2"]))
+        rows = np.vstack(
+            [r for _, r in coefficient_rows(group.matrix, quantized.matrix, quantized.scale)]
+        )
+        (width,), _ = Intervals(law, target.confidence).from_rows(rows[index][None, :])
+        return float(width), target.value * reference
     A = quantized.matrix
     variances = per_query_variance(group.matrix, A, budget)
     variances = variances * planned_noise_variance(quantized, budget) / noise_variance(A, budget)
-    target = group.target
-    z = 1.959963984540054 if target.kind == "half_width" else 1.0
-    magnitudes = target.reference.magnitudes
-    reference = magnitudes[index] if magnitudes.size > 1 else magnitudes[0]
-    return z * float(np.sqrt(variances[index])), target.value * reference
+    return float(np.sqrt(variances[index])), target.value * reference
 
 
 @pytest.mark.parametrize("privacy", [{"epsilon": 1}, {"rho": "1/2"}])
@@ -248,10 +261,14 @@ def test_the_least_budget_meets_every_relative_target_exactly_at_the_binding_que
     again_config = load_config(_config(tmp_path, _privacy(report.least, least), targets))
     again = plan(again_config)
     assert all(group.met for group in again.targets.groups)
-    binding = next(g for g in again.targets.groups if g.name == report.binding)
-    assert binding.achieved >= binding.target.value * (1 - 1e-3)  # met, and only just
     figure, allowed = _binding_figure(again, again_config, again.privacy)
-    assert allowed * (1 - 1e-3) <= figure <= allowed  # recomputed: within 0.1 % of its target
+    assert figure <= allowed  # recomputed: met
+    # ... and only just: the budget one unit of its last digit less misses it (a published
+    # half-width of small discrete noise moves in steps, so it need not be near the target).
+    unit = Fraction(10) ** (math.floor(math.log10(least)) - 3)
+    lower = type(report.least)(least - unit)
+    if least % unit == 0:
+        assert _binding_figure(again, again_config, lower)[0] > allowed
 
     short = load_config(_config(tmp_path, _privacy(report.least, least * 9 / 10), targets))
     missed = plan(short)

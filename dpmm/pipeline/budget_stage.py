@@ -20,6 +20,7 @@ from dpmm.config import ReleaseConfig
 from dpmm.errors import ConfigError
 from dpmm.measure.mechanism import NoiseModel
 from dpmm.pipeline.chosen import ChosenStrategy
+from dpmm.pipeline.interval_stage import PlannedIntervals
 from dpmm.pipeline.preflight import preflight
 from dpmm.pipeline.reconstruct_stage import GroupAnswers
 from dpmm.privacy.params import KINDS, PureDP, amount_text
@@ -41,10 +42,13 @@ def target_report(
     chosen: ChosenStrategy,
     answers: Sequence[GroupAnswers],
     variance: Callable[[Budget], float],
+    counting: str,
 ) -> TargetReport | None:
     """The groups' accuracy targets at the config's budget and the least budget meeting
     them (for the whole budget: with private thresholds, their shares come first), each
-    group's binding query named by its label (public: made from the config alone)."""
+    group's binding query named by its label (public: made from the config alone);
+    ``half_width`` targets judged by the half-widths a release counting its input by
+    ``counting`` publishes (:class:`~dpmm.pipeline.interval_stage.PlannedIntervals`)."""
     wanted = [
         (group.name, group.target, a.standard_errors)
         for group, a in zip(config.workload, answers, strict=True)
@@ -59,7 +63,18 @@ def target_report(
         return found
 
     constant = NoiseModel.of(chosen.quantized).gaussian_constant
-    return check_targets(wanted, config.privacy, variance, gaussian_constant=constant, label=label)
+    planned = None
+    if any(group.target.kind == "half_width" for group in config.workload if group.target):
+        errors = [a.standard_errors for a in answers]
+        planned = PlannedIntervals(config, chosen, counting, config.workload, errors).group
+    return check_targets(
+        wanted,
+        config.privacy,
+        variance,
+        gaussian_constant=constant,
+        label=label,
+        half_widths=planned,
+    )
 
 
 def _amount(budget: Budget) -> object:
@@ -79,7 +94,9 @@ def derive_budget(config: ReleaseConfig, chosen: ChosenStrategy) -> tuple[Budget
         raise ConfigError(f"{config.path}: privacy: the config gives its budget")
     checked = preflight(config, chosen)
     variance = noise_variance(config, chosen)
-    report = target_report(config, chosen, checked.reconstruction.groups, variance)
+    report = target_report(
+        config, chosen, checked.reconstruction.groups, variance, checked.counting
+    )
     key = f"privacy.{KINDS[least.kind].parameter}"
     if report is None or report.least is None:
         out = [g.name for g in report.groups if g.needed is None] if report else []

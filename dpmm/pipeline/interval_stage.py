@@ -19,26 +19,38 @@ so they are found once per strategy, as the distinct multisets of their magnitud
 
 A noise law then gives every half-width (:func:`half_widths`), one
 :class:`~dpmm.reconstruct.intervals.Intervals` per release sharing its work budget across
-the groups in workload order, as the release does.
+the groups in workload order, as the release does. :class:`PlannedIntervals` gives them
+at any budget and level, for the plan's ``half_width`` targets.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
+from fractions import Fraction
 
 import numpy as np
 
 from dpmm.config import ReleaseConfig
 from dpmm.linalg import Identity, Matrix, Weighted
 from dpmm.linalg.helmert_blocks import HelmertBlocks
+from dpmm.measure.mechanism import NoiseModel, record_fields
 from dpmm.measure.tables import strategy_tables
 from dpmm.pipeline.chosen import ChosenStrategy
-from dpmm.reconstruct.intervals import Intervals, Multisets, coefficient_rows, merged_multiset
+from dpmm.privacy.params import PureDP
+from dpmm.reconstruct.intervals import (
+    Intervals,
+    Multisets,
+    NoiseLaw,
+    coefficient_rows,
+    merged_multiset,
+)
 from dpmm.reconstruct.marginal_tables import noise_coefficients
+from dpmm.targets import Budget, budget_noise
 from dpmm.workload import WorkloadGroup
 from dpmm.workload.table_form import TableBlock, table_form
 
-__all__ = ["ROW_WORK", "group_multisets", "half_widths"]
+__all__ = ["ROW_WORK", "PlannedIntervals", "group_multisets", "half_widths"]
 
 #: Entries (rows × measured cells sharing the row's attributes) formed for one group's
 #: rows in table form; beyond, its half-widths come from the standard errors.
@@ -121,3 +133,63 @@ def half_widths(
     if multisets is None:
         return intervals.bounded(standard_errors, terms)
     return intervals.of(multisets)
+
+
+class PlannedIntervals:
+    """The half-widths a release of a strategy publishes, at any budget and level: each
+    group's multisets found once, its standard errors moved with the noise's deviation.
+
+    Args:
+        config: The config (its budget is the one ``standard_errors`` are stated at).
+        strategy: The strategy the release measures.
+        plan: How the release counts its input (``vector``, ``tables`` or ``chunked``).
+        groups: The workload groups, in order.
+        standard_errors: Their answers' standard errors at ``stated_at``.
+        stated_at: The whole budget the standard errors are stated at (None: the
+            config's).
+    """
+
+    def __init__(
+        self,
+        config: ReleaseConfig,
+        strategy: ChosenStrategy,
+        plan: str,
+        groups: Sequence[WorkloadGroup],
+        standard_errors: Sequence[object],
+        stated_at: Budget | None = None,
+    ) -> None:
+        self._names = [group.name for group in groups]
+        self._multisets = [group_multisets(config, strategy, plan, group) for group in groups]
+        self._errors = [np.asarray(errors, dtype=np.float64) for errors in standard_errors]
+        self._terms = int(strategy.quantized.integer.shape[0])
+        noise = NoiseModel.of(strategy.quantized)
+        self._privacy = stated_at or config.privacy
+        self._variance = budget_noise(noise.variance, config.privacy, config.measurement_privacy)
+
+        def law(budget: Budget) -> NoiseLaw:
+            fields = record_fields(noise.exact, budget)
+            parameter = (
+                fields["scale"] if fields["noise"] == "discrete_laplace" else fields["sigma2"]
+            )
+            return NoiseLaw(str(fields["noise"]), Fraction(str(parameter)))
+
+        self._law = budget_noise(law, config.privacy, config.measurement_privacy)
+        self._known: dict[tuple[float, type, Fraction], list[np.ndarray]] = {}
+
+    def at(self, budget: Budget, level: float) -> list[np.ndarray]:
+        """Every group's half-widths at ``level`` from a release at ``budget``, computed as
+        the release computes them (one work budget across the groups, in order)."""
+        amount = budget.epsilon if isinstance(budget, PureDP) else budget.rho
+        key = (level, type(budget), amount)
+        if key not in self._known:
+            intervals = Intervals(self._law(budget), level)
+            factor = math.sqrt(self._variance(budget) / self._variance(self._privacy))
+            self._known[key] = [
+                np.asarray(half_widths(intervals, multisets, errors * factor, self._terms)[0])
+                for multisets, errors in zip(self._multisets, self._errors, strict=True)
+            ]
+        return self._known[key]
+
+    def group(self, name: str, level: float, budget: Budget) -> np.ndarray:
+        """One group's half-widths at ``level`` from a release at ``budget``."""
+        return self.at(budget, level)[self._names.index(name)]

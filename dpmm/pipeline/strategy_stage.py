@@ -24,6 +24,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from dpmm import __version__
 from dpmm.blas_threads import blas_limit
 from dpmm.config import ReleaseConfig
@@ -41,6 +43,7 @@ from dpmm.measure.quantize import QuantizedStrategy, measurable
 from dpmm.pipeline.budget_stage import with_budget
 from dpmm.pipeline.chosen import ChosenStrategy
 from dpmm.pipeline.ingest_stage import VECTOR_LIMIT
+from dpmm.pipeline.interval_stage import PlannedIntervals
 from dpmm.pipeline.preflight import preflight
 from dpmm.pipeline.target_weights import select_for_targets
 from dpmm.privacy.params import PrivacyParameter, privacy_from_config
@@ -332,12 +335,22 @@ def select_for_config(
 
 def _target_ratios(config: ReleaseConfig, chosen: ChosenStrategy) -> dict[str, float]:
     """Each targeted group's figure over its target, from the data-free release of
-    ``chosen`` (the plan's own figures)."""
-    answers = preflight(config, chosen).reconstruction.groups
+    ``chosen`` (the plan's own figures: a ``half_width`` target's by the half-widths the
+    release publishes)."""
+    checked = preflight(config, chosen)
+    answers = checked.reconstruction.groups
+    errors = [answered.standard_errors for answered in answers]
+    planned = None
+    if any(group.target.kind == "half_width" for group in config.workload if group.target):
+        planned = PlannedIntervals(config, chosen, checked.counting, config.workload, errors)
     ratios = {}
     for group, answered in zip(config.workload, answers, strict=True):
         if (target := group.target) is not None:
-            ratios[group.name] = target.figure(answered.standard_errors) / target.value
+            widths = None
+            if planned is not None and target.kind == "half_width":
+                widths = planned.group(group.name, float(target.confidence), config.privacy)
+            figure = target.figure(np.asarray(answered.standard_errors), widths)
+            ratios[group.name] = figure / target.value
     return ratios
 
 

@@ -26,10 +26,11 @@ from dpmm.config import ReleaseConfig
 from dpmm.linalg.serialize import matrix_digest, save_matrix
 from dpmm.measure.record import MeasurementRecord
 from dpmm.pipeline.chosen import ChosenStrategy
+from dpmm.pipeline.ingest_stage import counting_plan
 from dpmm.pipeline.integer_answers import INVARIANTS_STATEMENT
+from dpmm.pipeline.interval_stage import PlannedIntervals
 from dpmm.pipeline.reconstruct_stage import (
     HISTOGRAM_LIMIT,
-    GroupAnswers,
     Reconstruction,
     wants_histogram,
 )
@@ -88,6 +89,7 @@ def build_manifest(
     when the config has any.
     """
     integer = strategy.quantized.integer
+    targets = _target_entries(config, strategy, reconstruction)
     manifest = {
         "release_id": release_id,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -140,9 +142,9 @@ def build_manifest(
                     if g.values.size
                     else 0.0,
                     "exact": g.exact_errors,
-                    **_target_entry(g),
+                    **target,
                 }
-                for g in reconstruction.groups
+                for g, target in zip(reconstruction.groups, targets, strict=True)
             ],
         },
         "input": {"fingerprint": input_fingerprint, "partitions": partitions},
@@ -191,14 +193,33 @@ def _output_entry(reconstruction: Reconstruction) -> dict[str, Any]:
     return {"output": "integer", "rounding": reconstruction.rounding}
 
 
-def _target_entry(answers: GroupAnswers) -> dict[str, Any]:
-    """A group's accuracy target and whether its published standard errors meet it."""
-    target = answers.group.target
-    if target is None:
-        return {}
-    figure = target.figure(answers.standard_errors)
-    met = figure <= target.value
-    return {"target": target.to_dict(), "target_figure": figure, "target_met": met}
+def _target_entries(
+    config: ReleaseConfig, strategy: ChosenStrategy, reconstruction: Reconstruction
+) -> list[dict[str, Any]]:
+    """Each group's accuracy target and whether its published answers meet it: a
+    ``half_width`` target by the published half-widths (computed the same way at the
+    target's level, when it is not ``release.confidence``)."""
+    planned = None
+    entries = []
+    for answers in reconstruction.groups:
+        target = answers.group.target
+        if target is None:
+            entries.append({})
+            continue
+        errors = np.asarray(answers.standard_errors)
+        widths = None
+        if target.kind == "half_width" and answers.half_widths is not None:
+            widths = np.asarray(answers.half_widths)
+            if target.confidence != config.release.confidence:
+                if planned is None:
+                    plan = counting_plan(config, strategy)
+                    every = [g.standard_errors for g in reconstruction.groups]
+                    planned = PlannedIntervals(config, strategy, plan, config.workload, every)
+                widths = planned.group(answers.name, float(target.confidence), config.privacy)
+        figure = target.figure(errors, widths)
+        met = figure <= target.value
+        entries.append({"target": target.to_dict(), "target_figure": figure, "target_met": met})
+    return entries
 
 
 @dataclass(frozen=True, eq=False)

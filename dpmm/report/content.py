@@ -25,6 +25,8 @@ import numpy as np
 
 from dpmm.config import ReleaseConfig
 from dpmm.measure.mechanism import NoiseModel
+from dpmm.pipeline.ingest_stage import counting_plan
+from dpmm.pipeline.interval_stage import PlannedIntervals
 from dpmm.release.catalog import shorten
 from dpmm.targets import Budget, GroupTarget, budget_noise, check_targets
 from dpmm.workload.labels import query_parts
@@ -229,11 +231,22 @@ def release_content(
         for g in reconstruction.groups
         if (target := g.group.target) is not None
     ]
-    report = (
-        check_targets(wanted, budget, variance, gaussian_constant=noise.gaussian_constant)
-        if wanted
-        else None
-    )
+    report = None
+    if wanted:
+        planned = None
+        if any(target.kind == "half_width" for _, target, _ in wanted):
+            errors = [g.standard_errors for g in reconstruction.groups]
+            plan = counting_plan(config, strategy)
+            planned = PlannedIntervals(
+                config, strategy, plan, config.workload, errors, stated_at=budget
+            ).group
+        report = check_targets(
+            wanted,
+            budget,
+            variance,
+            gaussian_constant=noise.gaussian_constant,
+            half_widths=planned,
+        )
     targets = {t.name: t for t in report.groups} if report else {}
     groups = tuple(
         GroupAccuracy(
