@@ -199,3 +199,28 @@ def test_a_slack_too_large_for_the_level_falls_back_to_the_bound():
     kappa, exact = Intervals(law, 0.999999).factor(10**6)
     assert not exact and math.isfinite(kappa) and kappa > 4.89
     assert exact_half_width(np.ones(10**6), law, 0.999999) is None
+
+
+@pytest.mark.parametrize("dominant", [False, True])
+def test_the_split_bound_lies_between_the_exact_half_width_and_chernoffs(dominant: bool) -> None:
+    """Past the work budget a wide Laplace's multiset gets the least of the Chernoff bound
+    and the split bound (its largest groups exact, the rest by their MGF): never below the
+    exact half-width, and tighter than Chernoff's, most where a coefficient dominates."""
+    from dpmm.reconstruct.intervals import _chernoff_width, _split_half_width
+
+    law = NoiseLaw("discrete_laplace", Fraction(20000))
+    rng = np.random.default_rng(7)
+    values = np.sort(rng.uniform(0.01, 1, 12))
+    counts = rng.integers(1, 30, 12)
+    if dominant:
+        values[-1], counts[-1] = 8.0, 1
+    row = np.repeat(values, counts)
+    exact, _ = exact_half_width(row, law, 0.95, work_limit=math.inf)
+    split = _split_half_width(values, counts, law, 0.95)
+    chernoff = _chernoff_width(values, counts, law, 0.95)
+    assert exact <= split < chernoff
+    assert split < (1.3 if dominant else 1.35) * exact < chernoff
+    intervals = Intervals(law, 0.95)
+    intervals._work_left = 0.0  # the release's budget spent: the bound is published
+    (width,), (flag,) = intervals.from_rows(row[None, :])
+    assert width == pytest.approx(split) and not flag
