@@ -7,7 +7,10 @@ so they are found once per strategy, as the distinct multisets of their magnitud
 (:class:`~dpmm.reconstruct.intervals.Multisets`):
 
 * with the full vector, from the rows of ``W (BᵀB)⁺ Bᵀ`` (up to
-  :data:`~dpmm.reconstruct.intervals.ROW_LIMIT` entries of work per group);
+  :data:`~dpmm.reconstruct.intervals.ROW_LIMIT` entries of work per group), or beyond
+  that, for a Kronecker strategy and a group of Kronecker blocks over the same axes, per
+  axis: a row of ``⊗_k W_k (⊗_k A_k)⁺`` is the Kronecker product of the factors' rows,
+  whose multiset is the products of theirs (:func:`_kron_multisets`);
 * on marginal tables, through the marginal algebra
   (:func:`~dpmm.reconstruct.marginal_tables.noise_coefficients`): a cell of an estimated
   table has coefficients that depend only on which of the shared attributes a measured
@@ -32,7 +35,8 @@ from fractions import Fraction
 import numpy as np
 
 from dpmm.config import ReleaseConfig
-from dpmm.linalg import Identity, Matrix, Weighted
+from dpmm.linalg import Identity, Matrix, VStack, Weighted
+from dpmm.linalg.chunked_kron import axis_factors
 from dpmm.linalg.helmert_blocks import HelmertBlocks
 from dpmm.measure.mechanism import NoiseModel, record_fields
 from dpmm.measure.tables import strategy_tables
@@ -53,8 +57,13 @@ from dpmm.workload.table_form import TableBlock, table_form
 __all__ = ["ROW_WORK", "PlannedIntervals", "group_multisets", "half_widths"]
 
 #: Entries (rows × measured cells sharing the row's attributes) formed for one group's
-#: rows in table form; beyond, its half-widths come from the standard errors.
+#: rows in table form, and magnitudes of one query's Kronecker multiset; beyond, its
+#: half-widths come from the standard errors.
 ROW_WORK = 1 << 22
+#: The widest Kronecker factor whose pseudo-inverse is formed densely, and the most
+#: queries of a group whose Kronecker multisets are formed one by one.
+KRON_FACTOR_LIMIT = 4096
+KRON_QUERY_LIMIT = 1 << 18
 
 
 def group_multisets(
@@ -67,7 +76,10 @@ def group_multisets(
         return None
     if plan == "vector":
         blocks = coefficient_rows(group.matrix, strategy.quantized.matrix, scale)
-        return None if blocks is None else Multisets.of_rows(blocks)
+        if blocks is not None:
+            return Multisets.of_rows(blocks)
+        shape = tuple(config.domain.shape)
+        return _kron_multisets(group.matrix, strategy.quantized.matrix, shape, scale)
     shape = tuple(config.domain.shape)
     measured = [
         (attrs, weight / scale)
@@ -77,6 +89,58 @@ def group_multisets(
     if blocks is None or _work(blocks, measured, shape) > ROW_WORK:
         return None
     return Multisets.collect(_table_multisets(blocks, measured, shape, scale))
+
+
+def _kron_blocks(matrix: Matrix) -> list[Matrix]:
+    """A stacked workload's blocks, nested stacks flattened."""
+    if isinstance(matrix, VStack):
+        return [part for block in matrix.blocks for part in _kron_blocks(block)]
+    return [matrix]
+
+
+def _kron_multisets(
+    workload: Matrix, strategy: Matrix, shape: tuple[int, ...], scale: int
+) -> Multisets | None:
+    """The multisets of a group of Kronecker blocks answered through a Kronecker strategy
+    over the same axes, from each axis's ``W_k A_k⁺`` (None: not both Kronecker, a factor
+    over :data:`KRON_FACTOR_LIMIT` columns, more than :data:`KRON_QUERY_LIMIT` queries, or a
+    product of more than :data:`ROW_WORK` magnitudes)."""
+    factors = axis_factors(strategy, shape)
+    if workload.shape[0] > KRON_QUERY_LIMIT or factors is None:
+        return None
+    if max(f.shape[1] for f in factors) > KRON_FACTOR_LIMIT:
+        return None
+    solved = [np.linalg.pinv(f.dense()) for f in factors]  # A_k⁺, cells × rows
+    combined: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+
+    def queries() -> Iterator[tuple[np.ndarray, np.ndarray]] | None:
+        parts = []
+        for block in _kron_blocks(workload):
+            local = axis_factors(block, shape)
+            if local is None:
+                return None
+            rows = [np.asarray(w.dense()) @ pinv for w, pinv in zip(local, solved, strict=True)]
+            sets = [[merged_multiset(r, np.ones(r.size, dtype=np.int64)) for r in f] for f in rows]
+            if math.prod(max(len(v) for v, _ in axis) for axis in sets) > ROW_WORK:
+                return None
+            parts.append(sets)
+        return _combine(parts)
+
+    def _combine(parts: list) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for number, sets in enumerate(parts):
+            for index in np.ndindex(*[len(axis) for axis in sets]):
+                key = (number, *index)
+                if key not in combined:
+                    values, counts = np.ones(1), np.ones(1, dtype=np.int64)
+                    for axis, i in zip(sets, index, strict=True):
+                        v, c = axis[i]
+                        values = np.multiply.outer(values, v).reshape(-1)
+                        counts = np.multiply.outer(counts, c).reshape(-1)
+                    combined[key] = merged_multiset(values / scale, counts)
+                yield combined[key]
+
+    found = queries()
+    return None if found is None else Multisets.collect(found)
 
 
 def _identity(local: Matrix) -> bool:
