@@ -534,22 +534,31 @@ def _settled(
 
 
 def _lowered(needed: Budget, figure_at: Callable[[Budget], float], value: float) -> Budget:
-    """``needed`` less a unit of its last :data:`DIGITS` digit while the published figure
-    still meets ``value`` (at most :data:`SETTLE_ROUNDS` units; a budget that is not of
-    four digits, an exact ρ, is kept)."""
+    """The least budget of :data:`DIGITS` digits at most ``needed`` whose published figure
+    still meets ``value`` (the figure falls as the budget grows, in steps on a lattice):
+    units of the last digit taken off by doubling while it meets, then bisected. A budget
+    that is not of four digits (an exact ρ) is kept."""
     amount = _amount(needed)
     unit = _unit(float(amount))
     if amount % unit:
         return needed
-    for _ in range(SETTLE_ROUNDS):
-        lower = _budget(needed, amount - unit)
+
+    def meets(units: int) -> bool:
+        lower = amount - units * unit
+        if lower <= 0:
+            return False
         try:
-            if amount - unit <= 0 or figure_at(lower) > value:
-                break
+            return figure_at(_budget(needed, lower)) <= value
         except DpmmError:  # noise the samplers cannot draw
-            break
-        needed, amount = lower, amount - unit
-    return needed
+            return False
+
+    kept, step = 0, 1  # meets(kept); find a step that does not
+    while meets(step):
+        kept, step = step, 2 * step
+    while step - kept > 1:
+        middle = (kept + step) // 2
+        kept, step = (middle, step) if meets(middle) else (kept, middle)
+    return _budget(needed, amount - kept * unit)
 
 
 def _amount(budget: Budget) -> Fraction:
