@@ -14,7 +14,7 @@ method only: :func:`~dpmm.pipeline.strategy_stage.select_for_config`); the strat
 one by this measure. Groups without a target keep weight 1.
 
 Each round's strategy is judged by the figures the plan states for it (its data-free
-release: RMSE, or ``z_C`` times the largest standard error).
+release: RMSE, or the largest half-width it publishes).
 """
 
 from __future__ import annotations
