@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -224,7 +225,7 @@ class PlannedIntervals:
     ) -> None:
         self._names = [group.name for group in groups]
         self._multisets = [group_multisets(config, strategy, plan, group) for group in groups]
-        self._errors = [np.asarray(errors, dtype=np.float64) for errors in standard_errors]
+        self._errors = list(standard_errors)  # Dask arrays on the cluster stay there
         self._terms = int(strategy.quantized.integer.shape[0])
         noise = NoiseModel.of(strategy.quantized)
         self._privacy = stated_at or config.privacy
@@ -238,9 +239,9 @@ class PlannedIntervals:
             return NoiseLaw(str(fields["noise"]), Fraction(str(parameter)))
 
         self._law = budget_noise(law, config.privacy, config.measurement_privacy)
-        self._known: dict[tuple[float, type, Fraction], list[np.ndarray]] = {}
+        self._known: dict[tuple[float, type, Fraction], list[Any]] = {}
 
-    def at(self, budget: Budget, level: float) -> list[np.ndarray]:
+    def at(self, budget: Budget, level: float) -> list[Any]:
         """Every group's half-widths at ``level`` from a release at ``budget``, computed as
         the release computes them (one work budget across the groups, in order)."""
         amount = budget.epsilon if isinstance(budget, PureDP) else budget.rho
@@ -249,11 +250,11 @@ class PlannedIntervals:
             intervals = Intervals(self._law(budget), level)
             factor = math.sqrt(self._variance(budget) / self._variance(self._privacy))
             self._known[key] = [
-                np.asarray(half_widths(intervals, multisets, errors * factor, self._terms)[0])
+                half_widths(intervals, multisets, errors * factor, self._terms)[0]
                 for multisets, errors in zip(self._multisets, self._errors, strict=True)
             ]
         return self._known[key]
 
-    def group(self, name: str, level: float, budget: Budget) -> np.ndarray:
+    def group(self, name: str, level: float, budget: Budget) -> Any:
         """One group's half-widths at ``level`` from a release at ``budget``."""
         return self.at(budget, level)[self._names.index(name)]

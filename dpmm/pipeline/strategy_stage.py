@@ -24,8 +24,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from dpmm import __version__
 from dpmm.blas_threads import blas_limit
 from dpmm.config import ReleaseConfig
@@ -349,7 +347,7 @@ def _target_ratios(config: ReleaseConfig, chosen: ChosenStrategy) -> dict[str, f
             widths = None
             if planned is not None and target.kind == "half_width":
                 widths = planned.group(group.name, float(target.confidence), config.privacy)
-            figure = target.figure(np.asarray(answered.standard_errors), widths)
+            figure = target.figure(answered.standard_errors, widths)
             ratios[group.name] = figure / target.value
     return ratios
 

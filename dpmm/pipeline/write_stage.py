@@ -206,10 +206,10 @@ def _target_entries(
         if target is None:
             entries.append({})
             continue
-        errors = np.asarray(answers.standard_errors)
+        errors = answers.standard_errors  # a Dask array on the cluster: reduced there
         widths = None
         if target.kind == "half_width" and answers.half_widths is not None:
-            widths = np.asarray(answers.half_widths)
+            widths = answers.half_widths
             if target.confidence != config.release.confidence:
                 if planned is None:
                     plan = counting_plan(config, strategy)
