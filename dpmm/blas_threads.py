@@ -54,7 +54,7 @@ __all__ = [
     "cgroup_cores",
     "dask_worker_threads",
     "owned_cores",
-    "stage_threads",
+    "search_threads",
 ]
 
 #: The operator's override: a positive number of threads, or ``off``.
@@ -254,22 +254,26 @@ def blas_limit() -> Iterator[int | None]:
         _decided.reset(token)
 
 
-def stage_threads() -> int:
-    """The threads the running BLAS-heavy stage may keep busy: the enclosing
-    :func:`blas_limit`'s count, else :func:`blas_threads` now (``off``: the owned cores).
+def search_threads() -> int:
+    """Independent single-threaded searches a stage may run side by side: the cores the
+    process owns (shared among a Dask worker's threads), or the operator's count.
 
-    A stage that runs independent single-threaded searches side by side (the random
-    starts of a large template fit) runs this many at once.
+    Unlike a BLAS team, whose every call waits for its slowest thread, independent
+    searches lose nothing to another process's load beyond their fair share of the cores,
+    so the cores busy elsewhere are not subtracted: beside a competitor running two
+    threads on two cores, two searches get about one core between them where one would
+    get two thirds of one.
 
     Example:
         >>> import os
-        >>> os.environ["DPMM_BLAS_THREADS"] = "2"
-        >>> with blas_limit():
-        ...     stage_threads()
-        2
+        >>> os.environ["DPMM_BLAS_THREADS"] = "3"
+        >>> search_threads()
+        3
         >>> del os.environ["DPMM_BLAS_THREADS"]
     """
-    decided = _decided.get()
-    if decided is None:
-        decided = blas_threads()
-    return owned_cores() if decided is None else decided
+    given, threads = _override()
+    if given and threads is not None:
+        return threads
+    sharing = dask_worker_threads()
+    cores = owned_cores()
+    return max(1, cores // sharing) if sharing else cores

@@ -239,3 +239,16 @@ def test_a_release_stage_applies_the_limit_on_its_own(
     record = planned_record(chosen.quantized, config.measurement_privacy)
     reconstruct(config, chosen, record, "vector")
     assert seen == [{wanted}]
+
+
+def test_independent_searches_count_the_cores_owned_not_the_load(
+    machine: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A BLAS team leaves busy cores to their owners; side-by-side searches take their share."""
+    (machine / "loadavg").write_text("4.00 4.00 4.00 4/500 1\n")  # 3 busy elsewhere
+    assert bt.blas_threads() == 1
+    assert bt.search_threads() == 4
+    monkeypatch.setattr(bt, "dask_worker_threads", lambda: 2)
+    assert bt.search_threads() == 2
+    monkeypatch.setenv(bt.ENVIRONMENT_VARIABLE, "3")
+    assert bt.search_threads() == 3

@@ -22,7 +22,7 @@ import numpy as np
 import scipy.optimize
 from threadpoolctl import threadpool_limits
 
-from dpmm.blas_threads import stage_threads
+from dpmm.blas_threads import search_threads
 from dpmm.errors import ArgumentError, DpmmError
 from dpmm.strategy.projected_lbfgs import minimize_bounded
 from dpmm.strategy.restarts import restart_generator
@@ -145,11 +145,11 @@ def _descend_each(
 
     A large fit's iterations are NumPy and LAPACK calls on ~10⁶ numbers, which release
     the GIL, on one BLAS thread each: its starts run side by side in
-    :func:`~dpmm.blas_threads.stage_threads` threads, so a fit uses the cores its stage
-    owns without oversubscribing them. Each start's descent is deterministic, so the
+    :func:`~dpmm.blas_threads.search_threads` threads, so a fit uses the cores the process
+    owns. Each start's descent is deterministic, so the
     results do not depend on how many run at once.
     """
-    workers = min(len(starts), stage_threads())
+    workers = min(len(starts), search_threads())
     if workers <= 1 or np.size(starts[0]) < LARGE_PROBLEM:
         return [descend(template, start, iterations) for start in starts]
     # One BLAS thread around the pool too: the descents' own limits then restore 1, not the
