@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
@@ -101,10 +102,11 @@ class QuantizedStrategy:
                 f"a quantization scale must be a power of two, got {self.scale!r}"
             )
 
-    @property
+    @cached_property
     def matrix(self) -> Matrix:
         """The quantized strategy ``A_q = integer / scale`` (a residual block strategy for
-        integer residual blocks, so its Gram keeps the residual structure)."""
+        integer residual blocks, so its Gram keeps the residual structure). One object per
+        strategy, so that what it computes once (its Gram's inverse) is computed once."""
         if isinstance(self.integer, HelmertBlocks):
             return self.integer.divided(self.scale)
         return self.integer if self.scale == 1 else Weighted(1 / self.scale, self.integer)

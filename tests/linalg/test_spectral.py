@@ -77,3 +77,11 @@ def test_thin_svd_falls_back_to_gesvd_when_gesdd_does_not_converge(monkeypatch):
     assert calls == ["gesdd", "gesvd"]
     assert U.shape == (5, 5) and Vt.shape == (5, 8)
     np.testing.assert_allclose((U * s) @ Vt, array, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(1, 7), (3, 5), (0, 4)])
+def test_the_projector_onto_a_ones_matrix_row_space_is_the_dense_one(shape):
+    ones = Ones(*shape)
+    dense = ones.gram().dense()
+    expected = np.linalg.pinv(dense) @ dense
+    np.testing.assert_allclose(spectral.row_space_projector(ones).dense(), expected, atol=1e-12)
