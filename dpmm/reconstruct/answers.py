@@ -89,6 +89,10 @@ def covariance_factor(A: Matrix, noise_std: float | np.ndarray | None) -> Matrix
             f"Strategy {A!r} has {n:,} cells and no structured Gram inverse, so per-query "
             f"standard errors would need a dense {n:,} × {n:,} inverse."
         )
+    if whitened.known_full_column_rank:
+        # An invertible Gram (a quantized p-Identity keeps its identity block): its inverse,
+        # computed once per strategy object and shared with the expected error's.
+        return whitened.gram().pinv()
     check_dense_size(A.shape[0], n, f"the covariance of {A!r}")
     gram = whitened.dense()
     return Dense(np.linalg.pinv(gram.T @ gram, rcond=1e-10, hermitian=True))

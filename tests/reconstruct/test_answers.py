@@ -64,3 +64,21 @@ def test_nnls_answers_report_least_squares_errors_and_say_so() -> None:
     assert not nn_answers.exact_errors and nn_answers.method == "nnls"
     np.testing.assert_allclose(nn_answers.standard_errors, ls_answers.standard_errors)
     np.testing.assert_allclose(nn_answers.values, W @ nn.x)
+
+
+def test_an_invertible_gram_gives_its_inverse_as_the_covariance():
+    """A quantized p-Identity (its identity block survives rounding) takes the Gram's own
+    inverse, shared with the expected error's, instead of a dense pseudo-inverse."""
+    from dpmm.linalg.pidentity import PIdentity
+    from dpmm.measure.quantize import measurable
+    from dpmm.reconstruct.answers import covariance_factor
+
+    rng = np.random.default_rng(4)
+    theta = rng.uniform(size=(4, 40)) * (rng.uniform(size=(4, 40)) < 0.3)
+    A = measurable(PIdentity(theta, 1)).matrix
+    assert A.known_full_column_rank
+    dense = A.dense()
+    expected = np.linalg.pinv(dense.T @ dense, rcond=1e-10, hermitian=True)
+    factor = covariance_factor(A, None)
+    np.testing.assert_allclose(factor.dense(), expected, rtol=1e-9, atol=1e-12)
+    assert factor is A.gram().pinv()
