@@ -11,9 +11,16 @@ Post-processing of the real-valued estimate (no data, no budget), in one of two 
   the workload. The histogram written is ``x_int``. NNLS, not least squares, is what is
   rounded: a least-squares vector has negative cells (about half of them on sparse
   data), and no non-negative vector near it cell by cell has aggregates near its own.
-  NNLS is solved at the release's tolerance (1e-6: a looser 1e-4 stopped some Adult
-  solves at twice the error): about 20 s on the SF1 tables' 500,480 cells, 10.5 minutes
-  on 2·10⁶ cells, unfinished after 25 minutes on 10⁷ (2 loaded cores).
+  Up to :data:`NNLS_ROUNDING_LIMIT` cells (or with ``reconstruction: nnls``) NNLS is
+  solved at the release's tolerance (1e-6: a looser 1e-4 stopped some Adult solves at
+  twice the error): about 20 s on the SF1 tables' 500,480 cells, 10.5 minutes on 2·10⁶
+  cells, unfinished after 25 minutes on 10⁷ (2 loaded cores). Above, it is stopped after
+  :data:`ROUNDING_ITERATIONS` iterations, warm-started from least squares rounded
+  top-down (:func:`~dpmm.reconstruct.top_down.top_down_rounding`): on 10⁶ cells the
+  one-way tables of the integers were 3,056 RMS off from the projection of least squares
+  onto the simplex (NNLS's usual start), 1,110 from the top-down rounding, and 12 after
+  200 iterations from it (``benchmarks/integer_tables.py``). :func:`rounding_iterations`
+  decides which from the config and domain alone, and the plan states it.
 * **the tables** (marginal tables or residual blocks, no vector): the least-squares
   tables the workload reads, and the 1-way margins of its 2-way tables, are rounded
   top-down (:func:`integer_tables`: total, then each 1-way table with that sum, then each
@@ -64,15 +71,21 @@ __all__ = [
     "integer_from_tables",
     "integer_from_vector",
     "rounded_errors",
+    "rounding_iterations",
+    "vector_rounding",
 ]
+
+#: Up to this many cells the integers of a vector come from NNLS solved to the release's
+#: tolerance; above, from NNLS stopped after :data:`ROUNDING_ITERATIONS` (the full solve
+#: took 20 s on the SF1 tables' 500,480 cells, 274 s on 10⁶ cells of a hierarchical
+#: strategy: benchmarks/integer_tables.py).
+NNLS_ROUNDING_LIMIT = 2**19
+#: Iterations of NNLS's accelerated projected gradient behind the integers of a vector of
+#: more than :data:`NNLS_ROUNDING_LIMIT` cells (about 0.13 s each on 10⁶ cells here).
+ROUNDING_ITERATIONS = 200
 
 #: How the manifest describes the rounding of each path.
 ROUNDING = {
-    "vector": (
-        "the non-negative (NNLS) estimate of the data vector, constrained to the total, "
-        "rounded through its running sums in cell order (every cell and every run of "
-        "consecutive cells within 1 of it); every answer is computed from it"
-    ),
     "tables": (
         "the least-squares tables rounded top-down: the total, each 1-way table with that "
         "sum (nearest in squared distance), each 2-way table with both 1-way margins fixed "
@@ -90,6 +103,32 @@ INVARIANTS_STATEMENT = (
 def rounded_errors(description: str) -> str:
     """How integer answers' standard errors are had, given the real-valued ones'."""
     return f"{description}, plus each answer's rounding shift |integer − real-valued|"
+
+
+def rounding_iterations(config: ReleaseConfig) -> int | None:
+    """The iterations of the NNLS solve behind a vector's integers: None (to the release's
+    tolerance) up to :data:`NNLS_ROUNDING_LIMIT` cells or with ``reconstruction: nnls``,
+    else :data:`ROUNDING_ITERATIONS`. From the config and domain alone: the plan states
+    what the release does."""
+    if config.release.reconstruction == "nnls" or config.domain.size <= NNLS_ROUNDING_LIMIT:
+        return None
+    return ROUNDING_ITERATIONS
+
+
+def vector_rounding(config: ReleaseConfig) -> str:
+    """How the manifest and the plan describe the rounding of a vector."""
+    iterations = rounding_iterations(config)
+    solved = (
+        "solved to the release's tolerance"
+        if iterations is None
+        else f"stopped after {iterations} iterations from least squares rounded top-down "
+        "through its attribute prefixes"
+    )
+    return (
+        f"the non-negative (NNLS) estimate of the data vector, constrained to the total "
+        f"({solved}), rounded through its running sums in cell order (every cell and every "
+        "run of consecutive cells within 1 of it); every answer is computed from it"
+    )
 
 
 def _without_vector(plan: str, blocks: bool) -> bool:

@@ -36,6 +36,8 @@ from dpmm.pipeline.integer_answers import (
     integer_from_tables,
     integer_from_vector,
     rounded_errors,
+    rounding_iterations,
+    vector_rounding,
 )
 from dpmm.pipeline.interval_stage import group_multisets, half_widths
 from dpmm.reconstruct import (
@@ -45,7 +47,7 @@ from dpmm.reconstruct import (
 )
 from dpmm.reconstruct.answers import REPLICATES
 from dpmm.reconstruct.choice import EXACT, solve_answers
-from dpmm.reconstruct.integer import TableSource
+from dpmm.reconstruct.integer import TableSource, rounded_total
 from dpmm.reconstruct.intervals import Intervals, NoiseLaw
 from dpmm.reconstruct.nnls import nnls_setup
 from dpmm.reconstruct.residual_blocks import (
@@ -55,6 +57,7 @@ from dpmm.reconstruct.residual_blocks import (
     block_workload_answers,
     check_answerable,
 )
+from dpmm.reconstruct.top_down import top_down_rounding
 from dpmm.strategy.selection import Progress
 from dpmm.workload import WorkloadGroup
 from dpmm.workload.table_form import answer_from_tables, needed_tables, table_form
@@ -336,14 +339,24 @@ def _nonnegative(
 ) -> np.ndarray:
     """The non-negative estimate integer output rounds: the release's NNLS estimate, or
     NNLS solved now (least squares answered, or a total is declared: NNLS constrained to
-    it; deterministic, no bootstrap). The plan's dry run rounds its zero estimate instead:
-    NNLS held to a declared total far from its zero measurement took 11 minutes on the SF1
-    tables (on real data, as long as without the total)."""
+    it; deterministic, no bootstrap), above the rounding's NNLS limit for a fixed number
+    of iterations from least squares rounded top-down. The plan's dry run rounds its zero
+    estimate instead: NNLS held to a declared total far from its zero measurement took 11
+    minutes on the SF1 tables (on real data, as long as without the total)."""
     declared = config.invariants.total
-    if not dry_run and (method != "nnls" or declared is not None):
+    iterations = rounding_iterations(config)
+    if dry_run or (method == "nnls" and declared is None):
+        return np.maximum(np.asarray(estimate, dtype=np.float64), 0.0)  # no −0.0
+    setup = nnls_setup(measured.strategy, measured.noise_std)
+    if iterations is None:
         total = "estimated" if declared is None else float(declared)
-        setup = nnls_setup(measured.strategy, measured.noise_std)
         estimate = setup.solve(measured.answers, total=total).x  # the release's tolerance
+    else:  # least squares answered (NNLS is not its choice on this many cells)
+        total = declared if declared is not None else rounded_total(math.fsum(estimate))
+        start = top_down_rounding(np.reshape(estimate, config.domain.shape), total)
+        estimate = setup.solve(
+            measured.answers, total=float(total), start=start, max_iterations=iterations
+        ).x
     return np.maximum(np.asarray(estimate, dtype=np.float64), 0.0)  # no −0.0 or rounding
 
 
@@ -414,7 +427,7 @@ def reconstruct(
                 rounding = ROUNDING["tables"]
             else:
                 groups, histogram = integer_from_vector(config, groups, histogram, dry_run)
-                rounding = ROUNDING["vector"]
+                rounding = vector_rounding(config)
             errors = rounded_errors(errors)
     described = EXACT_INTERVALS if linear else NORMAL_INTERVALS
     if rounding is not None:

@@ -121,14 +121,18 @@ class NNLSSetup:
         total: float | str | None = None,
         tolerance: float = DEFAULT_TOLERANCE,
         max_iterations: int | None = None,
+        start: np.ndarray | None = None,
     ) -> Estimate:
-        """:func:`nnls` of this strategy's answers ``y`` (a numpy vector)."""
+        """:func:`nnls` of this strategy's answers ``y`` (a numpy vector), warm-started
+        from least squares or from ``start`` (projected onto the feasible set first)."""
         values, scales = check_measurements(self.A, y, self.scales)
         known_total = check_total(total)
         # A common scale cancels out of the estimate; per-row scales whiten the rows.
         rhs = values if np.ndim(scales) == 0 else values / np.asarray(scales)
         linear = np.asarray(self.whitened.T @ rhs, dtype=np.float64)
-        if self.cholesky is not None:
+        if start is not None:
+            start = np.asarray(start, dtype=np.float64).reshape(-1)
+        elif self.cholesky is not None:
             start = scipy.linalg.cho_solve(self.cholesky, linear)
         else:
             fit = least_squares(self.A, values, noise_std=scales, tolerance=min(tolerance, 1e-8))

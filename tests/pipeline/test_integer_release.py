@@ -372,3 +372,61 @@ def test_plan_runs_the_integer_rounding_dry(tmp_path, capsys) -> None:
     assert main(["plan", str(config.path)]) == 0
     out = capsys.readouterr().out
     assert "reconstructs by least squares; publishes integer counts: the least-squares" in out
+
+
+def test_the_rounding_solve_is_chosen_from_the_config_and_domain_alone(tmp_path) -> None:
+    from dpmm.pipeline.integer_answers import (
+        NNLS_ROUNDING_LIMIT,
+        ROUNDING_ITERATIONS,
+        rounding_iterations,
+    )
+
+    def config(cells: int, reconstruction: str) -> ReleaseConfig:
+        body = {
+            "name": f"sized-{cells}-{reconstruction}",
+            "domain": {"a": 10, "b": cells // 10},
+            "privacy": {"rho": 1},
+            "workload": [{"kind": "marginals", "k": 1}],
+            "release": {"reconstruction": reconstruction},
+        }
+        return _release_config(tmp_path / body["name"], body, tmp_path / "none.parquet")
+
+    assert rounding_iterations(config(NNLS_ROUNDING_LIMIT, "least_squares")) is None
+    assert rounding_iterations(config(NNLS_ROUNDING_LIMIT + 10, "auto")) == ROUNDING_ITERATIONS
+    assert rounding_iterations(config(NNLS_ROUNDING_LIMIT + 10, "nnls")) is None
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_above_the_nnls_limit_the_integers_come_from_a_capped_solve(
+    tmp_path, monkeypatch, case
+) -> None:
+    """A vector beyond the rounding's NNLS limit (lowered here, so a small domain stands
+    for 10⁷ cells) is rounded from NNLS stopped after a fixed number of iterations from
+    least squares rounded top-down: still integer, consistent, held to a declared total;
+    the plan says so, the manifest agrees, the audit recomputes it."""
+    from dpmm.pipeline import integer_answers
+
+    monkeypatch.setattr(integer_answers, "NNLS_ROUNDING_LIMIT", 50)
+    rng = np.random.default_rng(SEED + 500 + case)
+    names = ["a", "b", "c"]
+    sizes = [int(n) for n in rng.integers(4, 20, 3)]  # at least 64 cells, above 50
+    rows = int(rng.integers(500, 3000))
+    data = _write_records(tmp_path, names, _random_records(rng, sizes, rows))
+    declared = _declared(rng, rows)
+    body: dict[str, Any] = {
+        "name": f"capped-{case}",
+        "domain": dict(zip(names, sizes, strict=True)),
+        "privacy": {"rho": 0.2},
+        "workload": _random_workload(rng, names),
+        "strategy": {"method": "hierarchical"},
+        "release": {"reconstruction": "least_squares"},
+    }
+    if declared is not None:
+        body["invariants"] = {"total": declared}
+    config = _release_config(tmp_path, body, data)
+    planned = plan(config).to_dict()["rounding"]
+    assert f"stopped after {integer_answers.ROUNDING_ITERATIONS} iterations" in planned
+    result = run_release(config)
+    manifest = json.loads((result.path / "manifest.json").read_text())
+    assert manifest["reconstruction"]["rounding"] == planned
+    _check_release(config, result.path, declared)
