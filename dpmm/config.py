@@ -52,6 +52,7 @@ from typing import Any, NoReturn
 import yaml
 
 from dpmm.data.spec import DataSpec, data_spec_from_config
+from dpmm.declared_margins import declared_margins
 from dpmm.domain import Attribute, Domain
 from dpmm.errors import (
     ConfigError,
@@ -374,6 +375,18 @@ class _Reader:
                     self.wrap(error, f"workload[{index}].target.relative_to")
         return tuple(groups)
 
+    def margins(
+        self, document: Mapping[str, Any], domain: Domain, declared: Invariants
+    ) -> Invariants:
+        """The declared invariants with their one-way tables read (public input)."""
+        section = document.get("invariants")
+        value = section.get("margins") if isinstance(section, Mapping) else None
+        try:
+            margins = declared_margins(value, domain, self.path.parent, declared.total)
+        except ConfigError as error:
+            self.wrap(error)
+        return dataclasses.replace(declared, margins=margins)
+
     def least(self, least: LeastBudget, workload: tuple[WorkloadGroup, ...]) -> None:
         """A budget derived from the targets needs a target."""
         if not any(group.target is not None for group in workload):
@@ -507,6 +520,7 @@ def load_config(path: str | Path) -> ReleaseConfig:
     reader.thresholds(workload, privacy)
     strategy_method, time_budget = reader.strategy(document.get("strategy"))
     sections = reader.sections(document, name)
+    sections["invariants"] = reader.margins(document, domain, sections["invariants"])
     reader.person(sections["data"], domain)
     return ReleaseConfig(
         name=name,

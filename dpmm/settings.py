@@ -40,6 +40,7 @@ __all__ = [
     "OUTPUT_CHOICES",
     "RECONSTRUCTION_METHODS",
     "ClusterSettings",
+    "DeclaredMargin",
     "Invariants",
     "LedgerSettings",
     "ReleaseSettings",
@@ -94,22 +95,62 @@ class ReleaseSettings:
 
 
 @dataclass(frozen=True)
+class DeclaredMargin:
+    """A published one-way table: the count of every value of one attribute.
+
+    Attributes:
+        attribute: The attribute's name.
+        counts: One whole count per value, in the attribute's value order.
+        source: Empty for inline counts, or the file they were read from:
+            ``{"file": PATH, "column": NAME, "sha256": HEX}``.
+    """
+
+    attribute: str
+    counts: tuple[int, ...]
+    source: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        """The number of records the table declares."""
+        return sum(self.counts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest's form: the attribute, its counts and where they came from."""
+        return {"attribute": self.attribute, "counts": list(self.counts), **self.source}
+
+
+@dataclass(frozen=True)
 class Invariants:
     """Facts a config declares public, published exactly and outside the DP guarantee.
 
     Attributes:
         total: The number of records (a census's known population), or None: estimated
-            from the measurement like every other count.
+            from the measurement like every other count (unless a margin declares it).
+        margins: Published one-way tables (:mod:`dpmm.declared_margins`), each adding up
+            to ``total`` when both are declared.
     """
 
     total: int | None = None
+    margins: tuple[DeclaredMargin, ...] = ()
 
     def __bool__(self) -> bool:
-        return self.total is not None
+        return self.total is not None or bool(self.margins)
 
-    def to_dict(self) -> dict[str, int]:
-        """The declared invariants (none: an empty mapping)."""
-        return {} if self.total is None else {"total": self.total}
+    @property
+    def known_total(self) -> int | None:
+        """The declared number of records: ``total``, or what the margins add up to."""
+        if self.total is not None or not self.margins:
+            return self.total
+        return self.margins[0].total
+
+    def to_dict(self) -> dict[str, Any]:
+        """The declared invariants (none: an empty mapping); ``total`` also when only
+        the margins declare it (it is then published exactly too)."""
+        total = self.known_total
+        found: dict[str, Any] = {} if total is None else {"total": total}
+        if self.margins:
+            found["margins"] = [margin.to_dict() for margin in self.margins]
+        return found
 
 
 @dataclass(frozen=True)
@@ -222,20 +263,22 @@ def _level(value: object, key: str) -> float:
 def invariants(section: object, release: ReleaseSettings) -> Invariants:
     """Validate a config's ``invariants`` section: public totals the release publishes
     exactly. They constrain integer counts, so they need ``release.output: integer``.
+    ``margins`` are read by :func:`dpmm.declared_margins.declared_margins`, which needs
+    the domain.
 
     Example:
         >>> invariants({"total": 48842}, ReleaseSettings(Path("r"), output="integer"))
-        Invariants(total=48842)
+        Invariants(total=48842, margins=())
     """
     section = _mapping(section, "invariants")
-    check_keys(section, "invariants", ("total",))
+    check_keys(section, "invariants", ("total", "margins"))
     total = section.get("total")
     if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 0):
         raise ConfigError(
             f"invariants.total: must be a whole number of records ≥ 0, got {describe_value(total)}"
         )
     declared = Invariants(total)
-    if declared and not release.integer:
+    if (declared or section.get("margins") is not None) and not release.integer:
         raise ConfigError(
             "invariants: declared totals constrain integer counts; set release.output: integer"
         )

@@ -28,8 +28,12 @@ Post-processing of the real-valued estimate (no data, no budget), in one of two 
   Groups must read tables of at most two attributes, each 2-way table of at most
   :data:`TABLE_CELL_LIMIT` cells; the plan refuses others.
 
-The total is the declared invariant (``invariants.total``, published exactly) or the
-estimate's own total rounded. Rounding is deterministic, so the audit recomputes the
+The total is the declared invariant (``invariants.total``, or what the declared margins
+add up to; published exactly) or the estimate's own total rounded. A declared one-way
+table (``invariants.margins``) is held exactly: on the tables path it replaces its
+least-squares table before the 2-way tables below it are rounded; on the vector, the
+estimate is rounded slice by slice of its attribute, each slice to its count (one such
+table: the plan refuses more). Rounding is deterministic, so the audit recomputes the
 integers exactly.
 
 Standard errors. The integer answer is the real-valued one moved by a known shift
@@ -58,6 +62,7 @@ from dpmm.reconstruct.integer import (
     cumulative_rounding,
     integer_tables,
     rounded_total,
+    sliced_rounding,
 )
 from dpmm.workload.table_form import answer_from_tables, needed_tables, table_form
 
@@ -72,6 +77,7 @@ __all__ = [
     "integer_from_vector",
     "rounded_errors",
     "rounding_iterations",
+    "tables_rounding",
     "vector_rounding",
 ]
 
@@ -98,6 +104,21 @@ INVARIANTS_STATEMENT = (
     "declared public by the config and published exactly: they are not protected by the "
     "differential-privacy guarantee, which covers everything else in the release"
 )
+
+
+def tables_rounding(config: ReleaseConfig) -> str:
+    """How the manifest and the plan describe the rounding of tables."""
+    return ROUNDING["tables"] + _declared_note(config)
+
+
+def _declared_note(config: ReleaseConfig) -> str:
+    names = [margin.attribute for margin in config.invariants.margins]
+    if not names:
+        return ""
+    return (
+        f"; the declared one-way table{'s' if len(names) > 1 else ''} of "
+        f"{', '.join(names)} (invariants.margins) held exactly"
+    )
 
 
 def rounded_errors(description: str) -> str:
@@ -128,6 +149,12 @@ def vector_rounding(config: ReleaseConfig) -> str:
         f"the non-negative (NNLS) estimate of the data vector, constrained to the total "
         f"({solved}), rounded through its running sums in cell order (every cell and every "
         "run of consecutive cells within 1 of it); every answer is computed from it"
+        + (
+            ", slice by slice of the declared table's attribute, each slice to its count"
+            if config.invariants.margins
+            else ""
+        )
+        + _declared_note(config)
     )
 
 
@@ -168,6 +195,13 @@ def check_integer_output(config: ReleaseConfig, plan: str, blocks: bool) -> None
             "(cluster.arrays); use cluster.arrays: flow or release.output: real"
         )
     if not _without_vector(plan, blocks):
+        declared = config.invariants.margins
+        if len(declared) > 1:
+            raise ConfigError(
+                f"{config.path}: invariants.margins: a release that rounds the data vector "
+                f"holds one declared one-way table exactly, and this config declares "
+                f"{len(declared)} ({', '.join(m.attribute for m in declared)}); declare one"
+            )
         return
     shape = config.domain.shape
     for name, sets in _group_sets(config).items():
@@ -190,7 +224,7 @@ def check_integer_output(config: ReleaseConfig, plan: str, blocks: bool) -> None
 
 
 def _total(config: ReleaseConfig, estimated: float) -> int:
-    declared = config.invariants.total
+    declared = config.invariants.known_total
     return declared if declared is not None else rounded_total(estimated)
 
 
@@ -219,7 +253,14 @@ def integer_from_vector(
 ) -> tuple[list[GroupAnswers], np.ndarray]:
     """Every group answered from a non-negative estimate rounded to an integer vector,
     and that vector (as floats, the histogram's type)."""
-    rounded = cumulative_rounding(estimate, _total(config, math.fsum(estimate)))
+    margins = config.invariants.margins
+    if margins:  # the plan allows one on the vector: its slices get its counts
+        (margin,) = margins
+        shaped = np.reshape(estimate, config.domain.shape)
+        axis = config.domain.index(margin.attribute)
+        rounded = sliced_rounding(shaped, axis, margin.counts).reshape(np.shape(estimate))
+    else:
+        rounded = cumulative_rounding(estimate, _total(config, math.fsum(estimate)))
     as_float = rounded.astype(np.float64)
     replaced = [
         _replace(g, np.asarray(g.group.matrix @ as_float, dtype=np.float64).reshape(-1), dry_run)
@@ -237,7 +278,11 @@ def integer_from_tables(
     sets = closed_sets([(), *{attrs for found in reads.values() for attrs in found}])
     real = {attrs: np.asarray(t, np.float64) for attrs, t in estimate(sets).items()}
     total = _total(config, float(real[()].sum()))
-    rounded = integer_tables({a: t for a, t in real.items() if a}, total)
+    declared = {
+        (config.domain.index(m.attribute),): np.array(m.counts, dtype=np.int64)
+        for m in config.invariants.margins
+    }
+    rounded = integer_tables({a: t for a, t in real.items() if a}, total, declared)
     rounded[()] = np.array([total], dtype=np.int64)
     tables = {attrs: table.astype(np.float64) for attrs, table in rounded.items()}
     return [

@@ -31,12 +31,12 @@ from dpmm.pipeline.chosen import ChosenStrategy
 from dpmm.pipeline.cluster_answers import ClusterAnswers, check_on_cluster
 from dpmm.pipeline.ingest_stage import VECTOR_LIMIT
 from dpmm.pipeline.integer_answers import (
-    ROUNDING,
     check_integer_output,
     integer_from_tables,
     integer_from_vector,
     rounded_errors,
     rounding_iterations,
+    tables_rounding,
     vector_rounding,
 )
 from dpmm.pipeline.interval_stage import group_multisets, half_widths
@@ -343,7 +343,7 @@ def _nonnegative(
     of iterations from least squares rounded top-down. The plan's dry run rounds its zero
     estimate instead: NNLS held to a declared total far from its zero measurement took 11
     minutes on the SF1 tables (on real data, as long as without the total)."""
-    declared = config.invariants.total
+    declared = config.invariants.known_total
     iterations = rounding_iterations(config)
     if dry_run or (method == "nnls" and declared is None):
         return np.maximum(np.asarray(estimate, dtype=np.float64), 0.0)  # no −0.0
@@ -424,7 +424,7 @@ def reconstruct(
             dry_run = replicates == 0
             if tables is not None:
                 groups = integer_from_tables(config, groups, tables, dry_run)
-                rounding = ROUNDING["tables"]
+                rounding = tables_rounding(config)
             else:
                 groups, histogram = integer_from_vector(config, groups, histogram, dry_run)
                 rounding = vector_rounding(config)

@@ -420,6 +420,12 @@ def _manifest_config(manifest: dict[str, object], folder: Path) -> ReleaseConfig
     """The release's config, from the document and the domain its manifest holds."""
     document = dict(_field(manifest, "config.document"))
     document["domain"] = {"attributes": _field(manifest, "domain.attributes")}
+    declared = manifest.get("invariants")
+    if isinstance(declared, dict) and "margins" in declared:  # their counts, not their files
+        margins = [
+            {"attribute": m["attribute"], "counts": m["counts"]} for m in declared["margins"]
+        ]
+        document["invariants"] = {**document["invariants"], "margins": margins}
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / str(_field(manifest, "config.file"))
         path.write_text(json.dumps(document))

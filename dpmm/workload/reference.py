@@ -52,7 +52,7 @@ from dpmm.targets import Reference, Target
 from dpmm.workload.config import WorkloadGroup
 from dpmm.workload.labels import query_parts
 
-__all__ = ["LABEL_COLUMN", "read_reference"]
+__all__ = ["LABEL_COLUMN", "read_reference", "read_table"]
 
 #: The column naming each row's query, and the optional column naming its group.
 LABEL_COLUMN, GROUP_COLUMN = "label", "group"
@@ -73,7 +73,7 @@ def read_reference(group: WorkloadGroup, domain: Domain, base_dir: Path) -> Targ
     source = target.reference.source
     path = Path(str(source["file"])).expanduser()
     path = path if path.is_absolute() else base_dir / path
-    table, digest = _table(path)
+    table, digest = read_table(path)
     rows = np.arange(table.num_rows)
     for column in (LABEL_COLUMN, source["column"]):
         if column not in table.column_names:
@@ -93,28 +93,30 @@ def read_reference(group: WorkloadGroup, domain: Domain, base_dir: Path) -> Targ
     return replace(target, reference=reference)
 
 
-def _table(path: Path) -> tuple[pa.Table, str]:
-    """The file's table and the sha256 of the bytes it was read from."""
+def read_table(
+    path: Path, text_columns: tuple[str, ...] = (LABEL_COLUMN, GROUP_COLUMN), what: str = ""
+) -> tuple[pa.Table, str]:
+    """A public CSV or Parquet file's table (``text_columns`` of a CSV read as text) and
+    the sha256 of the bytes it was read from; ``what`` names it in a message."""
+    what = what or "reference file"
     if path.suffix.lower() not in SUFFIXES:
-        raise ConfigError(f"the reference file '{path}' must be a .csv or .parquet file")
+        raise ConfigError(f"the {what} '{path}' must be a .csv or .parquet file")
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise ConfigError(f"the reference file '{path}' does not exist") from None
+        raise ConfigError(f"the {what} '{path}' does not exist") from None
     except OSError as error:
         problem = "is a folder, not a file" if path.is_dir() else f"cannot be read ({error})"
-        raise ConfigError(f"the reference file '{path}' {problem}") from None
+        raise ConfigError(f"the {what} '{path}' {problem}") from None
     try:
         if path.suffix.lower() == ".csv":
-            text = pcsv.ConvertOptions(
-                column_types={LABEL_COLUMN: pa.string(), GROUP_COLUMN: pa.string()}
-            )
+            text = pcsv.ConvertOptions(column_types=dict.fromkeys(text_columns, pa.string()))
             table = pcsv.read_csv(io.BytesIO(data), convert_options=text)
         else:
             table = pq.read_table(pa.BufferReader(data))
     except (pa.ArrowException, OSError) as error:
         kind = path.suffix.lower().lstrip(".").upper().replace("PARQUET", "Parquet")
-        raise ConfigError(f"the reference file '{path}' is not readable {kind} ({error})") from None
+        raise ConfigError(f"the {what} '{path}' is not readable {kind} ({error})") from None
     return table, hashlib.sha256(data).hexdigest()
 
 

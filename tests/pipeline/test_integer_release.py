@@ -430,3 +430,166 @@ def test_above_the_nnls_limit_the_integers_come_from_a_capped_solve(
     manifest = json.loads((result.path / "manifest.json").read_text())
     assert manifest["reconstruction"]["rounding"] == planned
     _check_release(config, result.path, declared)
+
+
+def _margin_entry(
+    rng: np.random.Generator, folder: Path, name: str, counts: np.ndarray, labels=None
+) -> dict[str, Any]:
+    """A declared margin, inline or in a CSV file (rows shuffled), at random."""
+    if rng.random() < 0.5:
+        return {"attribute": name, "counts": [int(c) for c in counts]}
+    values = labels if labels is not None else [str(v) for v in range(counts.size)]
+    order = rng.permutation(counts.size)
+    frame = pd.DataFrame({name: [values[i] for i in order], "people": counts[order]})
+    path = folder / f"{name}-margin.csv"
+    frame.to_csv(path, index=False)
+    return {"attribute": name, "file": path.name, "column": "people"}
+
+
+def _check_margins(config: ReleaseConfig, version: Path) -> None:
+    """Every declared margin holds exactly: in the histogram, and in every released table
+    that holds its attribute."""
+    tables = _released_tables(config, version)
+    histogram = (
+        read_histogram(version / "histogram.parquet").reshape(config.domain.shape)
+        if (version / "histogram.parquet").exists()
+        else None
+    )
+    assert config.invariants.margins
+    checked = 0
+    for margin in config.invariants.margins:
+        index = config.domain.index(margin.attribute)
+        counts = np.array(margin.counts)
+        if histogram is not None:
+            others = tuple(a for a in range(len(config.domain.shape)) if a != index)
+            assert np.array_equal(histogram.sum(axis=others), counts)
+            checked += 1
+        for attrs, table in tables.items():
+            if index in attrs:
+                others = tuple(p for p, a in enumerate(attrs) if a != index)
+                assert np.array_equal(table.sum(axis=others), counts), (margin.attribute, attrs)
+                checked += 1
+    assert checked  # a declared margin no table holds would test nothing
+    manifest = json.loads((version / "manifest.json").read_text())
+    listed = manifest["invariants"]["margins"]
+    assert [m["attribute"] for m in listed] == [m.attribute for m in config.invariants.margins]
+    assert [m["counts"] for m in listed] == [list(m.counts) for m in config.invariants.margins]
+    assert "held exactly" in manifest["reconstruction"]["rounding"]
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_declared_margins_hold_exactly_on_the_vector(tmp_path, case) -> None:
+    rng = np.random.default_rng(SEED + 600 + case)
+    names = [f"a{i}" for i in range(int(rng.integers(2, 4)))]
+    sizes = [int(n) for n in rng.integers(2, 7, len(names))]
+    rows = int(rng.integers(200, 2000))
+    records = _random_records(rng, sizes, rows)
+    data = _write_records(tmp_path, names, records)
+    attribute = int(rng.integers(0, len(names)))
+    # The published counts: the truth, or the truth moved (a fact the config declares).
+    counts = np.bincount(records[:, attribute], minlength=sizes[attribute])
+    if rng.random() < 0.5:
+        counts[int(rng.integers(0, counts.size))] += int(rng.integers(1, 40))
+    body: dict[str, Any] = {
+        "name": f"margin-vector-{case}",
+        "domain": dict(zip(names, sizes, strict=True)),
+        "privacy": {"epsilon": 0.5} if rng.random() < 0.5 else {"rho": 0.1},
+        "workload": _random_workload(rng, names),
+        "strategy": {"method": str(rng.choice(["identity", "marginals", "hierarchical"]))},
+        "release": {"reconstruction": str(rng.choice(["least_squares", "nnls", "auto"]))},
+        "invariants": {"margins": [_margin_entry(rng, tmp_path, names[attribute], counts)]},
+    }
+    if rng.random() < 0.5:
+        body["invariants"]["total"] = int(counts.sum())
+    config = _release_config(tmp_path, body, data)
+    result = run_release(config)
+    assert counting_plan(config, result.strategy) == "vector"
+    _check_release(config, result.path, int(counts.sum()))
+    _check_margins(config, result.path)
+
+
+@pytest.mark.parametrize("case", range(2))
+def test_declared_margins_replace_their_tables_without_the_vector(
+    tmp_path, adult_parquet, adult_domain, case
+) -> None:
+    rng = np.random.default_rng(SEED + 700 + case)
+    names = [str(n) for n in rng.choice(list(adult_domain), 4, replace=False)]
+    records = pd.read_parquet(adult_parquet)
+    declared = names[: int(rng.integers(1, 3))]
+    margins = []
+    for name in declared:
+        counts = np.bincount(records[name].to_numpy(), minlength=adult_domain[name])
+        margins.append(_margin_entry(rng, tmp_path, name, counts))
+    body: dict[str, Any] = {
+        "name": f"margin-adult-{case}",
+        "domain": {"file": str(ADULT_DOMAIN)},
+        "privacy": {"epsilon": 1},
+        "workload": [{"name": "pairs", "kind": "marginals", "k": 2, "attributes": names}],
+        "strategy": {"method": "marginals"},
+        "invariants": {"margins": margins},
+    }
+    config = _release_config(tmp_path, body, adult_parquet)
+    result = run_release(config)
+    assert counting_plan(config, result.strategy) == "tables"
+    _check_release(config, result.path, len(records))
+    _check_margins(config, result.path)
+
+
+def test_bad_declared_margins_are_refused_before_the_ledger_is_touched(tmp_path, capsys) -> None:
+    sizes = [3, 4]
+    names, data = _grid_records(tmp_path, 800, sizes, 500)
+    body = _two_way("margins", names, sizes, {"epsilon": 1})
+    config = _release_config(tmp_path, body, data)  # a good config: the ledger, the data
+    document = yaml.safe_load(config.path.read_text())
+    margin_file = tmp_path / "b.csv"
+    cases = [
+        ("b,count\n0,100\n1,100\n2,100\n3,200\n", {}, None),  # sums to 500: fine
+        ("b,count\n0,100\n1,100\n2,100\n", {}, "has no row for value '3' of 'b'"),
+        ("b,count\n0,100\n1,100\n2,100\n2,200\n", {}, r"row 4: repeats the value '2'"),
+        ("b,count\n0,100\n1,100\n2,1.5\n3,200\n", {}, r"column 'count', row 3: must be a whole"),
+        ("b,count\n0,100\n1,-1\n2,201\n3,200\n", {}, r"row 2: must be a whole number"),
+        ("b,count\n0,100\n1,100\n7,100\n3,200\n", {}, r"row 3: '7' is not a value of 'b'"),
+        ("b,people\n0,100\n", {}, r"has no column 'count' \(it has: b, people\)"),
+        ("b,count\n0,100\n1,100\n2,100\n3,200\n", {"total": 501}, "invariants.total is 501"),
+    ]
+    for text, extra, message in cases:
+        margin_file.write_text(text)
+        document["invariants"] = {"margins": [{"attribute": "b", "file": "b.csv"}], **extra}
+        config.path.write_text(yaml.safe_dump(document, sort_keys=False))
+        if message is None:
+            assert load_config(config.path).invariants.known_total == 500
+            continue
+        with pytest.raises(ConfigError, match=f"invariants.margins\\[0\\]: .*{message}"):
+            load_config(config.path)
+        assert main(["release", str(config.path)]) == 2
+        assert f"'{margin_file}'" in capsys.readouterr().err
+    inline = {"margins": [{"attribute": "a", "counts": [100, 200, 200]}, {"attribute": "b"}]}
+    for invariants, message in (
+        ({"margins": [{"attribute": "a", "counts": [100, 200]}]}, r"margins\[0\].counts: must"),
+        ({"margins": [{"attribute": "c", "counts": [1]}]}, "unknown attribute 'c'"),
+        (inline, r"margins\[1\]: give either counts"),
+        (
+            {
+                "margins": [
+                    {"attribute": "a", "counts": [1, 2, 3]},
+                    {"attribute": "b", "counts": [1, 1, 1, 1]},
+                ]
+            },
+            "add up to 4, and those of 'a' to 6",
+        ),
+    ):
+        document["invariants"] = invariants
+        config.path.write_text(yaml.safe_dump(document, sort_keys=False))
+        with pytest.raises(ConfigError, match=message):
+            load_config(config.path)
+    # Two declared margins on the vector: refused by the plan, before anything is spent.
+    document["invariants"] = {
+        "margins": [
+            {"attribute": "a", "counts": [100, 200, 200]},
+            {"attribute": "b", "counts": [100, 100, 100, 200]},
+        ]
+    }
+    config.path.write_text(yaml.safe_dump(document, sort_keys=False))
+    with pytest.raises(ConfigError, match="holds one declared one-way table exactly"):
+        run_release(load_config(config.path))
+    assert kinds(config) == [] and versions(config) == []

@@ -15,6 +15,7 @@ from dpmm.reconstruct.integer import (
     nearest_integer_table,
     nearest_integer_vector,
     rounded_total,
+    sliced_rounding,
 )
 
 SEED = 20261127
@@ -130,3 +131,31 @@ def test_refusals_name_the_problem() -> None:
         nearest_integer_table(np.ones((2, 2)), [1, 1], [1, 2])
     with pytest.raises(ArgumentError, match="finite"):
         rounded_total(float("inf"))
+
+
+def test_declared_one_way_tables_replace_their_estimates_top_down() -> None:
+    rng = np.random.default_rng(SEED + 40)
+    for _ in range(20):
+        m, n = (int(s) for s in rng.integers(2, 6, 2))
+        table = rng.normal(5, 4, (m, n))
+        declared = rng.multinomial(60, rng.dirichlet(np.ones(m)))
+        tables = {(0,): table.sum(axis=1), (1,): table.sum(axis=0), (0, 1): table}
+        rounded = integer_tables(tables, 60, {(0,): declared})
+        assert np.array_equal(rounded[(0,)], declared)
+        assert np.array_equal(rounded[(0, 1)].sum(axis=1), declared)
+        assert np.array_equal(rounded[(0, 1)].sum(axis=0), rounded[(1,)])
+    with pytest.raises(ArgumentError, match="must sum to 61"):
+        integer_tables({(0,): np.ones(3)}, 61, {(0,): np.array([20, 20, 20])})
+
+
+def test_sliced_rounding_gives_every_slice_its_total() -> None:
+    rng = np.random.default_rng(SEED + 41)
+    for _ in range(20):
+        shape = tuple(int(s) for s in rng.integers(1, 6, 3))
+        values = rng.exponential(2.0, shape) * (rng.random(shape) < 0.5)
+        axis = int(rng.integers(0, 3))
+        totals = rng.integers(0, 30, shape[axis])
+        rounded = sliced_rounding(values, axis, totals)
+        assert rounded.shape == shape and rounded.min() >= 0
+        others = tuple(a for a in range(3) if a != axis)
+        assert np.array_equal(rounded.sum(axis=others), totals)
