@@ -17,9 +17,10 @@ Post-processing of the real-valued estimate (no data, no budget), in one of two 
   cells, unfinished after 25 minutes on 10⁷ (2 loaded cores). Above, it is stopped after
   :data:`ROUNDING_ITERATIONS` iterations, warm-started from least squares rounded
   top-down (:func:`~dpmm.reconstruct.top_down.top_down_rounding`): on 10⁶ cells the
-  one-way tables of the integers were 3,056 RMS off from the projection of least squares
-  onto the simplex (NNLS's usual start), 1,110 from the top-down rounding, and 12 after
-  200 iterations from it (``benchmarks/integer_tables.py``). :func:`rounding_iterations`
+  one-way tables of the integers were 3,065 RMS off the truth rounded from the projection
+  of least squares onto the simplex (NNLS's usual start), 1,115 from the top-down
+  rounding, 12.2 after 200 iterations from it, 13.1 from NNLS to its tolerance (581 s
+  against 87 s under load; ``benchmarks/integer_tables.py``). :func:`rounding_iterations`
   decides which from the config and domain alone, and the plan states it.
 * **the tables** (marginal tables or residual blocks, no vector): the least-squares
   tables the workload reads, and the 1-way margins of its 2-way tables, are rounded
@@ -83,11 +84,12 @@ __all__ = [
 
 #: Up to this many cells the integers of a vector come from NNLS solved to the release's
 #: tolerance; above, from NNLS stopped after :data:`ROUNDING_ITERATIONS` (the full solve
-#: took 20 s on the SF1 tables' 500,480 cells, 274 s on 10⁶ cells of a hierarchical
-#: strategy: benchmarks/integer_tables.py).
+#: took 20 s on the SF1 tables' 500,480 cells, 274-581 s on 10⁶ cells of a hierarchical
+#: strategy, by the load: benchmarks/integer_tables.py).
 NNLS_ROUNDING_LIMIT = 2**19
 #: Iterations of NNLS's accelerated projected gradient behind the integers of a vector of
-#: more than :data:`NNLS_ROUNDING_LIMIT` cells (about 0.13 s each on 10⁶ cells here).
+#: more than :data:`NNLS_ROUNDING_LIMIT` cells (0.13-0.4 s each on 10⁶ cells, 2.7 s on
+#: 10⁷, on 2 loaded cores).
 ROUNDING_ITERATIONS = 200
 
 #: How the manifest describes the rounding of each path.
