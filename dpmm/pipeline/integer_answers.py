@@ -147,16 +147,16 @@ def vector_rounding(config: ReleaseConfig) -> str:
         else f"stopped after {iterations} iterations from least squares rounded top-down "
         "through its attribute prefixes"
     )
+    sliced = (
+        ", slice by slice of the declared table's attribute, each slice to its count"
+        if config.invariants.margins
+        else ""
+    )
     return (
         f"the non-negative (NNLS) estimate of the data vector, constrained to the total "
         f"({solved}), rounded through its running sums in cell order (every cell and every "
-        "run of consecutive cells within 1 of it); every answer is computed from it"
-        + (
-            ", slice by slice of the declared table's attribute, each slice to its count"
-            if config.invariants.margins
-            else ""
-        )
-        + _declared_note(config)
+        f"run of consecutive cells within 1 of it){sliced}; every answer is computed from "
+        f"it{_declared_note(config)}"
     )
 
 
