@@ -384,6 +384,13 @@ def _plan_facts(config: ReleaseConfig) -> dict[str, Any]:
     }
     if references:  # the public files relative targets are relative to
         facts["references"] = references
+    margin_files = {
+        margin.attribute: margin.source["sha256"]
+        for margin in config.invariants.margins
+        if "sha256" in margin.source
+    }
+    if margin_files:  # the public files declared margins are read from
+        facts["margin_files"] = margin_files
     return facts
 
 
@@ -409,7 +416,8 @@ def planned_strategy(config: ReleaseConfig) -> ChosenStrategy | None:
     config with private thresholds, planned for another workload than the one drawn).
 
     Raises:
-        ConfigError: the config file, its domain or dpmm's version changed since the plan.
+        ConfigError: the config file, its domain, a public file it reads (target
+            references, declared margins) or dpmm's version changed since the plan.
     """
     kept = _load(plan_folder(config), "decision", config, "plan")
     if kept is None:
@@ -422,6 +430,7 @@ def planned_strategy(config: ReleaseConfig) -> ChosenStrategy | None:
             ("domain", "its domain"),
             ("config_sha256", "the config file"),
             ("references", "a reference file of its accuracy targets"),
+            ("margin_files", "a file of its declared margins"),
             ("dpmm_version", f"dpmm's version ({facts.get('dpmm_version')} → {__version__})"),
         )
         if facts.get(key) != now.get(key)

@@ -593,3 +593,20 @@ def test_bad_declared_margins_are_refused_before_the_ledger_is_touched(tmp_path,
     with pytest.raises(ConfigError, match="holds one declared one-way table exactly"):
         run_release(load_config(config.path))
     assert kinds(config) == [] and versions(config) == []
+
+
+def test_a_margin_file_changed_since_the_plan_is_refused_before_anything_is_spent(
+    tmp_path, capsys
+) -> None:
+    sizes = [3, 4]
+    names, data = _grid_records(tmp_path, 801, sizes, 500)
+    body = _two_way("margins", names, sizes, {"epsilon": 1})
+    (tmp_path / "b.csv").write_text("b,count\n0,100\n1,100\n2,100\n3,200\n")
+    body["invariants"] = {"margins": [{"attribute": "b", "file": "b.csv"}]}
+    config = _release_config(tmp_path, body, data)
+    assert main(["plan", str(config.path)]) == 0
+    # The same total, other counts: the config file itself is unchanged.
+    (tmp_path / "b.csv").write_text("b,count\n0,101\n1,99\n2,100\n3,200\n")
+    assert main(["release", str(config.path)]) == 2
+    assert "a file of its declared margins changed since" in capsys.readouterr().err
+    assert kinds(config) == [] and versions(config) == []
