@@ -212,3 +212,12 @@ def kill_after_measuring(config: ReleaseConfig) -> None:
     assert child.exitcode == 9
     assert len(run_folders(config)) == 1
     assert versions(config) == [] and kinds(config) == ["reserve", "spend"]
+
+
+def nudge_part(part: Path, column: str, row: int, change: float) -> None:
+    """Add ``change`` to one value of a Parquet part's ``column``, in place (a tampered file)."""
+    table = pq.read_table(part)
+    values = table.column(column).to_numpy().copy()
+    values[row] += change
+    index = table.schema.get_field_index(column)
+    pq.write_table(table.set_column(index, column, pa.array(values)), part)

@@ -23,7 +23,7 @@ from dpmm.pipeline.strategy_stage import choose_strategy
 from dpmm.privacy.params import ZCDP
 from dpmm.release import audit_release, read_answers, read_measurements
 from dpmm.settings import ClusterSettings
-from tests.pipeline.conftest import write_config
+from tests.pipeline.conftest import nudge_part, write_config
 
 SHAPE = (64, 32)
 BODY = (
@@ -92,11 +92,7 @@ def test_the_release_on_the_workers_is_the_flow_s_reconstruction_of_its_measurem
 
     # An answer changed in one part fails the audit's recomputation (and the files' sha256).
     part = sorted((folder / "answers.parquet").glob("part-0000-*.parquet"))[0]
-    table = pq.read_table(part)
-    estimates = table.column("estimate").to_numpy().copy()
-    estimates[3] += 1.0
-    index = table.schema.get_field_index("estimate")
-    pq.write_table(table.set_column(index, "estimate", pa.array(estimates)), part)
+    nudge_part(part, "estimate", 3, 1.0)
     assert set(audit_release(folder).failed()) == {"files", "answers"}
 
 

@@ -162,6 +162,20 @@ def _declared(rng: np.random.Generator, true_total: int) -> int | None:
     return [None, true_total, true_total + int(rng.integers(-50, 50))][int(rng.integers(0, 3))]
 
 
+def _random_vector_body(
+    rng: np.random.Generator, name: str, names: list[str], sizes: list[int]
+) -> dict[str, Any]:
+    """A random config body over the vector: privacy, workload, strategy and solver."""
+    return {
+        "name": name,
+        "domain": dict(zip(names, sizes, strict=True)),
+        "privacy": {"epsilon": 0.5} if rng.random() < 0.5 else {"rho": 0.1},
+        "workload": _random_workload(rng, names),
+        "strategy": {"method": str(rng.choice(["identity", "marginals", "hierarchical"]))},
+        "release": {"reconstruction": str(rng.choice(["least_squares", "nnls", "auto"]))},
+    }
+
+
 @pytest.mark.parametrize("case", range(10))
 def test_random_vector_releases_publish_consistent_integer_tables(tmp_path, case) -> None:
     rng = np.random.default_rng(SEED + case)
@@ -170,14 +184,7 @@ def test_random_vector_releases_publish_consistent_integer_tables(tmp_path, case
     rows = int(rng.integers(200, 3000))
     data = _write_records(tmp_path, names, _random_records(rng, sizes, rows))
     declared = _declared(rng, rows)
-    body: dict[str, Any] = {
-        "name": f"vector-{case}",
-        "domain": dict(zip(names, sizes, strict=True)),
-        "privacy": {"epsilon": 0.5} if rng.random() < 0.5 else {"rho": 0.1},
-        "workload": _random_workload(rng, names),
-        "strategy": {"method": str(rng.choice(["identity", "marginals", "hierarchical"]))},
-        "release": {"reconstruction": str(rng.choice(["least_squares", "nnls", "auto"]))},
-    }
+    body = _random_vector_body(rng, f"vector-{case}", names, sizes)
     if declared is not None:
         body["invariants"] = {"total": declared}
     config = _release_config(tmp_path, body, data)
@@ -490,15 +497,8 @@ def test_declared_margins_hold_exactly_on_the_vector(tmp_path, case) -> None:
     counts = np.bincount(records[:, attribute], minlength=sizes[attribute])
     if rng.random() < 0.5:
         counts[int(rng.integers(0, counts.size))] += int(rng.integers(1, 40))
-    body: dict[str, Any] = {
-        "name": f"margin-vector-{case}",
-        "domain": dict(zip(names, sizes, strict=True)),
-        "privacy": {"epsilon": 0.5} if rng.random() < 0.5 else {"rho": 0.1},
-        "workload": _random_workload(rng, names),
-        "strategy": {"method": str(rng.choice(["identity", "marginals", "hierarchical"]))},
-        "release": {"reconstruction": str(rng.choice(["least_squares", "nnls", "auto"]))},
-        "invariants": {"margins": [_margin_entry(rng, tmp_path, names[attribute], counts)]},
-    }
+    body = _random_vector_body(rng, f"margin-vector-{case}", names, sizes)
+    body["invariants"] = {"margins": [_margin_entry(rng, tmp_path, names[attribute], counts)]}
     if rng.random() < 0.5:
         body["invariants"]["total"] = int(counts.sum())
     config = _release_config(tmp_path, body, data)

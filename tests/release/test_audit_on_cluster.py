@@ -25,7 +25,7 @@ from dpmm.measure import chunked as chunked_measurement
 from dpmm.pipeline import run_release
 from dpmm.privacy.params import ZCDP
 from dpmm.release import audit_release
-from tests.pipeline.conftest import write_config
+from tests.pipeline.conftest import nudge_part, write_config
 
 BODY = (
     "name: grid\ndomain: {a: 64, b: 32, c: 8}\nprivacy: {rho: 1/2}\n"
@@ -131,11 +131,7 @@ def test_the_audit_of_a_version_made_on_the_workers_runs_there(
     # One value changed in a measurement part: the files check and the recomputation on a
     # worker each fail with one sentence naming the part.
     part = sorted((folder / "measurements.parquet").glob("part-*.parquet"))[1]
-    table = pq.read_table(part)
-    values = table.column("value").to_numpy().copy()
-    values[7] += 1
-    index = table.schema.get_field_index("value")
-    pq.write_table(table.set_column(index, "value", pa.array(values)), part)
+    nudge_part(part, "value", 7, 1)
     status, out = _audit(capsys, str(folder))
     assert status == 1
     failed = [line for line in out.splitlines() if line.startswith(("✗", "FAIL"))]
@@ -177,11 +173,7 @@ def test_the_operator_names_the_scheduler_the_audit_runs_on(
 
     # An answer changed in a part: named by both checks.
     part = sorted((folder / "answers.parquet").glob("part-0001-*.parquet"))[0]
-    table = pq.read_table(part)
-    estimates = table.column("estimate").to_numpy().copy()
-    estimates[0] += 1.0
-    index = table.schema.get_field_index("estimate")
-    pq.write_table(table.set_column(index, "estimate", pa.array(estimates)), part)
+    nudge_part(part, "estimate", 0, 1.0)
     status, out = _audit(capsys, str(folder), "--scheduler", scheduler)
     assert status == 1
     failed = [line for line in out.splitlines() if line.startswith(("✗", "FAIL"))]
