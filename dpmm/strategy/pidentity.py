@@ -33,7 +33,6 @@ from dpmm.strategy.template import (
     LARGE_PROBLEM,
     check_count,
     check_norm,
-    descend,
     optimize_template,
 )
 
@@ -51,10 +50,12 @@ SCREEN_ITERATIONS = 100
 
 #: Fits from :data:`~dpmm.strategy.template.LARGE_PROBLEM` parameters up (OPT_0 from 1,265
 #: cells, where the projected L-BFGS runs) screen for this many iterations and continue the
-#: best to :data:`LARGE_ITERATIONS` in all, from starts of :data:`START_COLUMN_WEIGHT`. On
-#: Prefix+AllRange(4096) (10⁶ parameters, pure ε) the fit's loss was 0.07446 and 0.07432
-#: (seeds 0 and 1) in 49 s of CPU, against 0.0744 for 3 × 100 + 924 iterations of SciPy's
-#: L-BFGS-B from HDMM's starts in about 250 s.
+#: best (as many side by side as the process has cores) to :data:`LARGE_ITERATIONS` in all,
+#: from starts of :data:`START_COLUMN_WEIGHT`. On Prefix+AllRange(4096) (10⁶ parameters,
+#: pure ε) one continued start reached losses 0.07446 / 0.07432 / 0.07472 (seeds 0–2) in 49 s
+#: of CPU, against 0.07440 in 282 s for SciPy's 3 × 100 + 924 iterations from HDMM's
+#: starts; `dpmm plan` on that workload at ε = 0.1, quiet, two cores: RMSE 142.57 and 143.02
+#: in 66–69 s with 500 iterations (two continued), 143.26 and 143.38 in 57–60 s with 400.
 LARGE_SCREEN_ITERATIONS = 50
 LARGE_ITERATIONS = 500
 
@@ -278,8 +279,11 @@ def optimize_pidentity(
     if restarts == 1:
         result = optimize_template(template, restarts=1, rng=rng, max_iterations=iterations)
         return PIdentity(result.params.reshape(p, n), norm), result.loss
-    screened = optimize_template(template, restarts=restarts, rng=rng, max_iterations=screen)
-    params, loss = descend(template, screened.params, iterations - screen)
-    if not loss < screened.loss:
-        params, loss = screened.params, screened.loss
-    return PIdentity(params.reshape(p, n), norm), loss
+    result = optimize_template(
+        template,
+        restarts=restarts,
+        rng=rng,
+        max_iterations=screen,
+        then_iterations=iterations - screen,
+    )
+    return PIdentity(result.params.reshape(p, n), norm), result.loss

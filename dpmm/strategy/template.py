@@ -170,11 +170,15 @@ def optimize_template(
     rng: np.random.Generator | None = None,
     starts: Sequence[np.ndarray] = (),
     max_iterations: int = MAX_ITERATIONS,
+    then_iterations: int = 0,
 ) -> TemplateResult:
     """Minimize ``template``'s loss by L-BFGS-B from ``restarts`` random starts (and ``starts``).
 
     Every start and every end point is a candidate, so the result is never worse
-    than the best start given.
+    than the best start given. With ``then_iterations``, the best end point (a large
+    fit's best :func:`~dpmm.blas_threads.search_threads` end points, side by side, at no
+    more wall time than one) continues for that many more iterations: the first pass
+    screens the starts.
 
     Args:
         template: The strategy family.
@@ -182,6 +186,7 @@ def optimize_template(
         rng: The random generator (a fresh OS-seeded one when None).
         starts: Extra fixed starting points (e.g. a known good strategy).
         max_iterations: Most L-BFGS-B iterations per start.
+        then_iterations: Most iterations of the best end points' continuation.
 
     Raises:
         ArgumentError: ``restarts`` is not a positive integer.
@@ -212,7 +217,13 @@ def optimize_template(
             best_params, best_loss = start.copy(), start_loss
         if np.isfinite(start_loss):
             finite.append(start)
-    for end, end_loss in _descend_each(template, finite, max_iterations):
+    ends = _descend_each(template, finite, max_iterations)
+    if then_iterations > 0 and ends:
+        ranked = sorted(ends, key=lambda end: end[1])
+        kept = search_threads() if np.size(ranked[0][0]) >= LARGE_PROBLEM else 1
+        best_ends = [end for end, _ in ranked[:kept]]
+        ends += _descend_each(template, best_ends, then_iterations)
+    for end, end_loss in ends:
         if end_loss < best_loss:
             best_params, best_loss = end, end_loss
     if best_params is None or not np.isfinite(best_loss):
