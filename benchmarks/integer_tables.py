@@ -41,7 +41,7 @@ least squares. Each run rounds the same measurement every way: the release's own
 (:func:`~dpmm.pipeline.integer_answers.rounding_iterations`: NNLS to its tolerance up to
 2¹⁹ cells, else stopped after 200 iterations from least squares rounded top-down), least
 squares projected onto the simplex then running sums, least squares rounded top-down
-(:mod:`dpmm.reconstruct.top_down`), and with ``--compare`` NNLS stopped after 200
+(:func:`dpmm.reconstruct.integer.top_down_rounding`), and with ``--compare`` NNLS stopped after 200
 iterations from the projection and NNLS to its tolerance. ``--release`` then runs one
 whole integer release (ingest to the written version) and prints each stage's seconds.
 
@@ -112,10 +112,9 @@ from dpmm.pipeline.reconstruct_stage import reconstruct
 from dpmm.pipeline.strategy_stage import choose_strategy
 from dpmm.privacy.ledger import Ledger
 from dpmm.privacy.params import ZCDP
-from dpmm.reconstruct.integer import cumulative_rounding, rounded_total
+from dpmm.reconstruct.integer import cumulative_rounding, rounded_total, top_down_rounding
 from dpmm.reconstruct.nnls import nnls_setup
 from dpmm.reconstruct.simplex_threshold import threshold
-from dpmm.reconstruct.top_down import top_down_rounding
 from dpmm.settings import Invariants
 from dpmm.workload.table_form import answer_from_tables, needed_tables, table_form
 

@@ -16,7 +16,7 @@ Post-processing of the real-valued estimate (no data, no budget), in one of two 
   twice the error): about 20 s on the SF1 tables' 500,480 cells, 10.5 minutes on 2·10⁶
   cells, unfinished after 25 minutes on 10⁷ (2 loaded cores). Above, it is stopped after
   :data:`ROUNDING_ITERATIONS` iterations, warm-started from least squares rounded
-  top-down (:func:`~dpmm.reconstruct.top_down.top_down_rounding`): on 10⁶ cells the
+  top-down (:func:`~dpmm.reconstruct.integer.top_down_rounding`): on 10⁶ cells the
   one-way tables of the integers were 3,065 RMS off the truth rounded from the projection
   of least squares onto the simplex (NNLS's usual start), 1,115 from the top-down
   rounding, 12.2 after 200 iterations from it, 13.1 from NNLS to its tolerance (581 s

@@ -47,7 +47,7 @@ from dpmm.reconstruct import (
 )
 from dpmm.reconstruct.answers import REPLICATES
 from dpmm.reconstruct.choice import EXACT, solve_answers
-from dpmm.reconstruct.integer import TableSource, rounded_total
+from dpmm.reconstruct.integer import TableSource, rounded_total, top_down_rounding
 from dpmm.reconstruct.intervals import Intervals, NoiseLaw
 from dpmm.reconstruct.nnls import nnls_setup
 from dpmm.reconstruct.residual_blocks import (
@@ -57,7 +57,6 @@ from dpmm.reconstruct.residual_blocks import (
     block_workload_answers,
     check_answerable,
 )
-from dpmm.reconstruct.top_down import top_down_rounding
 from dpmm.strategy.selection import Progress
 from dpmm.workload import WorkloadGroup
 from dpmm.workload.table_form import answer_from_tables, needed_tables, table_form

@@ -25,6 +25,17 @@ recomputes them):
   of many cells: clipping its negative cells and shifting the rest moves every
   aggregate (1,100 RMS on Adult's 2-way tables from a least-squares vector of 13,440
   cells, against 12 for the estimate itself).
+* :func:`top_down_rounding` — a signed estimate of a large domain's vector to a
+  non-negative integer vector with a given total, the way census geographies are rounded
+  (Abowd et al. 2022's TopDown, least squares in place of their noisy measurements): the
+  cells in their flat order form a tree whose levels are the attribute prefixes (an
+  attribute of more than :data:`BRANCHING` values split into runs of consecutive values
+  first), and from the root's total down each node's children get the nearest
+  non-negative integers summing to the node's own (:func:`nearest_in_segments`, the
+  rule of :func:`nearest_integer_vector` for every node of a level at once). A node's
+  clipping and shift stay among its own children, and the upper levels' sums (large
+  counts, little noise) are kept almost whole; O(n log b) per level, a few seconds on
+  10⁷ cells.
 * :func:`nearest_integer_table` — the non-negative integer 2-way table with given
   integer row and column sums nearest a real table in L1 (controlled rounding). Each
   cell is its floor ``f`` (of the table clipped at 0) plus a first unit up (cost
@@ -43,12 +54,15 @@ Example:
     [0, 1, 0, 2]
     >>> nearest_integer_vector(np.array([2.6, -0.4, 1.3, 0.5]), 4).tolist()
     [3, 0, 1, 0]
+    >>> top_down_rounding(np.array([[2.6, -0.4], [1.3, 0.5]]), 4).tolist()
+    [[2, 0], [1, 1]]
     >>> nearest_integer_table(np.array([[0.3, 1.7], [1.6, 0.4]]), [2, 2], [2, 2]).tolist()
     [[0, 2], [2, 0]]
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -57,16 +71,20 @@ from scipy import optimize, sparse
 from dpmm.errors import ArgumentError
 
 __all__ = [
+    "BRANCHING",
     "TABLE_CELL_LIMIT",
     "TABLE_TIME_LIMIT",
     "TableSource",
     "closed_sets",
     "cumulative_rounding",
     "integer_tables",
+    "level_starts",
+    "nearest_in_segments",
     "nearest_integer_table",
     "nearest_integer_vector",
     "rounded_total",
     "sliced_rounding",
+    "top_down_rounding",
 ]
 
 #: Seconds HiGHS may take on one 2-way table (its LP on 10⁴ cells took 0.2-0.6 s here).
@@ -115,20 +133,20 @@ def cumulative_rounding(values: np.ndarray, total: int) -> np.ndarray:
     return rounded.reshape(np.shape(values))
 
 
-def _simplex_projection(values: np.ndarray, total: int) -> np.ndarray:
-    """The Euclidean projection of ``values`` onto ``{w ≥ 0, Σ w = total}``."""
-    if total == 0:
-        return np.zeros_like(values)
-    ordered = np.sort(values)[::-1]
-    excess = np.cumsum(ordered) - total
-    counts = np.arange(1, ordered.size + 1)
-    kept = np.nonzero(ordered - excess / counts > 0)[0][-1]
-    shift = excess[kept] / (kept + 1)
-    return np.maximum(values - shift, 0.0)
+def _checked_vector(values: np.ndarray, total: int) -> tuple[np.ndarray, int]:
+    """``values`` as a flat float vector and ``total`` as an int, or ArgumentError."""
+    flat = np.asarray(values, dtype=np.float64).reshape(-1)
+    total = int(total)
+    if total < 0 or (flat.size == 0 and total > 0):
+        raise ArgumentError(f"No non-negative vector of {flat.size} cells sums to {total}.")
+    if not np.all(np.isfinite(flat)):
+        raise ArgumentError("Values to round must be finite.")
+    return flat, total
 
 
 def nearest_integer_vector(values: np.ndarray, total: int) -> np.ndarray:
-    """The non-negative integer vector summing to ``total`` nearest ``values`` (L2).
+    """The non-negative integer vector summing to ``total`` nearest ``values`` (L2):
+    :func:`nearest_in_segments` with one segment.
 
     Ties between equal remainders go to the lower index, so the result depends on the
     values alone.
@@ -144,24 +162,11 @@ def nearest_integer_vector(values: np.ndarray, total: int) -> np.ndarray:
         ArgumentError: an empty vector with a positive total, a negative total, or values
             that are not finite.
     """
-    flat = np.asarray(values, dtype=np.float64).reshape(-1)
-    total = int(total)
-    if total < 0 or (flat.size == 0 and total > 0):
-        raise ArgumentError(f"No non-negative vector of {flat.size} cells sums to {total}.")
-    if not np.all(np.isfinite(flat)):
-        raise ArgumentError("Values to round must be finite.")
-    projected = _simplex_projection(flat, total)
-    floors = np.floor(projected)
-    remainders = projected - floors
-    rounded = floors.astype(np.int64)
-    short = total - int(rounded.sum())  # the units the floors left, 0 ≤ short ≤ n
-    if short > 0:
-        order = np.argsort(-remainders, kind="stable")  # largest remainders first
-        rounded[order[:short]] += 1
-    elif short < 0:  # only after float rounding of the projection: take from the smallest
-        order = np.lexsort((np.arange(flat.size), remainders))
-        order = order[rounded[order] > 0]
-        rounded[order[:-short]] -= 1
+    flat, total = _checked_vector(values, total)
+    if flat.size == 0:
+        return np.zeros(np.shape(values), dtype=np.int64)
+    one = np.zeros(flat.size, dtype=np.int64)
+    rounded = nearest_in_segments(flat, one, np.array([total], dtype=np.int64))
     return rounded.reshape(np.shape(values))
 
 
@@ -325,3 +330,117 @@ def closed_sets(sets: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
 
 #: ``estimate_tables(sets)``: real-valued (least-squares) tables of these attribute sets.
 TableSource = Callable[[Sequence[tuple[int, ...]]], Mapping[tuple[int, ...], np.ndarray]]
+
+
+#: An attribute with more values than this is split into runs of BRANCHING^j consecutive
+#: values before its single values, so a run's clipping stays in the run (a range query
+#: over the attribute keeps the sums of the runs it covers).
+BRANCHING = 16
+
+
+def level_starts(shape: Sequence[int], branching: int = BRANCHING) -> list[np.ndarray]:
+    """The first cell (flat, C order) of every node of each level below the root, top down;
+    the last level is every cell.
+
+    Example:
+        >>> [s.tolist() for s in level_starts([2, 3])]
+        [[0, 3], [0, 1, 2, 3, 4, 5]]
+        >>> [s.tolist() for s in level_starts([5], branching=2)]
+        [[0, 4], [0, 2, 4], [0, 1, 2, 3, 4]]
+    """
+    levels: list[np.ndarray] = []
+    outer = 1
+    for axis, size in enumerate(shape):
+        inner = math.prod(shape[axis + 1 :])
+        width = 1
+        while width * branching < size:
+            width *= branching
+        prefixes = np.arange(outer, dtype=np.int64)[:, None] * size
+        while width >= 1:
+            values = np.arange(0, size, width, dtype=np.int64)[None, :]
+            if width > 1 or size > 1:  # a size-1 attribute adds no level
+                levels.append(((prefixes + values) * inner).reshape(-1))
+            width //= branching
+        outer *= size
+    if not levels or levels[-1].size != outer:
+        levels.append(np.arange(outer, dtype=np.int64))
+    return levels
+
+
+def nearest_in_segments(values: np.ndarray, segments: np.ndarray, totals: np.ndarray) -> np.ndarray:
+    """Per segment, the non-negative integers summing to its total nearest ``values`` in
+    squared distance (projection onto the segment's simplex, then largest remainders,
+    ties to the lower index).
+
+    Args:
+        values: Real values (negative allowed), one per element.
+        segments: The segment of each element, non-decreasing, every segment
+            ``0 … len(totals) − 1`` non-empty.
+        totals: Each segment's non-negative integer sum.
+
+    Example:
+        >>> nearest_in_segments(np.array([2.6, -0.4, 0.5, 0.5]), np.array([0, 0, 1, 1]),
+        ...                     np.array([2, 1])).tolist()
+        [2, 0, 1, 0]
+    """
+    count = totals.size
+    firsts = np.searchsorted(segments, np.arange(count))
+    offsets = firsts[segments]  # each element's segment's first position
+    order = np.lexsort((-values, segments))  # each segment's values, largest first
+    ordered = values[order]
+    del order
+    shifts = np.cumsum(ordered)  # then the shift that leaves the first j in the support
+    shifts -= (shifts[firsts] - ordered[firsts])[segments]
+    shifts -= totals[segments]
+    shifts /= np.arange(1, values.size + 1) - offsets
+    support = np.bincount(segments, weights=ordered > shifts, minlength=count).astype(np.int64)
+    del ordered
+    # A segment of total 0 has no support: every element goes to 0.
+    tau = np.full(count, np.inf)
+    kept = support > 0
+    tau[kept] = shifts[firsts[kept] + support[kept] - 1]
+    del shifts
+    projected = values - tau[segments]
+    np.maximum(projected, 0.0, out=projected)
+    rounded = np.floor(projected)
+    short = totals - np.bincount(segments, weights=rounded, minlength=count).astype(np.int64)
+    order = np.lexsort((rounded - projected, segments))  # largest remainders first
+    up = order[np.arange(values.size) - offsets < short[segments]]
+    del order, offsets
+    rounded = rounded.astype(np.int64)
+    rounded[up] += 1
+    for segment in np.flatnonzero(short < 0):  # float rounding of a projection: rare
+        rows = slice(firsts[segment], firsts[segment] + np.sum(segments == segment))
+        rounded[rows] = _take_smallest(rounded[rows], projected[rows], int(-short[segment]))
+    return rounded
+
+
+def _take_smallest(rounded: np.ndarray, projected: np.ndarray, units: int) -> np.ndarray:
+    """``units`` taken off the positive cells of smallest remainder (ties: lower index)."""
+    result = rounded.copy()
+    order = np.lexsort((np.arange(result.size), projected - np.floor(projected)))
+    order = order[result[order] > 0]
+    result[order[:units]] -= 1
+    return result
+
+
+def top_down_rounding(estimate: np.ndarray, total: int, branching: int = BRANCHING) -> np.ndarray:
+    """The estimate (shaped as the domain) rounded to a non-negative integer vector
+    summing to ``total``, top-down through :func:`level_starts`' tree.
+
+    Raises:
+        ArgumentError: a negative total, an empty vector with a positive one, or values
+            that are not finite.
+    """
+    values = np.asarray(estimate, dtype=np.float64)
+    flat, total = _checked_vector(values, total)
+    if flat.size == 0:
+        return np.zeros(values.shape, dtype=np.int64)
+    counts = np.array([total], dtype=np.int64)
+    parents = np.array([0], dtype=np.int64)
+    for starts in level_starts(values.shape or (1,), branching):
+        sums = flat if starts.size == flat.size else np.add.reduceat(flat, starts)
+        segments = np.searchsorted(parents, starts, side="right") - 1
+        counts = nearest_in_segments(sums, segments, counts)
+        parents = starts
+    return counts.reshape(values.shape)

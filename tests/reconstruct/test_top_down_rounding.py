@@ -8,8 +8,12 @@ import numpy as np
 import pytest
 
 from dpmm.errors import ArgumentError
-from dpmm.reconstruct.integer import nearest_integer_vector
-from dpmm.reconstruct.top_down import level_starts, nearest_in_segments, top_down_rounding
+from dpmm.reconstruct.integer import (
+    level_starts,
+    nearest_in_segments,
+    nearest_integer_vector,
+    top_down_rounding,
+)
 
 SEED = 20261127
 
