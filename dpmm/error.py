@@ -113,7 +113,9 @@ def expected_error(
     _check_shapes(W, A)
     workload_gram = W.gram()
     _check_supported(W, A, workload_gram)
-    if _same_algebra(workload_gram, A.gram()):
+    if A is W and A.known_full_column_rank:  # trace(WᵀW (WᵀW)⁻¹): no inverse needed
+        trace = float(A.shape[1])
+    elif _same_algebra(workload_gram, A.gram()):
         trace = _algebra_trace(workload_gram, A.gram(), -1)
     else:
         trace = trace_of_product(workload_gram, A.gram().pinv())

@@ -16,6 +16,7 @@ import scipy.sparse as sp
 
 from dpmm.errors import NotIntegerError
 from dpmm.linalg.base import (
+    PINV_TOLERANCE,
     IntegerNorms,
     Matrix,
     _check_norm,
@@ -66,8 +67,16 @@ class Dense(Matrix):
         return _common_value(self.column_norms(p))
 
     def _integer_column_norms(self) -> IntegerNorms:
-        rows, cols = self.shape
-        return _entry_norms(self, self.array.reshape(-1), np.tile(np.arange(cols), rows))
+        # Column sums of the 2-D array: a scatter over one column index per entry took
+        # 2.6 s on a quantized 4,352 × 4,096 p-Identity.
+        array = self.array
+        if not np.array_equal(array, np.rint(array)):
+            raise NotIntegerError(f"{self!r} has non-integer entries")
+        magnitudes = np.abs(array)
+        bound = int(magnitudes.max(initial=0))
+        _guard_integer(bound * bound * max(self.shape[0], 1), self)  # any column's l2²
+        integers = magnitudes.astype(np.int64)
+        return integers.sum(axis=0), np.einsum("ij,ij->j", integers, integers), max(bound, 1)
 
     def diagonal(self) -> np.ndarray:
         return np.diagonal(self.array).copy()
@@ -328,8 +337,52 @@ class Sum(Matrix):
     def entry_sum(self) -> float:
         return float(sum(term.entry_sum() for term in self.terms))
 
+    def pinv(self) -> Matrix:
+        """``(aI + bJ)⁺`` in closed form when the terms are weighted identities and all-ones
+        (the Gram of ``[I; 1]``, HDMM's Identity+Total factor); otherwise dense.
+
+        ``aI + bJ`` has the eigenvalue ``a + nb`` on the ones vector and ``a`` on its
+        complement, so its pseudo-inverse is ``a⁺ (I − J/n) + (a + nb)⁺ J/n``: at n = 4,096
+        this replaced a 2 s dense inverse in every OPT_⊗ sweep.
+        """
+        spread = _identity_plus_ones(self.terms)
+        if spread is None:
+            return super().pinv()
+        from dpmm.linalg.elementary import Identity, Ones
+
+        a, b = spread
+        n = self.shape[0]
+        on_ones, elsewhere = a + n * b, a
+        largest = max(abs(on_ones), abs(elsewhere))
+        inverse = [
+            0.0 if abs(v) <= PINV_TOLERANCE * largest else 1 / v for v in (elsewhere, on_ones)
+        ]
+        return Sum(
+            [
+                Weighted(inverse[0], Identity(n)),
+                Weighted((inverse[1] - inverse[0]) / n, Ones(n, n)),
+            ],
+            full_column_rank=all(inverse),
+        )
+
     def __repr__(self) -> str:
         return "(" + " + ".join(repr(term) for term in self.terms) + ")"
+
+
+def _identity_plus_ones(terms: Sequence[Matrix]) -> tuple[float, float] | None:
+    """``(a, b)`` when ``terms`` sum to ``aI + bJ`` (weighted identities and square ones)."""
+    from dpmm.linalg.elementary import Identity, Ones
+
+    a = b = 0.0
+    for term in terms:
+        weight, base = (term.weight, term.base) if isinstance(term, Weighted) else (1.0, term)
+        if type(base) is Identity:
+            a += weight
+        elif type(base) is Ones and base.shape[0] == base.shape[1]:
+            b += weight
+        else:
+            return None
+    return a, b
 
 
 class _Stack(Matrix, abstract=True):

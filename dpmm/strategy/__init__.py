@@ -45,7 +45,17 @@ import time
 from collections.abc import Callable, Sequence
 
 from dpmm.errors import ArgumentError, DpmmError
-from dpmm.linalg import Haar, Hierarchical, Identity, Kron, Marginal, Marginals, Matrix, Ones
+from dpmm.linalg import (
+    DENSE_LIMIT,
+    Haar,
+    Hierarchical,
+    Identity,
+    Kron,
+    Marginal,
+    Marginals,
+    Matrix,
+    Ones,
+)
 from dpmm.privacy import PrivacyParameter
 from dpmm.strategy.eigen import select_eigen
 from dpmm.strategy.gaussian_optimal import MAX_SIZE as MAX_GAUSSIAN_SIZE
@@ -106,6 +116,8 @@ def _workload(W: Matrix, privacy: PrivacyParameter) -> Matrix:
     terms = kron_terms(W)
     if len(terms) == 1 and terms[0].weight != 0:
         return W
+    if W.known_full_column_rank and W.shape[1] ** 2 <= DENSE_LIMIT:
+        return W  # its error needs no inverse; a release inverts the Gram densely
     W.gram().pinv()  # raises TooLargeError where the Gram has no usable structure
     return W
 
