@@ -60,6 +60,7 @@ from dpmm.linalg import (
 )
 from dpmm.linalg.helmert_blocks import HelmertBlocks, helmert_row_norms
 from dpmm.linalg.marginals import mask_members
+from dpmm.linalg.pidentity import PIdentity
 from dpmm.linalg.residual_general import ResidualBlockStrategy
 from dpmm.measure.exact import MeasurementError, analyze_strategy
 
@@ -179,6 +180,8 @@ def _quantize(A: Matrix, bits: int) -> tuple[Matrix, int]:
         return _quantize_stack(A, bits)
     if isinstance(A, ResidualBlockStrategy):
         return _quantize_residual(A, bits)
+    if isinstance(A, PIdentity):
+        return _quantize_pidentity(A, bits)
     return _quantize_other(A, bits)
 
 
@@ -293,6 +296,17 @@ def _quantize_other(A: Matrix, bits: int) -> tuple[Matrix, int]:
         ) from None
     rounded, exponent = _round(array, bits)
     return _rounded_dense(rounded), exponent
+
+
+def _quantize_pidentity(A: PIdentity, bits: int) -> tuple[Matrix, int]:
+    """``[I; Θ] D`` on one grid as the stack ``[diag(q); R]``: the same integers as its
+    rounded dense array, but the Gram keeps the p-Identity's Woodbury inverse."""
+    rows = np.vstack([1.0 / A.scale, A.theta / A.scale[None, :]])
+    rounded, exponent = _round(rows, bits)
+    if not np.all(rounded[0] != 0):  # a column lost its identity entry: no structure left
+        return _quantize_other(A, bits)
+    diagonal = Sparse(sp.diags_array(rounded[0]), full_column_rank=True)
+    return VStack([diagonal, Dense(rounded[1:])]), exponent
 
 
 def _row_space(block: np.ndarray) -> np.ndarray:
