@@ -26,6 +26,7 @@ from dpmm.linalg import (
     VStack,
     Weighted,
 )
+from dpmm.linalg.pidentity import PIdentity, PIdentityGram
 from dpmm.measure import (
     DEFAULT_BITS,
     MeasurementMismatch,
@@ -36,6 +37,7 @@ from dpmm.measure import (
     measure,
     quantize,
 )
+from dpmm.measure.quantize import measurable
 from dpmm.privacy.ledger import Ledger
 from dpmm.privacy.params import ZCDP, PureDP
 
@@ -309,3 +311,22 @@ def test_a_rounded_p_identity_keeps_its_proof_of_independent_columns():
     )
     wide = quantize(Dense(np.random.default_rng(6).uniform(size=(30, 24)) + 0.1), bits=10)
     assert not wide.matrix.known_full_column_rank
+
+
+def test_a_p_identity_keeps_its_structure_and_its_integers() -> None:
+    """The quantized p-Identity is its diagonal over its Θ rows: the very integers its
+    rounded dense array has, and a Gram whose (Woodbury) inverse is the dense one's."""
+    rng = np.random.default_rng(3)
+    theta = rng.uniform(size=(4, 64)) * (rng.uniform(size=(4, 64)) < 0.3) * 5
+    strategy = PIdentity(theta, norm=1)
+    quantized = measurable(strategy)
+    dense = quantize(Dense(strategy.dense()), bits=DEFAULT_BITS)
+    assert isinstance(quantized.integer, VStack)
+    assert np.array_equal(quantized.integer.dense(), dense.integer.dense())
+    assert quantized.scale == dense.scale
+    gram = quantized.matrix.gram()
+    assert isinstance(gram.base, PIdentityGram)
+    expected = np.linalg.inv(quantized.matrix.dense().T @ quantized.matrix.dense())
+    assert np.allclose(
+        gram.pinv().dense(), expected, rtol=1e-9, atol=1e-12 * np.abs(expected).max()
+    )

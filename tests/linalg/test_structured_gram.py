@@ -45,3 +45,21 @@ def test_nonnegative_vectors_keep_entrywise_precision():
     G = AllRange(n).gram()
     x = 10.0 ** np.random.default_rng(8).uniform(-8, 8, size=n)
     np.testing.assert_allclose(G @ x, G.dense() @ x, rtol=1e-12)
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 64])
+@pytest.mark.parametrize(
+    "a, b", [(1.0, 1.0), (2.0, 0.5), (0.0, 3.0), (2.0, -0.4), (1e-3, 5.0)], ids=str
+)
+def test_identity_plus_ones_is_inverted_in_closed_form(n, a, b):
+    """``(aI + bJ)⁺`` (the Gram of ``[I; 1]`` among others), singular cases included:
+    a = 0 leaves J alone, and a + nb = 0 (n = 5, b = −0.4) kills the ones direction."""
+    from dpmm.linalg import Identity, Ones, Sum, Weighted
+
+    gram = Sum([Weighted(a, Identity(n)), Weighted(b, Ones(n, n))])
+    inverse = gram.pinv()
+    assert isinstance(inverse, Sum)  # never a dense inverse
+    expected = np.linalg.pinv(gram.dense(), hermitian=True)
+    np.testing.assert_allclose(
+        inverse.dense(), expected, rtol=0, atol=1e-8 * np.abs(expected).max()
+    )

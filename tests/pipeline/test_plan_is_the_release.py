@@ -41,6 +41,16 @@ CASES = {
         "strategy: {method: hdmm_kron}\n",
         ZCDP(1),
     ),
+    # OPT_0's p-Identity, quantized to a diagonal stacked on its integer Θ rows (whose Gram
+    # keeps the Woodbury inverse).
+    "ranges-pidentity-pure": (
+        "domain: {a: 32}\nprivacy: {epsilon: 1}\n"
+        "workload:\n"
+        "  - {name: prefix, kind: prefix, attribute: a}\n"
+        "  - {name: ranges, kind: all_range, attribute: a}\n"
+        "strategy: {method: hdmm_kron}\n",
+        PureDP(2),
+    ),
     "ranges-and-counts-pure": (
         "domain: {a: 32, b: 4}\nprivacy: {epsilon: 1}\n"
         "workload:\n"
@@ -59,7 +69,16 @@ def _data(folder: Path, sizes: dict[str, int]) -> Path:
     return folder
 
 
-@pytest.fixture(params=sorted(CASES))
+#: Cases whose release takes over ~10 s (the exact intervals of every range's answer).
+SLOW_CASES = {"ranges-pidentity-pure"}
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(name, marks=pytest.mark.slow) if name in SLOW_CASES else name
+        for name in sorted(CASES)
+    ]
+)
 def config(request, tmp_path: Path) -> ReleaseConfig:
     body, budget = CASES[request.param]
     probe = write_config(tmp_path / "probe", f"name: {request.param}\n{body}", data=None)
