@@ -49,7 +49,7 @@ MAX_ITERATIONS = 400
 #: their end points, so the others' remaining iterations would be wasted.
 SCREEN_ITERATIONS = 100
 
-#: Fits from :data:`~dpmm.strategy.template.LARGE_PROBLEM` parameters up (OPT_0 from 1,265
+#: Fits from :data:`~dpmm.strategy.template.LARGE_PROBLEM` parameters up (OPT_0 from 693
 #: cells, where the projected L-BFGS runs) screen for this many iterations and continue the
 #: best (as many side by side as the process has cores) to :data:`LARGE_ITERATIONS` in all,
 #: from starts of :data:`START_COLUMN_WEIGHT`. On Prefix+AllRange(4096) (10⁶ parameters,
@@ -77,7 +77,7 @@ def iteration_budget(n: int, p: int | None = None) -> tuple[int, int]:
     """(screening, total) L-BFGS iterations of a p-Identity fit on an attribute of n cells.
 
     Example:
-        >>> iteration_budget(1024), iteration_budget(4096)
+        >>> iteration_budget(512), iteration_budget(4096)
         ((100, 400), (50, 500))
     """
     p = max(1, n // 16) if p is None else p
