@@ -205,8 +205,9 @@ def test_a_least_release_through_the_flow_spends_the_planned_budget(tmp_path: Pa
 
 
 #: Absolute half-width targets on a release of the full vector (a tree under small
-#: discrete noise: half-widths on a lattice) and on one of marginal tables (a domain of
-#: 10⁹ cells: the tables' half-widths come through the marginal algebra).
+#: discrete noise: half-widths on a lattice), on one of marginal tables (a domain of
+#: 10⁹ cells: the tables' half-widths come through the marginal algebra), on one whose
+#: arrays stay on the Dask workers (through the strategy's Kronecker factors).
 PUBLISHED = {
     "vector": """name: published
 domain: {sex: 2, age: 16}
@@ -226,10 +227,20 @@ workload:
   - {name: singles, kind: marginals, k: 1}
 strategy: {method: marginals}
 """,
+    "workers": """name: published
+domain: {sex: 2, age: 16}
+privacy: {epsilon: least, at_most: 20}
+workload:
+  - {name: cdf, kind: prefix, attribute: age, by: [sex],
+     target: {half_width: 12, confidence: 0.95}}
+  - {name: pairs, kind: marginal, attributes: [sex, age]}
+strategy: {method: hierarchical}
+cluster: {arrays: workers}
+""",
 }
 
 
-@pytest.mark.parametrize("counting", ["vector", "tables"])
+@pytest.mark.parametrize("counting", sorted(PUBLISHED))
 def test_the_published_half_widths_meet_the_target_the_plan_derived(
     tmp_path: Path, capsys, monkeypatch, counting: str
 ) -> None:
@@ -247,13 +258,15 @@ def test_the_published_half_widths_meet_the_target_the_plan_derived(
         + "data: {path: people.parquet}\nledger: {path: budget.db, dataset: people}\n"
         + "release: {root: releases}\n"
     )
+    kind = "zcdp" if "rho: least" in PUBLISHED[counting] else "pure"
+    parameter = KINDS[kind].parameter
     with Ledger.init(tmp_path / "budget.db") as ledger:
-        ledger.grant("people", KINDS["pure"].budget_type(GRANTED))
+        ledger.grant("people", KINDS[kind].budget_type(GRANTED))
     status, out, err = _run(["plan", str(path), "--json"], capsys)
     assert status == 0, err
     targets = json.loads(out)["targets"]
     (binding,) = [g for g in targets["groups"] if g["group"] == targets["binding_group"]]
-    least = Fraction(targets["least_budget"]["epsilon"])
+    least = Fraction(targets["least_budget"][parameter])
     text = _run(["plan", str(path)], capsys)[1]
     assert f"{binding['achieved']:,.4g}" in text  # the figure the plan prints
 
@@ -264,11 +277,14 @@ def test_the_published_half_widths_meet_the_target_the_plan_derived(
     assert published.max() <= binding["target"]["half_width"]
     assert published.max() == pytest.approx(binding["achieved"], rel=1e-9)
     assert counting == "vector" or answers["exact_interval"].all()
+    assert (version / "answers.parquet").is_dir() == (counting == "workers")
     assert _run(["audit", str(version)], capsys)[0] == 0
 
     shorter = tmp_path / "shorter.yaml"
     shorter.write_text(
-        path.read_text().replace("{epsilon: least, at_most: 20}", f"{{epsilon: {least * 9 / 10}}}")
+        path.read_text().replace(
+            f"{{{parameter}: least, at_most: 20}}", f"{{{parameter}: {least * 9 / 10}}}"
+        )
     )
     status, out, err = _run(["plan", str(shorter), "--json"], capsys)
     assert status == 0, err

@@ -10,14 +10,18 @@ so they are found once per strategy, as the distinct multisets of their magnitud
   :data:`~dpmm.reconstruct.intervals.ROW_LIMIT` entries of work per group), or beyond
   that, for a Kronecker strategy and a group of Kronecker blocks over the same axes, per
   axis: a row of ``⊗_k W_k (⊗_k A_k)⁺`` is the Kronecker product of the factors' rows,
-  whose multiset is the products of theirs (:func:`_kron_multisets`);
+  whose multiset is the products of theirs (:func:`_kron_multisets`, one product per
+  combination of the axes' distinct multisets, :class:`KronMultisets`);
+* on the cluster (the ``chunked`` plan), the same per-axis multisets: only the factors are
+  formed, and each answer's half-width is made on the workers from its row's position on
+  each axis, so nothing the size of the domain reaches the flow's process;
 * on marginal tables, through the marginal algebra
   (:func:`~dpmm.reconstruct.marginal_tables.noise_coefficients`): a cell of an estimated
   table has coefficients that depend only on which of the shared attributes a measured
   cell agrees on, the same multiset for every cell of the table (the algebra is invariant
   under relabelling each attribute's values), so a marginal group needs one row per table;
   other rows in table form (ranges, prefixes) are formed up to :data:`ROW_WORK` entries;
-* elsewhere (residual blocks, the cluster's parts, larger workloads) none: the half-width
+* elsewhere (residual blocks, factors too wide, larger workloads) none: the half-width
   is a factor of the standard error (:meth:`~dpmm.reconstruct.intervals.Intervals.bounded`).
 
 A noise law then gives every half-width (:func:`half_widths`), one
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -55,33 +60,34 @@ from dpmm.targets import Budget, budget_noise
 from dpmm.workload import WorkloadGroup
 from dpmm.workload.table_form import TableBlock, table_form
 
-__all__ = ["ROW_WORK", "PlannedIntervals", "group_multisets", "half_widths"]
+__all__ = ["ROW_WORK", "KronMultisets", "PlannedIntervals", "group_multisets", "half_widths"]
 
 #: Entries (rows × measured cells sharing the row's attributes) formed for one group's
-#: rows in table form, and magnitudes of one query's Kronecker multiset; beyond, its
-#: half-widths come from the standard errors.
+#: rows in table form, and magnitudes of its Kronecker multisets' products together;
+#: beyond, its half-widths come from the standard errors.
 ROW_WORK = 1 << 22
 #: The widest Kronecker factor whose pseudo-inverse is formed densely, and the most
-#: queries of a group whose Kronecker multisets are formed one by one.
+#: products of its axes' distinct multisets a group forms (the distinct queries).
 KRON_FACTOR_LIMIT = 4096
 KRON_QUERY_LIMIT = 1 << 18
 
 
 def group_multisets(
     config: ReleaseConfig, strategy: ChosenStrategy, plan: str, group: WorkloadGroup
-) -> Multisets | None:
+) -> Multisets | KronMultisets | None:
     """The coefficient multisets of a group's least-squares answers on the integer noise
     (None: the release bounds them from the standard errors)."""
     integer, scale = strategy.quantized.integer, strategy.quantized.scale
-    if isinstance(integer, HelmertBlocks) or plan == "chunked":
+    shape = tuple(config.domain.shape)
+    if isinstance(integer, HelmertBlocks):
         return None
+    if plan == "chunked":  # the factors only: nothing the size of the domain
+        return _kron_multisets(group.matrix, strategy.quantized.matrix, shape, scale)
     if plan == "vector":
         blocks = coefficient_rows(group.matrix, strategy.quantized.matrix, scale)
         if blocks is not None:
             return Multisets.of_rows(blocks)
-        shape = tuple(config.domain.shape)
         return _kron_multisets(group.matrix, strategy.quantized.matrix, shape, scale)
-    shape = tuple(config.domain.shape)
     measured = [
         (attrs, weight / scale)
         for attrs, weight in zip(strategy_tables(integer), integer.weights.values(), strict=True)
@@ -90,6 +96,77 @@ def group_multisets(
     if blocks is None or _work(blocks, measured, shape) > ROW_WORK:
         return None
     return Multisets.collect(_table_multisets(blocks, measured, shape, scale))
+
+
+@dataclass(frozen=True, eq=False)
+class KronPositions:
+    """Which product multiset each query of a group of Kronecker blocks has, by axis: query
+    ``(r_1, …, r_d)`` of a block has the product of its factors' row multisets, so it is
+    named by which of its axis's distinct multisets each row has.
+
+    Attributes:
+        blocks: Per block, in row order: per axis, each factor row's position among that
+            axis's distinct multisets, and the table from those positions to the group's
+            distinct products.
+    """
+
+    blocks: tuple[tuple[tuple[np.ndarray, ...], np.ndarray], ...]
+
+    @property
+    def size(self) -> int:
+        """The group's queries."""
+        return sum(math.prod(axis.size for axis in axes) for axes, _ in self.blocks)
+
+    def take(self, per_distinct: np.ndarray, first: int, stop: int) -> np.ndarray:
+        """``per_distinct``'s entry for each query from ``first`` to ``stop``."""
+        found = np.empty(stop - first, dtype=per_distinct.dtype)
+        start = 0
+        for axes, table in self.blocks:
+            end = start + math.prod(axis.size for axis in axes)
+            low, high = max(first, start), min(stop, end)
+            if low < high:
+                shape = [axis.size for axis in axes]
+                rows = np.unravel_index(np.arange(low - start, high - start), shape)
+                where = table[tuple(axis[row] for axis, row in zip(axes, rows, strict=True))]
+                found[low - first : high - first] = per_distinct[where]
+            start = end
+        return found
+
+
+@dataclass(frozen=True, eq=False)
+class KronMultisets:
+    """A group of Kronecker blocks' multisets: one product per combination of the axes'
+    distinct multisets used, never one entry per query (the cluster's groups span the
+    domain).
+
+    Attributes:
+        distinct: ``(values, counts)`` per distinct product, in order of first use by the
+            queries (as :class:`~dpmm.reconstruct.intervals.Multisets`).
+        positions: Which one each query has.
+    """
+
+    distinct: tuple[tuple[np.ndarray, np.ndarray], ...]
+    positions: KronPositions
+
+    @property
+    def index(self) -> np.ndarray:
+        """Per query, the position of its multiset in ``distinct`` (formed in full)."""
+        return self.positions.take(np.arange(len(self.distinct)), 0, self.positions.size)
+
+    def lazy(self, per_distinct: np.ndarray, chunks: tuple[int, ...]) -> Any:
+        """``per_distinct``'s entry for every query as a flat Dask array in ``chunks``, each
+        block made where it is computed from the per-axis positions (the products stay
+        here)."""
+        import dask.array as da
+
+        positions = self.positions
+
+        def block(block_info: Any = None) -> np.ndarray:
+            first, stop = block_info[None]["array-location"][0]
+            return positions.take(per_distinct, first, stop)
+
+        meta = np.array((), dtype=per_distinct.dtype)
+        return da.map_blocks(block, chunks=(chunks,), dtype=per_distinct.dtype, meta=meta)
 
 
 def _kron_blocks(matrix: Matrix) -> list[Matrix]:
@@ -101,47 +178,55 @@ def _kron_blocks(matrix: Matrix) -> list[Matrix]:
 
 def _kron_multisets(
     workload: Matrix, strategy: Matrix, shape: tuple[int, ...], scale: int
-) -> Multisets | None:
+) -> KronMultisets | None:
     """The multisets of a group of Kronecker blocks answered through a Kronecker strategy
     over the same axes, from each axis's ``W_k A_k⁺`` (None: not both Kronecker, a factor
-    over :data:`KRON_FACTOR_LIMIT` columns, more than :data:`KRON_QUERY_LIMIT` queries, or a
-    product of more than :data:`ROW_WORK` magnitudes)."""
+    over :data:`KRON_FACTOR_LIMIT` columns, more than :data:`KRON_QUERY_LIMIT` distinct
+    combinations of the axes' multisets, or more than :data:`ROW_WORK` magnitudes in their
+    products together)."""
     factors = axis_factors(strategy, shape)
-    if workload.shape[0] > KRON_QUERY_LIMIT or factors is None:
-        return None
-    if max(f.shape[1] for f in factors) > KRON_FACTOR_LIMIT:
+    if factors is None or max(f.shape[1] for f in factors) > KRON_FACTOR_LIMIT:
         return None
     solved = [np.linalg.pinv(f.dense()) for f in factors]  # A_k⁺, cells × rows
-    combined: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+    blocks = []
+    for block in _kron_blocks(workload):
+        local = axis_factors(block, shape)
+        if local is None:
+            return None
+        axes = [
+            Multisets.collect(
+                merged_multiset(row, np.ones(row.size, dtype=np.int64))
+                for row in np.asarray(w.dense()) @ pinv
+            )
+            for w, pinv in zip(local, solved, strict=True)
+        ]
+        blocks.append(axes)
+    # The products' magnitudes over every combination: Π_k Σ_j |multiset j of axis k|.
+    work = sum(math.prod(sum(v.size for v, _ in axis.distinct) for axis in axes) for axes in blocks)
+    combinations = sum(math.prod(len(axis.distinct) for axis in axes) for axes in blocks)
+    if work > ROW_WORK or combinations > KRON_QUERY_LIMIT:
+        return None
 
-    def queries() -> Iterator[tuple[np.ndarray, np.ndarray]] | None:
-        parts = []
-        for block in _kron_blocks(workload):
-            local = axis_factors(block, shape)
-            if local is None:
-                return None
-            rows = [np.asarray(w.dense()) @ pinv for w, pinv in zip(local, solved, strict=True)]
-            sets = [[merged_multiset(r, np.ones(r.size, dtype=np.int64)) for r in f] for f in rows]
-            if math.prod(max(len(v) for v, _ in axis) for axis in sets) > ROW_WORK:
-                return None
-            parts.append(sets)
-        return _combine(parts)
+    def products() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        # An axis's distinct multisets are in order of first use, so C order over their
+        # combinations is the order in which the block's queries first use them.
+        for axes in blocks:
+            for combination in np.ndindex(*[len(axis.distinct) for axis in axes]):
+                values, counts = np.ones(1), np.ones(1, dtype=np.int64)
+                for axis, position in zip(axes, combination, strict=True):
+                    v, c = axis.distinct[position]
+                    values = np.multiply.outer(values, v).reshape(-1)
+                    counts = np.multiply.outer(counts, c).reshape(-1)
+                yield merged_multiset(values / scale, counts)
 
-    def _combine(parts: list) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        for number, sets in enumerate(parts):
-            for index in np.ndindex(*[len(axis) for axis in sets]):
-                key = (number, *index)
-                if key not in combined:
-                    values, counts = np.ones(1), np.ones(1, dtype=np.int64)
-                    for axis, i in zip(sets, index, strict=True):
-                        v, c = axis[i]
-                        values = np.multiply.outer(values, v).reshape(-1)
-                        counts = np.multiply.outer(counts, c).reshape(-1)
-                    combined[key] = merged_multiset(values / scale, counts)
-                yield combined[key]
-
-    found = queries()
-    return None if found is None else Multisets.collect(found)
+    found = Multisets.collect(products())
+    tables, start = [], 0
+    for axes in blocks:
+        sizes = [len(axis.distinct) for axis in axes]
+        table = found.index[start : start + math.prod(sizes)].reshape(sizes)
+        tables.append((tuple(axis.index for axis in axes), table))
+        start += math.prod(sizes)
+    return KronMultisets(found.distinct, KronPositions(tuple(tables)))
 
 
 def _identity(local: Matrix) -> bool:
@@ -188,16 +273,24 @@ def _table_multisets(
 
 def half_widths(
     intervals: Intervals,
-    multisets: Multisets | None,
-    standard_errors: object,
+    multisets: Multisets | KronMultisets | None,
+    standard_errors: Any,
     terms: int,
-) -> tuple[object, bool | np.ndarray]:
+) -> tuple[Any, Any]:
     """A group's half-widths under ``intervals``' law and level, and whether each is
     exact: from its multisets, or (None) from its standard errors and the ``terms``
-    measured rows."""
+    measured rows. Standard errors on the cluster (a Dask array) give half-widths there,
+    made block by block from the multisets' per-axis positions, and one flag for the group
+    where its multisets agree."""
     if multisets is None:
         return intervals.bounded(standard_errors, terms)
-    return intervals.of(multisets)
+    widths, exact = intervals.distinct(multisets.distinct)
+    chunks = getattr(standard_errors, "chunks", None)
+    if chunks is None or not isinstance(multisets, KronMultisets):
+        return widths[multisets.index], exact[multisets.index]
+    agree = bool(exact.all()) or not exact.any()
+    flags = bool(exact.all()) if agree else multisets.lazy(exact, chunks[0])
+    return multisets.lazy(widths, chunks[0]), flags
 
 
 class PlannedIntervals:

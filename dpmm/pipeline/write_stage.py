@@ -293,7 +293,7 @@ class ReleaseInput:
                 g.standard_errors,
                 g.exact_errors,
                 g.half_widths,
-                bool(g.exact_intervals),
+                g.exact_intervals,
                 query_parts(g.group, g.domain),
                 attributes,
             )

@@ -27,7 +27,7 @@ parameter σ², in the measurement's integer units) and ``c`` the query's row of
   distances add over independent terms, and ``Σ c_j round(Y_j) ≤ Σ c_j Y_j + ½‖c‖₁``; so
   ``h = σ‖c‖₂ z' + ½‖c‖₁`` with ``z'`` the normal quantile at the level less
   ``2k · 0.1/σ²``. It needs only ``‖c‖₂`` (the standard error) and ``‖c‖₁ ≤ √k ‖c‖₂``, so
-  releases that never know the coefficients (the cluster's, residual blocks) get it too.
+  answers whose coefficients are not formed get it too (from their standard errors).
 * **Chernoff bound** (discrete Laplace without known coefficients, and multisets too costly to
   convolve): ``P(e > h) ≤ min_u e^{−uh} Π_j M(c_j u)``. The discrete Gaussian is
   σ²-subgaussian (Canonne, Kamath and Steinke 2020), so this is
@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -626,12 +626,20 @@ class Intervals:
 
     def of(self, multisets: Multisets) -> tuple[np.ndarray, np.ndarray]:
         """Half-widths of queries with these coefficient multisets, and whether each is
-        exact; a multiset too costly to convolve gets the Chernoff bound of its own
-        coefficients."""
-        found = [self._multiset(values, counts) for values, counts in multisets.distinct]
+        exact (:meth:`distinct`)."""
+        widths, exact = self.distinct(multisets.distinct)
+        return widths[multisets.index], exact[multisets.index]
+
+    def distinct(
+        self, multisets: Sequence[tuple[np.ndarray, np.ndarray]]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The half-width of each distinct ``(values, counts)`` multiset, in order, and
+        whether it is exact; one too costly to convolve gets the Chernoff bound of its own
+        coefficients (or the split bound, where less)."""
+        found = [self._multiset(values, counts) for values, counts in multisets]
         widths = np.array([width for width, _ in found], dtype=np.float64)
         exact = np.array([flag for _, flag in found], dtype=bool)
-        return widths[multisets.index], exact[multisets.index]
+        return widths, exact
 
     def _multiset(self, values: np.ndarray, counts: np.ndarray) -> tuple[float, bool]:
         key = _multiset_key(values, counts)

@@ -524,7 +524,7 @@ def _recomputed(group: Any, column: str) -> Any:
         flags = group.exact_intervals
         if np.ndim(flags) == 0:  # one for the group
             return group.values * 0 + float(flags)
-        return np.asarray(flags, dtype=np.float64)
+        return flags.astype(np.float64)  # numpy, or Dask on the cluster
     attribute = {"estimate": "values", "standard_error": "standard_errors"}
     return getattr(group, attribute.get(column, "half_widths"))
 

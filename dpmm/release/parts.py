@@ -51,7 +51,7 @@ def answer_part_tasks(
     errors: Any,
     exact: bool,
     half_widths: Any,
-    exact_intervals: bool,
+    exact_intervals: Any,
     queries: QueryParts,
     attributes: Sequence[str],
 ) -> list[Any]:
@@ -64,7 +64,8 @@ def answer_part_tasks(
         values, errors: Its answers and standard errors, flat Dask arrays chunked alike.
         exact: Whether the standard errors are exact.
         half_widths: Their intervals' half-widths, a flat Dask array of the same length.
-        exact_intervals: Whether the half-widths come from the noise's exact distribution.
+        exact_intervals: Whether the half-widths come from the noise's exact distribution:
+            one bool for the group, or a flat Dask array of the same length.
         queries: What each of the group's queries asks.
         attributes: The domain's attributes, in order.
     """
@@ -72,6 +73,12 @@ def answer_part_tasks(
 
     errors = errors.rechunk(values.chunks)
     half_widths = half_widths.rechunk(values.chunks)
+    blocks = values.numblocks[0]
+    flags = (
+        exact_intervals.rechunk(values.chunks).to_delayed().ravel()
+        if hasattr(exact_intervals, "chunks")
+        else [bool(exact_intervals)] * blocks
+    )
     starts = np.cumsum((0, *values.chunks[0]))
     return [
         dask.delayed(_write_answers, pure=False)(
@@ -81,16 +88,17 @@ def answer_part_tasks(
             error_block,
             exact,
             width_block,
-            exact_intervals,
+            flag_block,
             queries.between(int(lo), int(hi)),
             int(lo),
             tuple(attributes),
         )
-        for index, (value_block, error_block, width_block, lo, hi) in enumerate(
+        for index, (value_block, error_block, width_block, flag_block, lo, hi) in enumerate(
             zip(
                 values.to_delayed().ravel(),
                 errors.to_delayed().ravel(),
                 half_widths.to_delayed().ravel(),
+                flags,
                 starts[:-1],
                 starts[1:],
                 strict=True,
@@ -106,7 +114,7 @@ def _write_answers(
     errors: np.ndarray,
     exact: bool,
     half_widths: np.ndarray,
-    exact_intervals: bool,
+    exact_intervals: bool | np.ndarray,
     queries: QueryParts,
     first: int,
     attributes: tuple[str, ...],

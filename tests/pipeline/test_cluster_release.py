@@ -76,6 +76,11 @@ def test_the_release_on_the_workers_is_the_flow_s_reconstruction_of_its_measurem
         assert list(rows["query"]) == list(range(group.values.size))
         np.testing.assert_allclose(rows["estimate"], group.values, rtol=1e-9, atol=1e-9)
         np.testing.assert_allclose(rows["standard_error"], group.standard_errors, rtol=1e-9)
+        # Exact intervals from the factors' multisets, as the vector's published them.
+        np.testing.assert_allclose(rows["half_width"], group.half_widths, rtol=1e-9)
+        assert list(rows["exact_interval"]) == list(
+            np.broadcast_to(group.exact_intervals, (group.values.size,))
+        )
 
     # The error bars cover the truth about as often as they say.
     truth = {g.name: g.matrix @ _counts().reshape(-1).astype(float) for g in config.workload}
