@@ -207,7 +207,8 @@ def test_a_least_release_through_the_flow_spends_the_planned_budget(tmp_path: Pa
 #: Absolute half-width targets on a release of the full vector (a tree under small
 #: discrete noise: half-widths on a lattice), on one of marginal tables (a domain of
 #: 10⁹ cells: the tables' half-widths come through the marginal algebra), on one whose
-#: arrays stay on the Dask workers (through the strategy's Kronecker factors).
+#: arrays stay on the Dask workers (through the strategy's Kronecker factors) and on
+#: residual blocks (ρ: each answer's own coefficients per residual set).
 PUBLISHED = {
     "vector": """name: published
 domain: {sex: 2, age: 16}
@@ -236,6 +237,14 @@ workload:
   - {name: pairs, kind: marginal, attributes: [sex, age]}
 strategy: {method: hierarchical}
 cluster: {arrays: workers}
+""",
+    "residual": """name: published
+domain: {a: 4, b: 5, c: 6}
+privacy: {rho: least, at_most: 20}
+workload:
+  - {name: pairs, kind: marginals, k: 2, target: {half_width: 25, confidence: 0.95}}
+  - {name: cdf, kind: prefix, attribute: a, by: [b]}
+strategy: {method: residual}
 """,
 }
 

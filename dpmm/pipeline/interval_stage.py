@@ -21,8 +21,12 @@ so they are found once per strategy, as the distinct multisets of their magnitud
   cell agrees on, the same multiset for every cell of the table (the algebra is invariant
   under relabelling each attribute's values), so a marginal group needs one row per table;
   other rows in table form (ranges, prefixes) are formed up to :data:`ROW_WORK` entries;
-* elsewhere (residual blocks, factors too wide, larger workloads) none: the half-width
-  is a factor of the standard error (:meth:`~dpmm.reconstruct.intervals.Intervals.bounded`).
+* for residual blocks, per residual set
+  (:func:`~dpmm.reconstruct.residual_blocks.block_noise_coefficients`, up to
+  :data:`ROW_WORK` entries): the Helmert bases are not invariant under relabelling, so
+  each answer has its own row;
+* elsewhere (factors too wide, larger workloads) none: the half-width is a factor of the
+  standard error (:meth:`~dpmm.reconstruct.intervals.Intervals.bounded`).
 
 A noise law then gives every half-width (:func:`half_widths`), one
 :class:`~dpmm.reconstruct.intervals.Intervals` per release sharing its work budget across
@@ -56,6 +60,7 @@ from dpmm.reconstruct.intervals import (
     merged_multiset,
 )
 from dpmm.reconstruct.marginal_tables import noise_coefficients
+from dpmm.reconstruct.residual_blocks import block_noise_coefficients
 from dpmm.targets import Budget, budget_noise
 from dpmm.workload import WorkloadGroup
 from dpmm.workload.table_form import TableBlock, table_form
@@ -63,8 +68,9 @@ from dpmm.workload.table_form import TableBlock, table_form
 __all__ = ["ROW_WORK", "KronMultisets", "PlannedIntervals", "group_multisets", "half_widths"]
 
 #: Entries (rows × measured cells sharing the row's attributes) formed for one group's
-#: rows in table form, and magnitudes of its Kronecker multisets' products together;
-#: beyond, its half-widths come from the standard errors.
+#: rows in table form, magnitudes of its Kronecker multisets' products together, and
+#: entries of its residual blocks' rows; beyond, its half-widths come from the standard
+#: errors.
 ROW_WORK = 1 << 22
 #: The widest Kronecker factor whose pseudo-inverse is formed densely, and the most
 #: products of its axes' distinct multisets a group forms (the distinct queries).
@@ -80,7 +86,8 @@ def group_multisets(
     integer, scale = strategy.quantized.integer, strategy.quantized.scale
     shape = tuple(config.domain.shape)
     if isinstance(integer, HelmertBlocks):
-        return None
+        rows = block_noise_coefficients(integer, group.matrix, ROW_WORK)
+        return None if rows is None else Multisets.of_rows(rows)
     if plan == "chunked":  # the factors only: nothing the size of the domain
         return _kron_multisets(group.matrix, strategy.quantized.matrix, shape, scale)
     if plan == "vector":

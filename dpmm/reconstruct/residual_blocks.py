@@ -65,8 +65,9 @@ from dpmm.linalg.helmert_blocks import (
     helmert_row_norms,
     helmert_transpose,
 )
+from dpmm.linalg.kron import kron_rows
 from dpmm.linalg.marginals import mask_members, members_mask
-from dpmm.linalg.residual_general import FactorSplit, read_sets, term_splits
+from dpmm.linalg.residual_general import FactorSplit, _reciprocal, read_sets, term_splits
 from dpmm.linalg.residuals import DomainSizes, _ResidualStack
 
 __all__ = [
@@ -75,6 +76,7 @@ __all__ = [
     "BlockMarginal",
     "block_histogram",
     "block_marginals",
+    "block_noise_coefficients",
     "block_workload_answers",
     "check_answerable",
     "iter_block_marginals",
@@ -321,6 +323,55 @@ def check_answerable(blocks: HelmertBlocks, W: Matrix) -> None:
     measured = set(blocks.sets)
     for _, splits in term_splits(W, blocks.domain_shape):
         _read_sets(splits, measured)
+
+
+def block_noise_coefficients(
+    blocks: HelmertBlocks, W: Matrix, work_limit: int
+) -> Iterator[tuple[int, np.ndarray]] | None:
+    """``(first query, rows)`` blocks of each answer's coefficients on the measured integer
+    noise: ``W x̂ = Σ_S w V_S G_S⁺ y_S`` is linear in each set's noise ``e_S``, so query q's
+    row is row q of ``w V_S G_S⁺`` over the sets S its term reads, side by side (the sets'
+    noise is independent). Data-free, so the plan states the intervals the release
+    publishes (:mod:`dpmm.pipeline.interval_stage`); None when the rows would take more
+    than ``work_limit`` entries (rows × (rank + measured rows) of each set read).
+
+    Raises:
+        UnsupportedQueryError: W is not a union of Kron products over the domain, or
+            reads an unmeasured residual set.
+    """
+    measured = set(blocks.sets)
+    terms = [
+        (weight, splits, _read_sets(splits, measured))
+        for weight, splits in term_splits(W, blocks.domain_shape)
+    ]
+    work = sum(
+        math.prod(len(split.a) for split in splits)
+        * sum(sum(blocks.integers[mask].shape) for mask in masks)
+        for _, splits, masks in terms
+    )
+    if work > work_limit:
+        return None
+
+    def rows() -> Iterator[tuple[int, np.ndarray]]:
+        inverses: dict[tuple, np.ndarray] = {}  # symmetric domains repeat one block
+        first = 0
+        for weight, splits, masks in terms:
+            parts = [np.zeros((math.prod(len(split.a) for split in splits), 0))]
+            for mask in masks:
+                pieces = [s.B if mask >> i & 1 else s.a[:, None] for i, s in enumerate(splits)]
+                V = weight * np.atleast_2d(kron_rows(pieces))
+                G = blocks.normalized(mask)
+                if G.ndim == 1:  # diag(G)⁺: one noise draw per coordinate of ẑ_S
+                    parts.append(V * _reciprocal(G))
+                    continue
+                key = (G.shape, blocks.integers[mask].tobytes())
+                if key not in inverses:
+                    inverses[key] = np.linalg.pinv(G)
+                parts.append(V @ inverses[key])
+            yield first, np.hstack(parts)
+            first += parts[0].shape[0]
+
+    return rows()
 
 
 def block_workload_answers(estimate: BlockEstimate, W: Matrix) -> BlockAnswers:

@@ -20,6 +20,7 @@ from dpmm.reconstruct import residual_blocks
 from dpmm.reconstruct.residual_blocks import (
     BlockEstimate,
     block_marginals,
+    block_noise_coefficients,
     block_workload_answers,
     check_answerable,
     iter_block_marginals,
@@ -137,6 +138,27 @@ def test_variances_equal_dense_covariance(case):
     covariance = case.variance * spread @ spread.T
     result = block_workload_answers(case.estimate, case.W)
     np.testing.assert_allclose(result.variances, np.diag(covariance), rtol=1e-7)
+
+
+def test_noise_coefficients_are_the_dense_rows(case):
+    """Each answer's coefficients on the integer noise are its row of ``W B⁺`` (the noise
+    rows side by side per set, so compared as multisets of magnitudes), with or without
+    the measurement, and none past the work limit."""
+    B = dense_integer_strategy(case.blocks)
+    expected = case.W.dense() @ np.linalg.pinv(B)
+    found = block_noise_coefficients(case.blocks, case.W, 1 << 22)
+    assert found is not None
+    rows = [row for _, block in found for row in block]  # terms read different sets
+    assert len(rows) == expected.shape[0]
+    for row, dense in zip(rows, expected, strict=True):
+        kept = np.sort(np.abs(row[np.abs(row) > 1e-9 * np.abs(dense).max()]))
+        dense = np.sort(np.abs(dense[np.abs(dense) > 1e-9 * np.abs(dense).max()]))
+        np.testing.assert_allclose(kept, dense, rtol=1e-7, atol=1e-12 * dense.max())
+    variances = block_workload_answers(case.estimate, case.W).variances
+    norms = np.array([np.sum(row**2) for row in rows])
+    np.testing.assert_allclose(case.variance * norms, variances, rtol=1e-7)
+    entries = sum(row.size for row in rows)
+    assert block_noise_coefficients(case.blocks, case.W, entries // 4) is None
 
 
 def test_sum_of_variances_is_near_the_unquantized_strategy(case):
