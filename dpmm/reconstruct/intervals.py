@@ -35,10 +35,11 @@ parameter σ², in the measurement's integer units) and ``c`` the query's row of
   ``−log(1 − 4q sinh²(u/2) / (1−q)²)`` (``q = e^{−1/t}``) is convex in ``u²`` and zero at 0,
   hence superadditive in ``u²``: ``Σ_j log M(c_j u) ≤ log M(‖c‖₂ u)``, so from the standard
   error alone one draw scaled by ``‖c‖₂`` bounds the sum. Rigorous, and wider than exact.
-  For a wide discrete Laplace whose multiset is known the **split bound** is published
-  where it is less (:func:`_split_half_width`): its few largest groups convolved exactly,
-  the rest through this bound, one convolution of the two (about 2.5 standard errors at
-  0.95 where Chernoff gives 2.7 to 3.7).
+  For a wide discrete Laplace, or a discrete Gaussian summed term by term, whose multiset
+  is known the **split bound** is published where it is less (:func:`_split_half_width`):
+  its few largest groups convolved exactly, the rest through this bound, one convolution
+  of the two (a wide Laplace: about 2.5 standard errors at 0.95 where Chernoff gives 2.7
+  to 3.7).
 
 Queries whose coefficient multisets agree (marginal cells, symmetric strategies) share one
 distribution: it is computed once per distinct multiset, within a budget of work per
@@ -57,7 +58,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -303,34 +304,46 @@ def _wide_laplace_unit(values_bytes: bytes, counts_bytes: bytes, level: float) -
 
 
 def _split_half_width(values: np.ndarray, counts: np.ndarray, law: NoiseLaw, level: float) -> float:
-    """A wide discrete Laplace's half-width, exact for the :data:`_SPLIT_GROUPS` groups of
-    largest variance and bounded for the rest (``math.inf`` where it does not apply): the
-    Chernoff bound where the exact computation is too costly, made tight where a few
-    coefficients dominate (its one-draw MGF charges them a bound's full slack).
+    """A half-width exact for the :data:`_SPLIT_GROUPS` groups of largest variance and
+    bounded for the rest (``math.inf`` where it does not apply): the Chernoff bound where
+    the exact computation is too costly, made tight where a few coefficients dominate (its
+    one-draw MGF charges them a bound's full slack).
 
-    With ``D`` the dominant groups' continuous sum and ``R`` the rest's (at t = 1),
-    ``P(D + R > h) = E[P(R > h − D | D)] ≤ Σ_k P(U = k) min(1, B_R(h − k))`` for the grid
-    variable ``U ≥ D`` of :func:`_wide_total` and ``B_R(x) = min_u e^{−ux} M_R(u)`` over a
-    fixed set of u (any u bounds; B_R falls with x). The sum over k is one convolution
-    for every h on the grid; ``‖c‖₁`` is added as for the exact computation."""
-    if not (law.laplace and _continuous(law)) or len(values) <= _SPLIT_GROUPS:
+    With ``D`` the dominant groups' sum and ``R`` the rest's,
+    ``P(D + R > h) = E[P(R > h − D | D)] ≤ Σ_k P(U = k) min(1, B_R(h − k))`` for a grid
+    variable ``U ≥ D`` and any bound ``B_R(x) ≥ P(R > x)`` falling with x
+    (:func:`_split_least`). A wide discrete Laplace takes ``U`` from :func:`_wide_total`
+    and ``B_R(x) = min_u e^{−ux} M_R(u)`` over a fixed set of u for the continuous Laplace
+    at t = 1, with ``‖c‖₁`` added as for the exact computation; a discrete Gaussian takes
+    ``U`` from its exact convolution on the grid (as :func:`exact_half_width` does) and
+    ``B_R(x) = exp(−x² / 2σ²‖c_R‖²)`` (it is σ²-subgaussian)."""
+    if len(values) <= _SPLIT_GROUPS:
         return math.inf
-    unit = _split_unit(values.tobytes(), counts.astype(np.int64).tobytes(), level)
-    return float(law.parameter) * unit + float(np.sum(counts * values))
+    if law.laplace and _continuous(law):
+        unit = _split_unit(values.tobytes(), counts.astype(np.int64).tobytes(), level)
+        return float(law.parameter) * unit + float(np.sum(counts * values))
+    if not law.laplace and not _continuous(law):
+        return _gaussian_split(values, counts, law, level)
+    return math.inf
+
+
+def _dominant(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The positions of the :data:`_SPLIT_GROUPS` groups of largest variance (in order)
+    and of the rest."""
+    order = np.argsort(counts * values**2)[::-1]
+    return np.sort(order[:_SPLIT_GROUPS]), order[_SPLIT_GROUPS:]
 
 
 @functools.lru_cache(maxsize=1 << 12)
 def _split_unit(values_bytes: bytes, counts_bytes: bytes, level: float) -> float:
-    """:func:`_split_half_width` at t = 1, before ``‖c‖₁``."""
+    """:func:`_split_half_width` of a wide discrete Laplace at t = 1, before ``‖c‖₁``."""
     values = np.frombuffer(values_bytes, dtype=np.float64)
     counts = np.frombuffer(counts_bytes, dtype=np.int64)
-    order = np.argsort(counts * values**2)[::-1]
-    dominant, rest = np.sort(order[:_SPLIT_GROUPS]), order[_SPLIT_GROUPS:]
+    dominant, rest = _dominant(values, counts)
     total = _wide_total(values[dominant], counts[dominant])
     if total is None:
         return math.inf
     masses, offset, grid = total
-    missing = max(0.0, 1.0 - float(masses.sum()))  # trimmed tails: counted as outside
     rest_values, rest_counts = values[rest], counts[rest]
     # The continuous Laplace's MGF 1/(1 − c²u²) diverges at u = 1/max c.
     u = (1 / rest_values.max()) * np.concatenate(
@@ -339,18 +352,65 @@ def _split_unit(values_bytes: bytes, counts_bytes: bytes, level: float) -> float
     log_mgf = -np.sum(rest_counts[:, None] * np.log1p(-np.square(rest_values[:, None] * u)), 0)
     # Beyond this many cells B_R is below 1e-20: the range of h searched.
     reach = math.ceil(float(np.min((log_mgf + 46) / u)) / grid) + 1
+
+    def bound(shifts: np.ndarray) -> np.ndarray:
+        found = np.empty(shifts.size)
+        for start in range(0, shifts.size, 1 << 14):
+            part = shifts[start : start + (1 << 14)]
+            found[start : start + part.size] = np.exp(
+                np.min(log_mgf[None, :] - part[:, None] * u[None, :], axis=1)
+            )
+        return found
+
+    return _split_least(masses, offset, grid, bound, reach, level)
+
+
+def _gaussian_split(values: np.ndarray, counts: np.ndarray, law: NoiseLaw, level: float) -> float:
+    """:func:`_split_half_width` of a discrete Gaussian summed term by term."""
+    dominant, rest = _dominant(values, counts)
+    values_d, counts_d = values[dominant], counts[dominant]
+    grid, multiples = _grid(values_d, counts_d, law)
+    total: tuple[np.ndarray, int] | None = None
+    for index, (value, count) in enumerate(zip(values_d, counts_d, strict=True)):
+        summed = _integer_sum(law, int(count), TRIM / len(values_d))
+        if summed is None:
+            return math.inf
+        multiple = None if multiples is None else int(multiples[index])
+        group = _trimmed(*_on_grid(*summed, float(value), grid, multiple))
+        total = group if total is None else _convolve(total, group)
+        if total[0].size > GRID_LIMIT:
+            return math.inf
+    assert total is not None
+    rest_variance = float(law.parameter) * float(np.sum(counts[rest] * values[rest] ** 2))
+    reach = math.ceil(math.sqrt(2 * rest_variance * 46) / grid) + 1  # B_R < 1e-20 beyond
+
+    def bound(shifts: np.ndarray) -> np.ndarray:
+        return np.exp(-(shifts**2) / (2 * rest_variance))
+
+    return _split_least(*total, grid, bound, reach, level)
+
+
+def _split_least(
+    masses: np.ndarray,
+    offset: int,
+    grid: float,
+    bound: Callable[[np.ndarray], np.ndarray],
+    reach: int,
+    level: float,
+) -> float:
+    """The least h on the grid with ``Σ_k P(U = k) min(1, B_R(h − k)) ≤ (1 − level)/2``
+    (less the slack and the mass trimmed), for U distributed as ``masses`` from
+    ``offset`` (cells of ``grid``) and ``bound`` giving ``B_R`` at positive shifts, below
+    1e-20 past ``reach`` cells: one convolution for every h (``math.inf``: none found)."""
+    missing = max(0.0, 1.0 - float(masses.sum()))  # trimmed tails: counted as outside
     if masses.size + reach > GRID_LIMIT:
         return math.inf
     first = -(offset + masses.size - 1)  # b[j] is B_R((j + first) · grid)
     shifts = np.arange(first, reach + 1, dtype=np.float64) * grid
-    bound = np.ones(shifts.size)
+    tail = np.ones(shifts.size)
     positive = shifts > 0
-    for start in range(0, int(positive.sum()), 1 << 14):
-        part = shifts[positive][start : start + (1 << 14)]
-        bound[np.flatnonzero(positive)[start : start + part.size]] = np.exp(
-            np.min(log_mgf[None, :] - part[:, None] * u[None, :], axis=1)
-        ).clip(max=1.0)
-    tails = signal.fftconvolve(masses, bound)  # index n: h = (n + offset + first) · grid
+    tail[positive] = np.clip(bound(shifts[positive]), None, 1.0)
+    tails = signal.fftconvolve(masses, tail)  # index n: h = (n + offset + first) · grid
     allowed = (1 - level - NUMERICAL_SLACK) / 2 - missing
     cells = np.flatnonzero(tails[: masses.size + shifts.size - 1] + 1e-12 <= allowed)
     cells = cells[cells + offset + first >= 0]

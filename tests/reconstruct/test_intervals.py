@@ -202,13 +202,24 @@ def test_a_slack_too_large_for_the_level_falls_back_to_the_bound():
 
 
 @pytest.mark.parametrize("dominant", [False, True])
-def test_the_split_bound_lies_between_the_exact_half_width_and_chernoffs(dominant: bool) -> None:
-    """Past the work budget a wide Laplace's multiset gets the least of the Chernoff bound
-    and the split bound (its largest groups exact, the rest by their MGF): never below the
-    exact half-width, and tighter than Chernoff's, most where a coefficient dominates."""
+@pytest.mark.parametrize(
+    "law",
+    [
+        NoiseLaw("discrete_laplace", Fraction(20000)),
+        NoiseLaw("discrete_gaussian", Fraction(12)),
+        NoiseLaw("discrete_gaussian", Fraction(5000)),
+    ],
+    ids=["wide Laplace", "Gaussian σ² 12", "Gaussian σ² 5000"],
+)
+def test_the_split_bound_lies_between_the_exact_half_width_and_chernoffs(
+    law: NoiseLaw, dominant: bool
+) -> None:
+    """Past the work budget a multiset of a wide Laplace or a discrete Gaussian summed term
+    by term gets the least of the Chernoff bound and the split bound (its largest groups
+    exact, the rest by their MGF or as subgaussian): never below the exact half-width, and
+    tighter than Chernoff's, most where a coefficient dominates."""
     from dpmm.reconstruct.intervals import _chernoff_width, _split_half_width
 
-    law = NoiseLaw("discrete_laplace", Fraction(20000))
     rng = np.random.default_rng(7)
     values = np.sort(rng.uniform(0.01, 1, 12))
     counts = rng.integers(1, 30, 12)
