@@ -90,8 +90,8 @@ def covariance_factor(A: Matrix, noise_std: float | np.ndarray | None) -> Matrix
             f"standard errors would need a dense {n:,} × {n:,} inverse."
         )
     if whitened.known_full_column_rank:
-        # An invertible Gram (a quantized p-Identity keeps its identity block): its inverse,
-        # computed once per strategy object and shared with the expected error's.
+        # An invertible Gram without a closed-form inverse: its inverse, computed once per
+        # strategy object and shared with the expected error's.
         return whitened.gram().pinv()
     check_dense_size(A.shape[0], n, f"the covariance of {A!r}")
     gram = whitened.dense()

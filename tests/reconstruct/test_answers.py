@@ -67,7 +67,7 @@ def test_nnls_answers_report_least_squares_errors_and_say_so() -> None:
 
 
 def test_an_invertible_gram_gives_its_inverse_as_the_covariance():
-    """A quantized p-Identity (its identity block survives rounding) takes the Gram's own
+    """A quantized p-Identity (its diagonal over its Θ rows) takes the Gram's own Woodbury
     inverse, shared with the expected error's, instead of a dense pseudo-inverse."""
     from dpmm.linalg.pidentity import PIdentity
     from dpmm.measure.quantize import measurable
@@ -81,4 +81,4 @@ def test_an_invertible_gram_gives_its_inverse_as_the_covariance():
     expected = np.linalg.pinv(dense.T @ dense, rcond=1e-10, hermitian=True)
     factor = covariance_factor(A, None)
     np.testing.assert_allclose(factor.dense(), expected, rtol=1e-9, atol=1e-12)
-    assert factor is A.gram().pinv()
+    assert factor.base is A.gram().pinv().base  # one Woodbury factor for both
