@@ -32,10 +32,11 @@ Post-processing of the real-valued estimate (no data, no budget), in one of two 
 The total is the declared invariant (``invariants.total``, or what the declared margins
 add up to; published exactly) or the estimate's own total rounded. A declared one-way
 table (``invariants.margins``) is held exactly: on the tables path it replaces its
-least-squares table before the 2-way tables below it are rounded; on the vector, the
-estimate is rounded slice by slice of its attribute, each slice to its count (one such
-table: the plan refuses more). Rounding is deterministic, so the audit recomputes the
-integers exactly.
+least-squares table before the tables below it are rounded; on the vector, the joint
+table of the declared attributes is rounded first with every declared margin fixed
+(:func:`declared_table`), then the estimate slice by slice of it, each slice to its count
+(that joint table of at most :data:`TABLE_CELL_LIMIT` cells: the plan refuses larger).
+Rounding is deterministic, so the audit recomputes the integers exactly.
 
 Standard errors. The integer answer is the real-valued one moved by a known shift
 ``d = W x_int − W x̂`` (both public). By the triangle inequality its error is at most the
@@ -59,6 +60,7 @@ from dpmm.errors import ConfigError
 from dpmm.reconstruct.integer import (
     TABLE_CELL_LIMIT,
     TableSource,
+    chained_table,
     closed_sets,
     cumulative_rounding,
     integer_tables,
@@ -74,6 +76,7 @@ __all__ = [
     "INVARIANTS_STATEMENT",
     "ROUNDING",
     "check_integer_output",
+    "declared_table",
     "integer_from_tables",
     "integer_from_vector",
     "rounded_errors",
@@ -147,9 +150,16 @@ def vector_rounding(config: ReleaseConfig) -> str:
         else f"stopped after {iterations} iterations from least squares rounded top-down "
         "through its attribute prefixes"
     )
+    declared = len(config.invariants.margins)
     sliced = (
         ", slice by slice of the declared table's attribute, each slice to its count"
-        if config.invariants.margins
+        if declared == 1
+        else ", slice by slice of the declared attributes' joint table, each slice to its "
+        "count, that table rounded first from the estimate's, one declared attribute at a "
+        "time in domain order, each step the table so far against the next attribute's "
+        "declared counts with both fixed (nearest in L1: a transportation problem, solved "
+        "exactly by HiGHS)"
+        if declared
         else ""
     )
     return (
@@ -184,9 +194,11 @@ def check_integer_output(config: ReleaseConfig, plan: str, blocks: bool) -> None
     """Refuse, before anything is spent, a release whose answers cannot be rounded.
 
     Raises:
-        ConfigError: the release keeps its arrays on the workers, or (without the vector)
-            a group reads a table of three or more attributes, one not in table form, or
-            a 2-way table of more than :data:`TABLE_CELL_LIMIT` cells.
+        ConfigError: the release keeps its arrays on the workers; on the vector, declared
+            margins whose joint table has more than :data:`TABLE_CELL_LIMIT` cells;
+            without the vector, a group reading a table of three or more attributes, one
+            not in table form, or a 2-way table of more than :data:`TABLE_CELL_LIMIT`
+            cells.
     """
     if not config.release.integer:
         return
@@ -196,19 +208,22 @@ def check_integer_output(config: ReleaseConfig, plan: str, blocks: bool) -> None
             "process, and this release keeps its arrays on the Dask workers "
             "(cluster.arrays); use cluster.arrays: flow or release.output: real"
         )
+    domain = config.domain
     if not _without_vector(plan, blocks):
-        declared = config.invariants.margins
-        if len(declared) > 1:
+        declared = [m.attribute for m in config.invariants.margins]
+        cells = math.prod(domain[name].size for name in declared)
+        if len(declared) > 1 and cells > TABLE_CELL_LIMIT:
             raise ConfigError(
                 f"{config.path}: invariants.margins: a release that rounds the data vector "
-                f"holds one declared one-way table exactly, and this config declares "
-                f"{len(declared)} ({', '.join(m.attribute for m in declared)}); declare one"
+                f"holds declared margins through their attributes' joint table, of up to "
+                f"{TABLE_CELL_LIMIT:,} cells, and that of {', '.join(declared)} has "
+                f"{cells:,}; declare fewer"
             )
         return
     shape = config.domain.shape
     for name, sets in _group_sets(config).items():
         for attrs in sets:
-            names = ", ".join(config.domain.attributes[i] for i in attrs)
+            names = _names(config, attrs)
             if len(attrs) > 2:
                 raise ConfigError(
                     f"{config.path}: release.output: integer rounds tables of up to two "
@@ -223,6 +238,23 @@ def check_integer_output(config: ReleaseConfig, plan: str, blocks: bool) -> None
                     f"{TABLE_CELL_LIMIT:,} cells, and workload group {name!r} reads the "
                     f"table of {names} ({cells:,} cells)"
                 )
+
+
+def _names(config: ReleaseConfig, attrs: Sequence[int]) -> str:
+    return ", ".join(config.domain.attributes[i] for i in attrs)
+
+
+def declared_table(config: ReleaseConfig, estimate: np.ndarray) -> np.ndarray:
+    """The non-negative estimate (shaped as the domain) rounded slice by slice of the
+    declared attributes' joint table, itself the estimate's rounded with every declared
+    margin fixed (:func:`~dpmm.reconstruct.integer.chained_table`, attributes in domain
+    order): every declared margin held exactly, always feasible."""
+    margins = sorted(config.invariants.margins, key=lambda m: config.domain.index(m.attribute))
+    axes = [config.domain.index(m.attribute) for m in margins]
+    shaped = np.reshape(estimate, config.domain.shape)
+    real = shaped.sum(axis=tuple(i for i in range(shaped.ndim) if i not in axes))
+    joint = chained_table(real, np.array(margins[0].counts), [m.counts for m in margins[1:]])
+    return sliced_rounding(shaped, axes, joint).reshape(np.shape(estimate))
 
 
 def _total(config: ReleaseConfig, estimated: float) -> int:
@@ -255,12 +287,8 @@ def integer_from_vector(
 ) -> tuple[list[GroupAnswers], np.ndarray]:
     """Every group answered from a non-negative estimate rounded to an integer vector,
     and that vector (as floats, the histogram's type)."""
-    margins = config.invariants.margins
-    if margins:  # the plan allows one on the vector: its slices get its counts
-        (margin,) = margins
-        shaped = np.reshape(estimate, config.domain.shape)
-        axis = config.domain.index(margin.attribute)
-        rounded = sliced_rounding(shaped, axis, margin.counts).reshape(np.shape(estimate))
+    if config.invariants.margins:
+        rounded = declared_table(config, estimate)
     else:
         rounded = cumulative_rounding(estimate, _total(config, math.fsum(estimate)))
     as_float = rounded.astype(np.float64)

@@ -9,6 +9,7 @@ import pytest
 
 from dpmm.errors import ArgumentError
 from dpmm.reconstruct.integer import (
+    chained_table,
     closed_sets,
     cumulative_rounding,
     integer_tables,
@@ -150,12 +151,55 @@ def test_declared_one_way_tables_replace_their_estimates_top_down() -> None:
 
 def test_sliced_rounding_gives_every_slice_its_total() -> None:
     rng = np.random.default_rng(SEED + 41)
-    for _ in range(20):
+    for _ in range(40):
         shape = tuple(int(s) for s in rng.integers(1, 6, 3))
         values = rng.exponential(2.0, shape) * (rng.random(shape) < 0.5)
-        axis = int(rng.integers(0, 3))
-        totals = rng.integers(0, 30, shape[axis])
-        rounded = sliced_rounding(values, axis, totals)
+        axes = [int(a) for a in rng.permutation(3)[: int(rng.integers(1, 3))]]
+        totals = rng.integers(0, 30, [shape[a] for a in axes])
+        rounded = sliced_rounding(values, axes, totals)
         assert rounded.shape == shape and rounded.min() >= 0
-        others = tuple(a for a in range(3) if a != axis)
-        assert np.array_equal(rounded.sum(axis=others), totals)
+        others = tuple(a for a in range(3) if a not in axes)
+        summed = rounded.sum(axis=others)  # its axes in domain order
+        assert np.array_equal(summed, np.transpose(totals, np.argsort(axes)))
+        for index in np.ndindex(*totals.shape):  # each slice its running sums, as one vector
+            where = [slice(None)] * 3
+            for axis, position in zip(axes, index, strict=True):
+                where[axis] = position
+            one = cumulative_rounding(values[tuple(where)], int(totals[index]))
+            assert np.array_equal(rounded[tuple(where)], one)
+
+
+def _margins(table: np.ndarray) -> list[np.ndarray]:
+    return [
+        table.sum(axis=tuple(a for a in range(table.ndim) if a != i)) for i in range(table.ndim)
+    ]
+
+
+def test_a_chained_table_holds_its_start_and_every_margin() -> None:
+    """Random noisy tables of 2-4 attributes, the margins moved away from the estimate's
+    (declared counts need not agree with it): the result always exists, integer and
+    non-negative, summing to the start over the added axes and to each margin."""
+    rng = np.random.default_rng(SEED + 42)
+    for _ in range(40):
+        shape = tuple(int(s) for s in rng.integers(1, 6, int(rng.integers(2, 5))))
+        truth = rng.poisson(rng.exponential(3.0, shape))
+        real = truth + rng.normal(0, 2.0, shape)  # signed, like least squares
+        total = int(truth.sum()) + int(rng.integers(0, 5))
+        margins = [
+            nearest_integer_vector(m + rng.normal(0, 3, m.size), total) for m in _margins(truth)
+        ]
+        fixed = int(rng.integers(1, len(shape)))
+        start = (
+            margins[0]
+            if fixed == 1
+            else chained_table(
+                real.sum(axis=tuple(range(fixed, len(shape)))), margins[0], margins[1:fixed]
+            )
+        )
+        table = chained_table(real, start, margins[fixed:])
+        assert table.dtype == np.int64 and table.shape == shape and table.min() >= 0
+        assert np.array_equal(table.sum(axis=tuple(range(fixed, len(shape)))), start)
+        for found, margin in zip(_margins(table), margins, strict=True):
+            assert np.array_equal(found, margin)
+    with pytest.raises(ArgumentError, match="does not extend"):
+        chained_table(np.ones((2, 3)), np.array([3, 3]), [[2, 2]])
