@@ -23,11 +23,14 @@ Post-processing of the real-valued estimate (no data, no budget), in one of two 
   against 87 s under load; ``benchmarks/integer_tables.py``). :func:`rounding_iterations`
   decides which from the config and domain alone, and the plan states it.
 * **the tables** (marginal tables or residual blocks, no vector): the least-squares
-  tables the workload reads, and the 1-way margins of its 2-way tables, are rounded
+  tables the workload reads, and the 1-way margins of its larger tables, are rounded
   top-down (:func:`integer_tables`: total, then each 1-way table with that sum, then each
-  2-way table with both margins fixed), and every answer is read from those tables.
-  Groups must read tables of at most two attributes, each 2-way table of at most
-  :data:`TABLE_CELL_LIMIT` cells; the plan refuses others.
+  2-way table with both margins fixed, each larger table one attribute at a time from
+  the one table it shares with those before it; a table inside a larger one is its
+  sums), and every answer is read from those tables. Every table of two or more
+  attributes has at most :data:`TABLE_CELL_LIMIT` cells, and no table of three or more
+  may share two tables with those rounded before it (:func:`rounding_steps`: fixing both
+  could leave no integer table); the plan refuses others.
 
 The total is the declared invariant (``invariants.total``, or what the declared margins
 add up to; published exactly) or the estimate's own total rounded. A declared one-way
@@ -65,6 +68,7 @@ from dpmm.reconstruct.integer import (
     cumulative_rounding,
     integer_tables,
     rounded_total,
+    rounding_steps,
     sliced_rounding,
 )
 from dpmm.workload.table_form import answer_from_tables, needed_tables, table_form
@@ -103,6 +107,15 @@ ROUNDING = {
         "(nearest in L1: a transportation problem, solved exactly by HiGHS); every answer "
         "is computed from them"
     ),
+    "larger tables": (
+        "the least-squares tables rounded top-down: the total, each 1-way table with that "
+        "sum (nearest in squared distance), then each table not inside another, one "
+        "attribute at a time from its first attribute's 1-way table or from the one table "
+        "of two or more attributes it shares with those rounded before it, each step the "
+        "table so far against the next attribute's 1-way table with both fixed (nearest in "
+        "L1: a transportation problem, solved exactly by HiGHS); a table inside another is "
+        "its sums; every answer is computed from them"
+    ),
 }
 #: What the manifest says of declared invariants.
 INVARIANTS_STATEMENT = (
@@ -112,8 +125,10 @@ INVARIANTS_STATEMENT = (
 
 
 def tables_rounding(config: ReleaseConfig) -> str:
-    """How the manifest and the plan describe the rounding of tables."""
-    return ROUNDING["tables"] + _declared_note(config)
+    """How the manifest and the plan describe the rounding of tables: tables of three or
+    more attributes are rounded in a chain, the others as 2-way tables."""
+    larger = any(len(a) > 2 for found in _group_sets(config).values() for a in found)
+    return ROUNDING["larger tables" if larger else "tables"] + _declared_note(config)
 
 
 def _declared_note(config: ReleaseConfig) -> str:
@@ -196,9 +211,9 @@ def check_integer_output(config: ReleaseConfig, plan: str, blocks: bool) -> None
     Raises:
         ConfigError: the release keeps its arrays on the workers; on the vector, declared
             margins whose joint table has more than :data:`TABLE_CELL_LIMIT` cells;
-            without the vector, a group reading a table of three or more attributes, one
-            not in table form, or a 2-way table of more than :data:`TABLE_CELL_LIMIT`
-            cells.
+            without the vector, a group not in table form, a table of two or more
+            attributes of more than :data:`TABLE_CELL_LIMIT` cells, or tables
+            :func:`rounding_steps` cannot order.
     """
     if not config.release.integer:
         return
@@ -220,24 +235,28 @@ def check_integer_output(config: ReleaseConfig, plan: str, blocks: bool) -> None
                 f"{cells:,}; declare fewer"
             )
         return
-    shape = config.domain.shape
-    for name, sets in _group_sets(config).items():
+    reads = _group_sets(config)
+    for name, sets in reads.items():
         for attrs in sets:
-            names = _names(config, attrs)
-            if len(attrs) > 2:
+            cells = math.prod(domain.shape[i] for i in attrs)
+            if len(attrs) > 1 and cells > TABLE_CELL_LIMIT:
                 raise ConfigError(
-                    f"{config.path}: release.output: integer rounds tables of up to two "
-                    f"attributes when the release has no data vector, and workload group "
-                    f"{name!r} reads the table of {names} (integer tables with fixed 2-way "
-                    "margins need not exist)"
-                )
-            cells = math.prod(shape[i] for i in attrs)
-            if cells > TABLE_CELL_LIMIT:
-                raise ConfigError(
-                    f"{config.path}: release.output: integer rounds 2-way tables of up to "
+                    f"{config.path}: release.output: integer rounds tables of up to "
                     f"{TABLE_CELL_LIMIT:,} cells, and workload group {name!r} reads the "
-                    f"table of {names} ({cells:,} cells)"
+                    f"table of {_names(config, attrs)} ({cells:,} cells)"
                 )
+    _, stuck = rounding_steps(sorted({attrs for sets in reads.values() for attrs in sets}))
+    if stuck is not None:
+        table, shared = stuck
+        name = next(name for name, sets in reads.items() if table in sets)
+        raise ConfigError(
+            f"{config.path}: release.output: integer rounds a table of three or more "
+            f"attributes from at most one table it shares with the tables rounded before it "
+            f"when the release has no data vector, and workload group {name!r} reads the "
+            f"table of {_names(config, table)}, which shares the tables of "
+            f"{' and of '.join(_names(config, s) for s in shared)} (an integer table with "
+            "two of them fixed need not exist)"
+        )
 
 
 def _names(config: ReleaseConfig, attrs: Sequence[int]) -> str:

@@ -44,14 +44,16 @@ recomputes them):
   optimum is integral: SciPy's HiGHS dual simplex (:func:`scipy.optimize.linprog`)
   returns a vertex, checked integral (a 300 × 300 table took 4.5 s here, against 19 s
   as a MILP with integrality declared).
-* :func:`chained_table` — a table of several attributes (a declared table of their joint
-  counts) one attribute at a time: the integer table so far (flattened, as rows) against
-  the next attribute's 1-way table, each step a 2-way table rounded by
-  :func:`nearest_integer_table`, so it always has an integral optimum.
-
-Tables of three or more attributes with their 2-way margins fixed are not totally
-unimodular (an integer table may not even exist), so they are not rounded here: the
-release refuses them in its plan.
+* :func:`chained_table` — a table of three or more attributes (or a declared table of
+  several attributes' joint counts) one attribute at a time: the integer table so far
+  (flattened, as rows) against the next attribute's 1-way table, each step a 2-way table
+  rounded by :func:`nearest_integer_table`. A 3-way table with all its 2-way margins
+  fixed is not totally unimodular (an integer table may not even exist); a chain fixes
+  one table and 1-way margins at each step, so it always has an integral optimum.
+  :func:`integer_tables` rounds the largest tables a workload reads this way, each from
+  the one table it shares with those rounded before it (:func:`rounding_steps` orders
+  them, and finds the families that would need two shared tables fixed: the release
+  refuses those in its plan).
 
 Example:
     >>> cumulative_rounding(np.array([0.4, 0.4, 0.4, 1.8]), 3).tolist()
@@ -78,6 +80,7 @@ __all__ = [
     "BRANCHING",
     "TABLE_CELL_LIMIT",
     "TABLE_TIME_LIMIT",
+    "Step",
     "TableSource",
     "chained_table",
     "closed_sets",
@@ -88,6 +91,7 @@ __all__ = [
     "nearest_integer_table",
     "nearest_integer_vector",
     "rounded_total",
+    "rounding_steps",
     "sliced_rounding",
     "top_down_rounding",
 ]
@@ -298,26 +302,97 @@ def chained_table(
     return table
 
 
+#: One rounding step of :func:`integer_tables`: a table (sorted attributes) and the
+#: sub-table it starts from (one of its attributes, or a table shared with one rounded
+#: before it), extended by its other attributes one at a time.
+Step = tuple[tuple[int, ...], tuple[int, ...]]
+
+
+def rounding_steps(
+    sets: Sequence[tuple[int, ...]],
+) -> tuple[list[Step], tuple[tuple[int, ...], list[tuple[int, ...]]] | None]:
+    """The order :func:`integer_tables` rounds tables of two or more attributes in, so that
+    none can fail: only the largest tables (not inside another) are rounded, each from the
+    largest table of two or more attributes it shares with those rounded before it, which
+    must hold every other such shared table (the 1-way margins and the total are fixed
+    first, so sharing one attribute costs nothing). A 3-way table sharing two different
+    2-way tables with earlier ones would have both as fixed margins, and an integer table
+    with two fixed 2-way margins need not exist.
+
+    The next table is, of those that can be rounded, the one sharing the most attributes
+    with those before it (ties: fewer attributes, then attribute order). Depends on the
+    sets alone: the plan decides, the release does what it decided.
+
+    Returns:
+        The steps, and None; or the steps found and the first table left over with the
+        tables it shares (the family cannot be rounded this way).
+
+    Example:
+        >>> rounding_steps([(0, 1), (0, 1, 2), (1, 2, 3), (2, 4)])
+        ([((2, 4), (2,)), ((0, 1, 2), (0,)), ((1, 2, 3), (1, 2))], None)
+        >>> rounding_steps([(0, 1, 2), (0, 1, 3), (0, 2, 3)])[1]
+        ((0, 2, 3), [(0, 2), (0, 3)])
+    """
+    wanted = {tuple(attrs) for attrs in sets if len(attrs) >= 2}
+    left = sorted(
+        (a for a in wanted if not any(set(a) < set(b) for b in wanted)),
+        key=lambda attrs: (len(attrs), attrs),
+    )
+    steps: list[Step] = []
+    while left:
+        best: Step | None = None
+        for attrs in left:
+            shared = _shared(attrs, [done for done, _ in steps])
+            top = shared[-1] if shared else attrs[:1]
+            if any(not set(s) <= set(top) for s in shared):
+                continue
+            if best is None or len(top) > len(best[1]):
+                best = (attrs, top)
+        if best is None:
+            return steps, (left[0], _shared(left[0], [done for done, _ in steps]))
+        steps.append(best)
+        left.remove(best[0])
+    return steps, None
+
+
+def _shared(attrs: tuple[int, ...], earlier: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """The distinct tables of two or more attributes ``attrs`` shares with ``earlier``,
+    smallest first."""
+    found = {tuple(i for i in attrs if i in other) for other in earlier}
+    return sorted((s for s in found if len(s) >= 2), key=lambda s: (len(s), s))
+
+
+def _sums(table: np.ndarray, attrs: tuple[int, ...], kept: tuple[int, ...]) -> np.ndarray:
+    """The table of ``kept`` (a subset of ``attrs``, both sorted) summed from ``table``."""
+    return table.sum(axis=tuple(p for p, i in enumerate(attrs) if i not in kept))
+
+
 def integer_tables(
     tables: Mapping[tuple[int, ...], np.ndarray],
     total: int,
     declared: Mapping[tuple[int, ...], np.ndarray] | None = None,
 ) -> dict[tuple[int, ...], np.ndarray]:
-    """Round marginal tables of at most two attributes top-down: the total, each 1-way
-    table with its sum fixed (or as ``declared``: published counts summing to the total,
-    which replace the estimate), each 2-way table with both 1-way margins fixed.
+    """Round marginal tables top-down: the total, each 1-way table with its sum fixed (or
+    as ``declared``: published counts summing to the total, which replace the estimate),
+    then each largest table in :func:`rounding_steps`' order by :func:`chained_table`,
+    from its first attribute's 1-way table or from the table it shares with one rounded
+    before it; a table inside a larger one is that one's sums. A 2-way table is thus
+    rounded with both 1-way margins fixed.
 
-    Every two results then agree wherever they share attributes (on a 1-way margin or
-    the total, which are fixed before the tables that contain them), so the integer
-    tables are mutually consistent whatever the input's consistency.
+    Every two results then agree wherever they share attributes (a shared attribute's
+    margin and the total are fixed before every table holding them, a shared table of
+    two or more attributes is fixed from the first table rounded that holds it), so the
+    integer tables are mutually consistent whatever the input's consistency, and every
+    step is feasible.
 
     Args:
         tables: ``{sorted attrs: real table}`` (flat or shaped); every 1-way margin of a
-            2-way table must be among them.
+            larger table must be among them.
         total: The integer total every table sums to.
 
     Raises:
-        ArgumentError: a table of three or more attributes, or a missing 1-way margin.
+        ArgumentError: a missing 1-way margin, a declared table off the total, or tables
+            :func:`rounding_steps` cannot order.
 
     Example:
         >>> t = {(0,): np.array([1.4, 1.6]), (1,): np.array([2.2, 0.8]),
@@ -326,28 +401,41 @@ def integer_tables(
         {(0,): [1, 2], (1,): [2, 1], (0, 1): [[1, 0], [1, 1]]}
     """
     rounded: dict[tuple[int, ...], np.ndarray] = {}
-    for attrs in sorted(tables, key=len):
+    for attrs in sorted((a for a in tables if len(a) < 2), key=len):
         values = np.asarray(tables[attrs], dtype=np.float64)
-        if len(attrs) > 2:
-            raise ArgumentError(
-                f"The table on {list(attrs)} has more than two attributes: its integer "
-                "rounding with fixed 2-way margins is not a transportation problem."
-            )
-        if len(attrs) < 2:
-            fixed = (declared or {}).get(attrs)
-            if fixed is not None and (int(np.sum(fixed)) != total or np.min(fixed) < 0):
-                raise ArgumentError(f"The declared table on {list(attrs)} must sum to {total}.")
-            rounded[attrs] = (
-                nearest_integer_vector(values, total)
-                if fixed is None
-                else np.asarray(fixed, dtype=np.int64).copy()
-            )
-            continue
-        margins = [rounded.get((i,)) for i in attrs]
-        if any(margin is None for margin in margins):
-            raise ArgumentError(f"The table on {list(attrs)} needs its 1-way margins rounded.")
-        shape = (margins[0].size, margins[1].size)
-        rounded[attrs] = nearest_integer_table(values.reshape(shape), *margins)
+        fixed = (declared or {}).get(attrs)
+        if fixed is not None and (int(np.sum(fixed)) != total or np.min(fixed) < 0):
+            raise ArgumentError(f"The declared table on {list(attrs)} must sum to {total}.")
+        rounded[attrs] = (
+            nearest_integer_vector(values, total)
+            if fixed is None
+            else np.asarray(fixed, dtype=np.int64).copy()
+        )
+    larger = [attrs for attrs in tables if len(attrs) >= 2]
+    missing = [attrs for attrs in larger if any((i,) not in rounded for i in attrs)]
+    if missing:
+        raise ArgumentError(f"The table on {list(missing[0])} needs its 1-way margins rounded.")
+    steps, stuck = rounding_steps(larger)
+    if stuck is not None:
+        raise ArgumentError(
+            f"The table on {list(stuck[0])} shares the tables on "
+            f"{' and '.join(str(list(s)) for s in stuck[1])} with tables rounded before "
+            "it: an integer table with both fixed need not exist."
+        )
+    for attrs, start in steps:
+        shape = tuple(rounded[(i,)].size for i in attrs)
+        real = np.asarray(tables[attrs], dtype=np.float64).reshape(shape)
+        rest = tuple(i for i in attrs if i not in start)
+        order = [attrs.index(i) for i in (*start, *rest)]
+        holder = next(a for a in rounded if set(start) <= set(a))  # a 1-way or earlier table
+        fixed = _sums(rounded[holder], holder, start)
+        table = chained_table(np.transpose(real, order), fixed, [rounded[(i,)] for i in rest])
+        rounded[attrs] = np.transpose(table, np.argsort(order))
+    rounded_steps = [attrs for attrs, _ in steps]
+    for attrs in larger:
+        if attrs not in rounded:
+            holder = next(a for a in rounded_steps if set(attrs) <= set(a))
+            rounded[attrs] = _sums(rounded[holder], holder, attrs)
     return rounded
 
 
@@ -375,14 +463,14 @@ def sliced_rounding(
 
 
 def closed_sets(sets: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
-    """``sets`` with every 1-way margin of a 2-way set added (what :func:`integer_tables`
+    """``sets`` with every 1-way margin of a larger set added (what :func:`integer_tables`
     needs), in order of size.
 
     Example:
         >>> closed_sets([(0, 2), (1,)])
         [(0,), (1,), (2,), (0, 2)]
     """
-    found = set(sets) | {(i,) for attrs in sets if len(attrs) == 2 for i in attrs}
+    found = set(sets) | {(i,) for attrs in sets if len(attrs) >= 2 for i in attrs}
     return sorted(found, key=lambda attrs: (len(attrs), attrs))
 
 

@@ -16,6 +16,7 @@ from dpmm.reconstruct.integer import (
     nearest_integer_table,
     nearest_integer_vector,
     rounded_total,
+    rounding_steps,
     sliced_rounding,
 )
 
@@ -120,8 +121,9 @@ def test_closed_sets_add_the_margins_of_two_way_sets() -> None:
 
 
 def test_refusals_name_the_problem() -> None:
-    with pytest.raises(ArgumentError, match="more than two attributes"):
-        integer_tables({(0, 1, 2): np.ones((2, 2, 2))}, 8)
+    three = {s: np.ones((2,) * len(s)) for s in closed_sets([(0, 1, 2), (0, 1, 3), (0, 2, 3)])}
+    with pytest.raises(ArgumentError, match=r"on \[0, 2, 3\] shares the tables on \[0, 2\] and"):
+        integer_tables(three, 8)
     with pytest.raises(ArgumentError, match="1-way margins"):
         integer_tables({(0, 1): np.ones((2, 2))}, 4)
     with pytest.raises(ArgumentError, match="sums to"):
@@ -203,3 +205,55 @@ def test_a_chained_table_holds_its_start_and_every_margin() -> None:
             assert np.array_equal(found, margin)
     with pytest.raises(ArgumentError, match="does not extend"):
         chained_table(np.ones((2, 3)), np.array([3, 3]), [[2, 2]])
+
+
+def test_rounding_steps_start_each_table_from_the_one_it_shares() -> None:
+    steps, stuck = rounding_steps([(0, 1), (1, 2), (0, 1, 3), (1, 3, 4), (3, 4), (5, 6, 7)])
+    assert stuck is None
+    rounded = [attrs for attrs, _ in steps]  # (3, 4) is inside (1, 3, 4): its sums
+    assert sorted(rounded) == [(0, 1, 3), (1, 2), (1, 3, 4), (5, 6, 7)]
+    for position, (attrs, start) in enumerate(steps):
+        earlier = {tuple(i for i in attrs if i in a) for a in rounded[:position]}
+        shared = [s for s in earlier if len(s) >= 2]
+        assert all(set(s) <= set(start) for s in shared) and set(start) < set(attrs)
+        assert len(start) >= 2 or not shared
+    # Every 3-way table of 4 attributes: the third shares two 2-way tables with the others.
+    steps, stuck = rounding_steps(list(itertools.combinations(range(4), 3)))
+    assert len(steps) == 2 and stuck is not None and len(stuck[1]) == 2
+
+
+def test_three_way_tables_round_to_integer_consistent_tables() -> None:
+    """Random families of 1- to 4-way tables that :func:`rounding_steps` can order, over
+    noisy, mutually inconsistent estimates: every result integer, non-negative, on the
+    total, and every two agreeing on the attributes they share."""
+    rng = np.random.default_rng(SEED + 43)
+    shape = (3, 2, 4, 3, 2)
+    tried, from_shared = 0, 0
+    while tried < 25:
+        count = int(rng.integers(1, 4))
+        sets = [
+            tuple(sorted(int(i) for i in rng.choice(5, int(rng.integers(2, 5)), replace=False)))
+            for _ in range(count)
+        ]
+        steps, stuck = rounding_steps(sets)
+        if stuck is not None:
+            continue
+        tried += 1
+        from_shared += any(len(start) >= 2 for _, start in steps)
+        x = rng.poisson(2.0, shape) + rng.normal(0, 1.5, shape)
+        tables = {
+            s: x.sum(axis=tuple(i for i in range(5) if i not in s)) + rng.normal(0, 0.5)
+            for s in closed_sets(sets)
+        }
+        total = rounded_total(float(x.sum()))
+        rounded = integer_tables(tables, total)
+        assert set(rounded) == set(tables)
+        for attrs, table in rounded.items():
+            assert table.dtype == np.int64 and table.min() >= 0 and table.sum() == total
+            assert table.shape == tuple(shape[i] for i in attrs)
+        for (a, first), (b, second) in itertools.combinations(rounded.items(), 2):
+            shared = tuple(i for i in a if i in b)
+            left = first.sum(axis=tuple(p for p, i in enumerate(a) if i not in shared))
+            right = second.sum(axis=tuple(p for p, i in enumerate(b) if i not in shared))
+            assert np.array_equal(left, right), (a, b)
+    assert from_shared  # some tables started from a shared 2-way or 3-way table
