@@ -251,6 +251,30 @@ def test_a_residual_release_rounds_its_least_squares_tables(tmp_path) -> None:
     _check_release(config, result.path, 2000)
 
 
+def test_a_residual_release_rounds_three_way_tables(tmp_path) -> None:
+    """Two 3-way tables sharing a 2-way one, and every 2-way table, from residual blocks:
+    the 2-way tables inside a 3-way one are its sums, the others rounded with their
+    margins; all consistent, on the declared total, recomputed by the audit."""
+    sizes = [4, 3, 5, 2]
+    names, data = _grid_records(tmp_path, 210, sizes, 2000)
+    triples = {"name": "three-way", "kind": "marginals", "sets": [["a", "b", "c"], ["b", "c", "d"]]}
+    body = _two_way(
+        "residual-three",
+        names,
+        sizes,
+        {"rho": 0.5},
+        extra=[triples],
+        strategy={"method": "residual"},
+        invariants={"total": 2000},
+    )
+    config = _release_config(tmp_path, body, data)
+    result = run_release(config)
+    assert counting_plan(config, result.strategy) == "tables"
+    tables = _released_tables(config, result.path)
+    assert {(0, 1, 2), (1, 2, 3), (0, 3)} <= set(tables)
+    _check_release(config, result.path, 2000)
+
+
 def test_integer_standard_errors_add_each_answers_rounding_shift(tmp_path) -> None:
     sizes = [6, 5]
     names, data = _grid_records(tmp_path, 300, sizes, 1500)
