@@ -202,13 +202,7 @@ def test_random_adult_releases_round_marginal_tables_without_the_vector(
     names = list(adult_domain)
     workload = _random_workload(rng, [str(n) for n in rng.choice(names, 5, replace=False)])
     declared = _declared(rng, 48842)
-    body: dict[str, Any] = {
-        "name": f"adult-{case}",
-        "domain": {"file": str(ADULT_DOMAIN)},
-        "privacy": {"epsilon": 1},
-        "workload": workload,
-        "strategy": {"method": "marginals"},
-    }
+    body = _adult_marginals_body(f"adult-{case}", workload)
     if declared is not None:
         body["invariants"] = {"total": declared}
     config = _release_config(tmp_path, body, adult_parquet)
@@ -477,12 +471,33 @@ def test_above_the_nnls_limit_the_integers_come_from_a_capped_solve(
     if declared is not None:
         body["invariants"] = {"total": declared}
     config = _release_config(tmp_path, body, data)
+    says = f"stopped after {integer_answers.ROUNDING_ITERATIONS} iterations"
+    result = _released_as_planned(config, says)
+    _check_release(config, result.path, declared)
+
+
+def _adult_marginals_body(name: str, workload: list[dict[str, Any]]) -> dict[str, Any]:
+    """A config body over the Adult domain at ε = 1, measured as marginal tables."""
+    return {
+        "name": name,
+        "domain": {"file": str(ADULT_DOMAIN)},
+        "privacy": {"epsilon": 1},
+        "workload": workload,
+        "strategy": {"method": "marginals"},
+    }
+
+
+def _released_as_planned(config: ReleaseConfig, says: str, counting: str | None = None) -> Any:
+    """Plan, then release ``config``: the plan's rounding says ``says``, the release counts
+    as ``counting`` (when given), and its manifest states the plan's rounding."""
     planned = plan(config).to_dict()["rounding"]
-    assert f"stopped after {integer_answers.ROUNDING_ITERATIONS} iterations" in planned
+    assert says in planned
     result = run_release(config)
+    if counting is not None:
+        assert counting_plan(config, result.strategy) == counting
     manifest = json.loads((result.path / "manifest.json").read_text())
     assert manifest["reconstruction"]["rounding"] == planned
-    _check_release(config, result.path, declared)
+    return result
 
 
 def _margin_entry(
@@ -588,14 +603,7 @@ def test_two_or_three_declared_margins_hold_exactly_on_the_vector(tmp_path, case
     body = _random_vector_body(rng, f"margins-vector-{case}", names, sizes)
     body["invariants"] = {"margins": entries}
     config = _release_config(tmp_path, body, data)
-    planned = plan(config).to_dict()["rounding"]
-    assert "the declared attributes' joint table" in planned
-    result = run_release(config)
-    assert counting_plan(config, result.strategy) == "vector"
-    assert (
-        json.loads((result.path / "manifest.json").read_text())["reconstruction"]["rounding"]
-        == planned
-    )
+    result = _released_as_planned(config, "the declared attributes' joint table", "vector")
     _check_release(config, result.path, rows + extra)
     _check_margins(config, result.path)
 
@@ -632,13 +640,7 @@ def test_three_way_tables_round_without_the_vector(
     if second:
         workload.append({"name": "second", "kind": "marginals", "sets": second})
     workload.append({"name": "one-way", "kind": "marginals", "k": 1, "attributes": names})
-    body: dict[str, Any] = {
-        "name": f"adult-three-{case}",
-        "domain": {"file": str(ADULT_DOMAIN)},
-        "privacy": {"epsilon": 1},
-        "workload": workload,
-        "strategy": {"method": "marginals"},
-    }
+    body = _adult_marginals_body(f"adult-three-{case}", workload)
     records = pd.read_parquet(adult_parquet)
     if case:  # declared margins of one or two of the attributes
         margins = [
@@ -649,12 +651,7 @@ def test_three_way_tables_round_without_the_vector(
         ]
         body["invariants"] = {"margins": margins}
     config = _release_config(tmp_path, body, adult_parquet)
-    planned = plan(config).to_dict()["rounding"]
-    assert "one attribute at a time" in planned
-    result = run_release(config)
-    assert counting_plan(config, result.strategy) == "tables"
-    manifest = json.loads((result.path / "manifest.json").read_text())
-    assert manifest["reconstruction"]["rounding"] == planned
+    result = _released_as_planned(config, "one attribute at a time", "tables")
     tables = _released_tables(config, result.path)
     assert any(len(attrs) == 3 for attrs in tables)
     _check_release(config, result.path, len(records) if case else None)
