@@ -45,17 +45,8 @@ import time
 from collections.abc import Callable, Sequence
 
 from dpmm.errors import ArgumentError, DpmmError
-from dpmm.linalg import (
-    DENSE_LIMIT,
-    Haar,
-    Hierarchical,
-    Identity,
-    Kron,
-    Marginal,
-    Marginals,
-    Matrix,
-    Ones,
-)
+from dpmm.linalg import Haar, Hierarchical, Identity, Kron, Marginal, Marginals, Matrix, Ones
+from dpmm.linalg.base import DENSE_LIMIT
 from dpmm.privacy import PrivacyParameter
 from dpmm.strategy.eigen import select_eigen
 from dpmm.strategy.gaussian_optimal import MAX_SIZE as MAX_GAUSSIAN_SIZE
