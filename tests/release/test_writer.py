@@ -49,6 +49,21 @@ def test_versions_are_written_in_order_with_file_digests(tmp_path):
     assert _leftovers(tmp_path / "survey") == ["v0001", "v0002"]
 
 
+def test_many_parts_are_hashed_side_by_side_each_to_its_own_entry(tmp_path, monkeypatch):
+    # Parts of different sizes, nested, more than the threads: each entry is its file's.
+    monkeypatch.setattr(writer_module, "owned_cores", lambda: 3)
+    contents = {
+        f"answers/part-{k:03d}.parquet": os.urandom(k * 997 + (k % 5) * 2**16) for k in range(40)
+    }
+    contents["histogram.parquet"] = b""
+    write_release(tmp_path, "survey", manifest := {}, _files(contents))
+    assert list(manifest["files"]) == sorted(contents)
+    assert manifest["files"] == {
+        relative: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+        for relative, data in contents.items()
+    }
+
+
 def test_an_existing_version_is_never_overwritten(tmp_path, monkeypatch):
     first = write_release(tmp_path, "survey", {}, _files({"a": b"first"}))
     (tmp_path / "survey" / "v0007").mkdir()  # a version written by hand: the next is 8
