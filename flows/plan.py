@@ -12,6 +12,7 @@ from prefect.artifacts import create_table_artifact
 
 from dpmm.config import load_config
 from dpmm.plan import plan
+from flows.artifact_keys import artifact_key
 
 __all__ = ["plan_flow"]
 
@@ -34,7 +35,7 @@ def plan_flow(config_path: str) -> dict[str, Any]:
         rows.append(row)
     create_table_artifact(
         rows,
-        key=f"dpmm-plan-{config.name}".lower(),
+        key=artifact_key("dpmm-plan", config.name),
         description=f"Expected error per query group of release {config.name}",
     )
     return data

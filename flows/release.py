@@ -16,6 +16,8 @@ against budget, where the budget goes, the answers' error bars). An image artifa
 an image's URL; these hold the PNG itself as a ``data:image/png;base64,`` URL, so the UI
 shows them without a file server or the internet. They hold public facts and published
 answers only: no count, no unreleased value.
+Names become keys through :func:`flows.artifact_keys.artifact_key` (lowercase letters,
+digits and dashes: what Prefect accepts).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from dpmm.privacy.ledger_schema import decimal_text
 from dpmm.privacy.params import PureDP
 from dpmm.release.spend import spend_of
 from dpmm.terminal_progress import terminal_bar
+from flows.artifact_keys import artifact_key
 from flows.crashed_runs import mark_crashed_runs
 
 __all__ = ["release_flow"]
@@ -153,7 +156,7 @@ def _failure_artifact(config: ReleaseConfig, error: Exception) -> None:
     )
     create_markdown_artifact(
         f"# Release `{config.name}` failed\n\n{reason}",
-        key=f"dpmm-release-{config.name}-failure".lower(),
+        key=artifact_key("dpmm-release", config.name, "failure"),
         description=f"Why the last failed run of release {config.name} failed",
     )
 
@@ -179,18 +182,18 @@ def _artifacts(config: ReleaseConfig, result: ReleaseResult, dashboard: str | No
         f"(strategy `{result.strategy.selected}`, reconstruction "
         f"`{result.reconstruction.method}`); its report is `report.html` there."
         + (f" Its Dask cluster's dashboard was at <{dashboard}>." if dashboard else ""),
-        key=f"dpmm-release-{config.name}".lower(),
+        key=artifact_key("dpmm-release", config.name),
         description=f"Where release {config.name} is",
     )
     create_table_artifact(
         rows,
-        key=f"dpmm-errors-{config.name}".lower(),
+        key=artifact_key("dpmm-errors", config.name),
         description=f"Expected error per query group of {result.path.name}",
     )
     for figure in result.figures:  # the report's own PNGs
         create_image_artifact(
             figure.data_uri(),
-            key=f"dpmm-report-{config.name}-{figure.key}".lower(),
+            key=artifact_key("dpmm-report", config.name, figure.key),
             description=f"{figure.title} of {result.path.name}, as in its report.html",
         )
     with open_ledger(config) as ledger:
@@ -206,7 +209,7 @@ def _artifacts(config: ReleaseConfig, result: ReleaseResult, dashboard: str | No
     symbol = "ε" if isinstance(config.privacy, PureDP) else "ρ"
     create_table_artifact(
         budget,
-        key=f"dpmm-budget-{config.ledger.dataset}".lower(),
+        key=artifact_key("dpmm-budget", config.ledger.dataset),
         description=f"Privacy budget ({symbol}) of dataset {config.ledger.dataset}",
     )
 

@@ -316,7 +316,7 @@ def test_the_plan_flow_leaves_its_accuracy_targets_in_an_artifact(server, tmp_pa
     url, env, _ = server
     config = tmp_path / "targets.yaml"
     config.write_text(
-        "name: targets\ndomain: {sex: 2, age: 16}\nprivacy: {epsilon: 1}\nworkload:\n"
+        "name: Targets_2030.v1\ndomain: {sex: 2, age: 16}\nprivacy: {epsilon: 1}\nworkload:\n"
         "  - {name: cdf, kind: prefix, attribute: age, by: [sex], "
         "target: {half_width: 30, confidence: 0.95}}\n"
         "  - {name: pairs, kind: marginals, k: 2, target: {rmse: 4}}\n"
@@ -333,7 +333,7 @@ def test_the_plan_flow_leaves_its_accuracy_targets_in_an_artifact(server, tmp_pa
     )
     assert done.returncode == 0, done.stderr[-2000:]
     artifacts = {a["key"]: a for a in _api(url, "/artifacts/filter", {}) if a.get("key")}
-    rows = json.loads(artifacts["dpmm-plan-targets"]["data"])
+    rows = json.loads(artifacts["dpmm-plan-targets-2030-v1"]["data"])
     by_group = {row["group"]: row for row in rows}
     assert by_group["cdf"]["target"] == "±30 at 95 %" and by_group["pairs"]["target"] == "RMSE ≤ 4"
     assert by_group["pairs"]["least budget"]["kind"] == "pure"
