@@ -215,8 +215,9 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 class _Reader:
     """Validates one parsed document; every error names the file first."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, references: bool = True) -> None:
         self.path = path
+        self.references = references
 
     def fail(self, key: str, message: str) -> NoReturn:
         raise ConfigError(f"{self.path}: {key}: {message}")
@@ -359,14 +360,15 @@ class _Reader:
             self.wrap(error)
 
     def workload(self, value: object, domain: Domain) -> tuple[WorkloadGroup, ...]:
-        """The groups, each relative target's reference file read (public input)."""
+        """The groups, each relative target's reference file read (public input) unless
+        ``references`` is off."""
         try:
             groups = from_config(value, domain)
         except DpmmError as error:
             self.wrap(error)
         for index, group in enumerate(groups):
             reference = group.target.reference if group.target else None
-            if reference is not None and "file" in reference.source:
+            if self.references and reference is not None and "file" in reference.source:
                 try:
                     groups[index] = dataclasses.replace(
                         group, target=read_reference(group, domain, self.path.parent)
@@ -476,12 +478,16 @@ class _Reader:
             self.wrap(error)
 
 
-def load_config(path: str | Path) -> ReleaseConfig:
+def load_config(path: str | Path, *, references: bool = True) -> ReleaseConfig:
     """Read and validate a release configuration file.
 
     Args:
         path: The YAML file. A ``domain: {file: ...}`` path is read relative to
             the folder that holds it.
+        references: Read the reference files of relative accuracy targets. The audit,
+            which recomputes a release's answers and never its targets, loads the
+            release's config without them: they are beside the original config, not in
+            the release folder.
 
     Returns:
         The validated configuration, with the workload built over the domain.
@@ -506,7 +512,7 @@ def load_config(path: str | Path) -> ReleaseConfig:
         raise ConfigError(
             f"{path}: the config file is not UTF-8 text (byte {error.start})"
         ) from None
-    reader = _Reader(path)
+    reader = _Reader(path, references)
     document = reader.document(text)
     name = reader.name(document["name"])
     description = reader.description(document.get("description"))

@@ -148,7 +148,7 @@ def test_a_release_never_planned_derives_the_budget_its_plan_then_shows(
     assert json.loads(out)["budget"] == {"kind": "pure", "epsilon": spent}
 
 
-def test_a_reference_file_changed_since_the_plan_is_refused(
+def test_a_reference_file_changed_since_the_plan_is_refused_and_a_relative_one_audits(
     tmp_path: Path, capsys, monkeypatch
 ) -> None:
     monkeypatch.setattr(cli_release, "_run_flow", _release_in_process)
@@ -165,6 +165,13 @@ def test_a_reference_file_changed_since_the_plan_is_refused(
     assert status == 2
     assert "a reference file of its accuracy targets changed since the release was planned" in err
     assert _dataset(path, capsys)["spent"]["fraction"] == "0"
+    # Planned again, it releases; its audit passes without the reference file, which lies
+    # beside the config and not in the release (the audit recomputes answers, not targets).
+    assert _run(["plan", str(path)], capsys)[0] == 0
+    assert _run(["release", str(path)], capsys)[0] == 0
+    (version,) = sorted((tmp_path / "releases" / "least").glob("v*"))
+    status, out, err = _run(["audit", str(version)], capsys)
+    assert status == 0 and "audit passed" in out, out + err
 
 
 @pytest.mark.parametrize(

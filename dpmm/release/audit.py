@@ -429,7 +429,7 @@ def _manifest_config(manifest: dict[str, object], folder: Path) -> ReleaseConfig
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / str(_field(manifest, "config.file"))
         path.write_text(json.dumps(document))
-        return load_config(path)
+        return load_config(path, references=False)  # targets are not audited
 
 
 def _check_answers(state: _State) -> str:
