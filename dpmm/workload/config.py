@@ -63,6 +63,7 @@ from dpmm.errors import ConfigError, describe_value
 from dpmm.linalg import Matrix
 from dpmm.targets import Target, parse_target
 from dpmm.workload import builders
+from dpmm.workload.attributes import attribute_name, attribute_names, spread
 from dpmm.workload.builders import _is_int, _is_list
 from dpmm.workload.census import census_domain, census_sf1
 from dpmm.workload.prefix_sum import prefix_sum_group, sum_group
@@ -110,26 +111,6 @@ def _fail(path: str, message: str) -> NoReturn:
     raise ConfigError(f"{path}: {message}")
 
 
-def _attribute(domain: Domain, value: object, path: str) -> str:
-    if not isinstance(value, str):
-        _fail(path, f"must be an attribute name, got {describe_value(value)}")
-    if value not in domain:
-        known = ", ".join(domain.attributes)
-        _fail(path, f"unknown attribute '{value}' (the domain has: {known})")
-    return value
-
-
-def _attribute_list(domain: Domain, value: object, path: str) -> list[str]:
-    """A non-empty list of distinct attribute names, returned in domain order."""
-    if not _is_list(value) or not value:
-        _fail(path, f"must be a non-empty list of attribute names, got {describe_value(value)}")
-    names = [_attribute(domain, item, f"{path}[{j}]") for j, item in enumerate(value)]
-    for j, name in enumerate(names):
-        if name in names[:j]:
-            _fail(f"{path}[{j}]", f"lists attribute '{name}' twice")
-    return sorted(names, key=domain.index)
-
-
 def _intervals(value: object, domain: Domain, attribute: str, path: str) -> list[list[int]]:
     if not _is_list(value) or not value:
         _fail(path, f"must be a non-empty list of [low, high] pairs, got {describe_value(value)}")
@@ -172,17 +153,6 @@ def _factor(kind: str, n: int, intervals: list[list[int]] | None = None) -> Matr
     }[kind](n)
 
 
-def _spread(domain: Domain, chosen: Mapping[str, Matrix], by: Sequence[str] = ()) -> Matrix:
-    """Kron over the domain: ``chosen`` factors, identities on ``by``, totals elsewhere."""
-    factors = []
-    for attribute, n in zip(domain.attributes, domain.shape, strict=True):
-        if attribute in chosen:
-            factors.append(chosen[attribute])
-        else:
-            factors.append(builders.identity(n) if attribute in by else builders.total(n))
-    return builders.kron(factors)
-
-
 def _one_d(entry: Mapping, kind: str, domain: Domain, path: str) -> tuple[Matrix, dict]:
     if "attribute" not in entry:
         if kind not in ("identity", "total"):
@@ -190,8 +160,8 @@ def _one_d(entry: Mapping, kind: str, domain: Domain, path: str) -> tuple[Matrix
         if "by" in entry:
             _fail(f"{path}.by", "needs 'attribute' (without it the group covers every attribute)")
         whole = zip(domain.attributes, domain.shape, strict=True)
-        return _spread(domain, {attribute: _factor(kind, n) for attribute, n in whole}), {}
-    attribute = _attribute(domain, entry["attribute"], f"{path}.attribute")
+        return spread(domain, {attribute: _factor(kind, n) for attribute, n in whole}), {}
+    attribute = attribute_name(domain, entry["attribute"], f"{path}.attribute")
     spec: dict[str, Any] = {"attribute": attribute}
     intervals = None
     if kind == "ranges":
@@ -201,18 +171,18 @@ def _one_d(entry: Mapping, kind: str, domain: Domain, path: str) -> tuple[Matrix
         spec["intervals"] = intervals
     by: list[str] = []
     if "by" in entry:
-        by = _attribute_list(domain, entry["by"], f"{path}.by")
+        by = attribute_names(domain, entry["by"], f"{path}.by")
         if attribute in by:
             _fail(f"{path}.by", f"contains '{attribute}', the group's own attribute")
         spec["by"] = by
     factor = _factor(kind, domain[attribute].size, intervals)
-    return _spread(domain, {attribute: factor}, by), spec
+    return spread(domain, {attribute: factor}, by), spec
 
 
 def _marginal(entry: Mapping, domain: Domain, path: str) -> tuple[Matrix, dict]:
     if "attributes" not in entry:
         _fail(f"{path}.attributes", "is required for kind 'marginal'")
-    attributes = _attribute_list(domain, entry["attributes"], f"{path}.attributes")
+    attributes = attribute_names(domain, entry["attributes"], f"{path}.attributes")
     return builders.marginal(domain, attributes), {"attributes": attributes}
 
 
@@ -222,7 +192,7 @@ def _marginals(entry: Mapping, domain: Domain, path: str) -> tuple[Matrix, dict]
     spec: dict[str, Any] = {}
     scope = list(domain.attributes)
     if "attributes" in entry:
-        scope = _attribute_list(domain, entry["attributes"], f"{path}.attributes")
+        scope = attribute_names(domain, entry["attributes"], f"{path}.attributes")
         spec["attributes"] = scope
     if "k" in entry:
         k = entry["k"]
@@ -242,7 +212,7 @@ def _marginals(entry: Mapping, domain: Domain, path: str) -> tuple[Matrix, dict]
         )
     normalized: list[list[str]] = []
     for j, item in enumerate(sets):
-        names = _attribute_list(domain, item, f"{path}.sets[{j}]")
+        names = attribute_names(domain, item, f"{path}.sets[{j}]")
         outside = [name for name in names if name not in scope]
         if outside:
             _fail(f"{path}.sets[{j}]", f"uses '{outside[0]}', which is not in {path}.attributes")
@@ -267,7 +237,7 @@ def _kron(entry: Mapping, domain: Domain, path: str) -> tuple[Matrix, dict]:
     expected = "expected one of: identity, total, prefix, all_range, {ranges: [[low, high], ...]}"
     for key, value in factors.items():
         key_path = f"{path}.factors.{key}"
-        attribute = _attribute(domain, key, key_path)
+        attribute = attribute_name(domain, key, key_path)
         size = domain[attribute].size
         if isinstance(value, str):
             if value not in KRON_FACTORS:
@@ -280,7 +250,7 @@ def _kron(entry: Mapping, domain: Domain, path: str) -> tuple[Matrix, dict]:
         else:
             _fail(key_path, f"is not a factor, got {describe_value(value)} ({expected})")
     ordered = {name: normalized[name] for name in domain.attributes if name in normalized}
-    return _spread(domain, chosen), {"factors": ordered}
+    return spread(domain, chosen), {"factors": ordered}
 
 
 def _show(domain: Domain) -> str:

@@ -58,6 +58,7 @@ from dpmm.domain import Attribute, Domain
 from dpmm.errors import ConfigError, PrivacyParameterError, describe_value
 from dpmm.linalg import Dense, Matrix
 from dpmm.privacy.params import exact_fraction
+from dpmm.workload.attributes import attribute_name, attribute_names, spread
 
 __all__ = [
     "MAX_BUCKETS",
@@ -332,12 +333,10 @@ def sum_group(entry: Mapping, domain: Domain, path: str) -> tuple[Matrix, dict[s
 def _sum_group(
     entry: Mapping, domain: Domain, path: str, *, running: bool
 ) -> tuple[Matrix, dict[str, Any]]:
-    from dpmm.workload.config import _attribute, _attribute_list, _spread
-
     if "attribute" not in entry:
         kind = "prefix_sum" if running else "sum"
         raise ConfigError(f"{path}.attribute: is required for kind '{kind}'")
-    name = _attribute(domain, entry["attribute"], f"{path}.attribute")
+    name = attribute_name(domain, entry["attribute"], f"{path}.attribute")
     valuation = _valuation(entry, path)
     weights = bucket_weights(domain[name], f"{path}.attribute", valuation)
     spec: dict[str, Any] = {"attribute": name, "valuation": valuation}
@@ -354,11 +353,11 @@ def _sum_group(
     spec["value_error_bound"] = value_error_bound(domain[name].bins, valuation, threshold)
     by: list[str] = []
     if "by" in entry:
-        by = _attribute_list(domain, entry["by"], f"{path}.by")
+        by = attribute_names(domain, entry["by"], f"{path}.by")
         if name in by:
             raise ConfigError(f"{path}.by: contains '{name}', the group's own attribute")
         spec["by"] = by
     spec["weights"] = weights.tolist()
     n = weights.size
     factor = Dense(np.tril(np.ones((n, n))) * weights[None, :] if running else weights[None, :])
-    return _spread(domain, {name: factor}, by), spec
+    return spread(domain, {name: factor}, by), spec
