@@ -92,7 +92,7 @@ def test_json_is_one_object_with_the_required_keys(tmp_path: Path, capsys) -> No
 
 
 #: Examples whose plan takes more than a few seconds (many candidates on large factors).
-SLOW_PLANS = {"ranges-1d.yaml", "census-sf1.yaml", "adult-targets.yaml"}
+SLOW_PLANS = {"ranges-1d.yaml", "census-sf1.yaml", "adult-targets.yaml", "adult-3way.yaml"}
 
 
 @pytest.mark.parametrize(
@@ -184,6 +184,7 @@ def _console_script() -> str | None:
     return str(beside) if beside.exists() else shutil.which("dpmm")
 
 
+@pytest.mark.slow
 def test_installed_console_script_runs_plan(tmp_path: Path) -> None:
     script = _console_script()
     if script is None:

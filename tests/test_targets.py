@@ -239,7 +239,7 @@ def _binding_figure(report, config, budget) -> tuple[float, float]:
 
 
 @pytest.mark.parametrize("privacy", [{"epsilon": 1}, {"rho": "1/2"}])
-@pytest.mark.parametrize("reference", ["file", "number"])
+@pytest.mark.parametrize("reference", ["file", pytest.param("number", marks=pytest.mark.slow)])
 def test_the_least_budget_meets_every_relative_target_exactly_at_the_binding_query(
     tmp_path: Path, privacy: dict, reference: str
 ) -> None:

@@ -31,6 +31,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return folder, out.getvalue()
 
 
+@pytest.mark.slow
 def test_demo_release_through_the_flow_audits(demo: tuple[Path, str]) -> None:
     folder, out = demo
     first = folder / "releases" / "demo-census" / "v0001"
@@ -107,6 +108,7 @@ def test_a_bad_config_fails_before_the_flow_starts(tmp_path: Path, capsys) -> No
     assert not (tmp_path / "releases").exists()
 
 
+@pytest.mark.slow
 def test_bad_data_in_the_flow_is_one_line_on_the_terminal(tmp_path: Path) -> None:
     """Dask's failed compute and Prefect's failed task states stay off the terminal (their
     tracebacks are for -v); the operator reads one sentence, with the count and value."""

@@ -108,6 +108,7 @@ def test_two_way_release_has_its_files_is_audited_and_close_to_the_truth(
     assert (texts == answers.loc[texts.index, "code.education-num"].astype(int).astype(str)).all()
 
 
+@pytest.mark.slow
 def test_full_adult_domain_counts_marginal_tables_never_the_vector(
     tmp_path, adult_parquet, adult_frame, adult_domain, monkeypatch
 ) -> None:

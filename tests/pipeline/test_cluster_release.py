@@ -53,6 +53,7 @@ def _config(folder: Path, arrays: str = "workers", body: str = BODY) -> ReleaseC
     return load_config(config.path)
 
 
+@pytest.mark.slow
 def test_the_release_on_the_workers_is_the_flow_s_reconstruction_of_its_measurement(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

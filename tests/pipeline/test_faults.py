@@ -130,6 +130,7 @@ def test_kill_after_reserving_resumes_with_the_same_reservation(make_small) -> N
     assert audit_release(result.path).ok
 
 
+@pytest.mark.slow
 def test_two_releases_racing_for_one_budget(make_small) -> None:
     first = make_small("adult-first", budget=PureDP(1), sub="first")
     second = make_small("adult-second", ledger=first.ledger.path, sub="second")

@@ -47,6 +47,7 @@ def _release(
     return reconstruct(config, chosen, record, "vector", replicates=replicates)
 
 
+@pytest.mark.slow
 def test_auto_takes_nnls_only_where_the_bootstrap_finds_it_clearly_better(tmp_path: Path) -> None:
     config = _config(tmp_path, RANGES, "auto")
     chosen = choose_strategy(config)
@@ -61,6 +62,7 @@ def test_auto_takes_nnls_only_where_the_bootstrap_finds_it_clearly_better(tmp_pa
     assert [g.expected_rmse for g in sparse.groups] == [g.expected_rmse for g in busy.groups]
 
 
+@pytest.mark.slow
 def test_nnls_standard_errors_cover_the_truth_and_the_total_has_one(tmp_path: Path) -> None:
     config = _config(tmp_path, RANGES, "nnls")
     chosen = choose_strategy(config)

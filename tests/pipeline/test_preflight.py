@@ -82,6 +82,7 @@ def _edit(config: ReleaseConfig, old: str, new: str) -> ReleaseConfig:
     return load_config(config.path)
 
 
+@pytest.mark.slow
 def test_a_release_refuses_a_config_changed_since_its_plan(tmp_path: Path) -> None:
     config = write_config(tmp_path, GRID + PREFIX, data=_data(tmp_path), budget=PureDP(2))
     plan(config)
@@ -112,6 +113,7 @@ def test_a_release_refuses_a_changed_domain_file_or_dpmm_version(
     _untouched(config)
 
 
+@pytest.mark.slow
 def test_a_release_without_a_plan_plans_itself_with_the_same_rule(tmp_path: Path) -> None:
     config = write_config(tmp_path, GRID + PREFIX, data=_data(tmp_path), budget=PureDP(2))
     assert not plan_folder(config).exists()

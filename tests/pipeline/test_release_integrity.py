@@ -104,6 +104,7 @@ def _sweep(release: Path, stride: int, scratch: Path, workers: int = 1) -> tuple
         return len(flips), [flip for missed in found for flip in missed]
 
 
+@pytest.mark.slow
 def test_sampled_byte_flips_in_every_file_are_all_detected(released, tmp_path) -> None:
     _, release = released
     flipped, missed = _sweep(release, STRIDE, tmp_path)

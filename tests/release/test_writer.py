@@ -122,6 +122,7 @@ def _write_many(root: str, count: int, queue) -> None:
         queue.put(folder.name)
 
 
+@pytest.mark.slow
 def test_concurrent_writers_get_distinct_versions(tmp_path):
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()

@@ -37,8 +37,23 @@ PRIVACY = [PureDP(1), ZCDP("1/2")]
 APPLY_TO_EVERY_WORKLOAD = {"identity", "hierarchical", "wavelet", "hdmm", "hdmm_kron", "auto"}
 
 
-@pytest.mark.parametrize("name", WORKLOADS)
-@pytest.mark.parametrize("method", METHODS)
+#: Workloads on which the LRM's alternating solver takes many seconds.
+SLOW_LRM = {"range2d", "prefix-by-id", "marginals"}
+
+
+@pytest.mark.parametrize(
+    ("name", "method"),
+    [
+        pytest.param(
+            name,
+            method,
+            id=f"{method}-{name}",
+            marks=[pytest.mark.slow] if method == "lrm" and name in SLOW_LRM else [],
+        )
+        for method in METHODS
+        for name in WORKLOADS
+    ],
+)
 def test_every_method_returns_a_strategy_that_answers_the_workload(name, method):
     W = WORKLOADS[name]
     if method not in APPLY_TO_EVERY_WORKLOAD:

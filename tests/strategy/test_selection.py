@@ -124,6 +124,7 @@ def test_auto_under_zcdp_takes_the_proven_marginal_optimum(W):
         assert error >= selection.chosen.error * (1 - 1e-9), candidate.method
 
 
+@pytest.mark.slow
 def test_auto_under_pure_dp_still_tries_every_candidate_on_marginals():
     W = _pairs()
     selection = select_strategy(W, "auto", PureDP(1))
