@@ -29,8 +29,11 @@ Post-processing of the real-valued estimate (no data, no budget), in one of two 
   the one table it shares with those before it; a table inside a larger one is its
   sums), and every answer is read from those tables. Every table of two or more
   attributes has at most :data:`TABLE_CELL_LIMIT` cells, and no table of three or more
-  may share two tables with those rounded before it (:func:`rounding_steps`: fixing both
-  could leave no integer table); the plan refuses others.
+  may share two tables with those rounded before it (fixing both could leave no integer
+  table): where no order avoids that (every 3-way table of four attributes, say), the
+  family's joint table, of at most :data:`TABLE_CELL_LIMIT` cells, is rounded in their
+  place (one attribute at a time, towards a non-negative table fitted to the family's
+  tables) and each table is its sums (:func:`rounding_plan`); the plan refuses others.
 
 The total is the declared invariant (``invariants.total``, or what the declared margins
 add up to; published exactly) or the estimate's own total rounded. A declared one-way
@@ -68,9 +71,9 @@ from dpmm.reconstruct.integer import (
     cumulative_rounding,
     integer_tables,
     rounded_total,
-    rounding_steps,
     sliced_rounding,
 )
+from dpmm.reconstruct.rounding_order import RoundingPlan, rounding_plan
 from dpmm.workload.table_form import answer_from_tables, needed_tables, table_form
 
 if TYPE_CHECKING:
@@ -99,22 +102,26 @@ NNLS_ROUNDING_LIMIT = 2**19
 #: 10⁷, on 2 loaded cores).
 ROUNDING_ITERATIONS = 200
 
+#: How each 2-way step is rounded.
+TRANSPORTATION = (
+    "nearest in L1: a transportation problem, solved exactly by HiGHS or, should HiGHS stop "
+    "at its iteration cap, by a rule that holds both margins"
+)
 #: How the manifest describes the rounding of each path.
 ROUNDING = {
     "tables": (
         "the least-squares tables rounded top-down: the total, each 1-way table with that "
         "sum (nearest in squared distance), each 2-way table with both 1-way margins fixed "
-        "(nearest in L1: a transportation problem, solved exactly by HiGHS); every answer "
-        "is computed from them"
+        f"({TRANSPORTATION}); every answer is computed from them"
     ),
     "larger tables": (
         "the least-squares tables rounded top-down: the total, each 1-way table with that "
         "sum (nearest in squared distance), then each table not inside another, one "
         "attribute at a time from its first attribute's 1-way table or from the one table "
         "of two or more attributes it shares with those rounded before it, each step the "
-        "table so far against the next attribute's 1-way table with both fixed (nearest in "
-        "L1: a transportation problem, solved exactly by HiGHS); a table inside another is "
-        "its sums; every answer is computed from them"
+        f"table so far against the next attribute's 1-way table with both fixed "
+        f"({TRANSPORTATION}); a table inside another is its sums; every answer is computed "
+        "from them"
     ),
 }
 #: What the manifest says of declared invariants.
@@ -126,9 +133,24 @@ INVARIANTS_STATEMENT = (
 
 def tables_rounding(config: ReleaseConfig) -> str:
     """How the manifest and the plan describe the rounding of tables: tables of three or
-    more attributes are rounded in a chain, the others as 2-way tables."""
-    larger = any(len(a) > 2 for found in _group_sets(config).values() for a in found)
-    return ROUNDING["larger tables" if larger else "tables"] + _declared_note(config)
+    more attributes are rounded in a chain, the others as 2-way tables, and the joint
+    tables rounded in place of families no order rounds (:func:`rounding_plan`)."""
+    reads = _group_sets(config)
+    larger = any(len(a) > 2 for found in reads.values() for a in found)
+    joined = "".join(
+        f"; no order rounding the tables inside the joint table of {_names(config, joint)} "
+        f"({math.prod(config.domain.shape[i] for i in joint):,} cells) one at a time, that "
+        "table is rounded in their place, towards a non-negative table fitted to them "
+        "(iterative proportional fitting), and they are its sums"
+        for joint in _rounding_plan(config, reads).joins
+    )
+    return ROUNDING["larger tables" if larger else "tables"] + joined + _declared_note(config)
+
+
+def _rounding_plan(config: ReleaseConfig, reads: dict[str, list[tuple[int, ...]]]) -> RoundingPlan:
+    """The order the tables the groups read are rounded in, from the config alone."""
+    sets = sorted({attrs for found in reads.values() for attrs in found})
+    return rounding_plan(sets, config.domain.shape, TABLE_CELL_LIMIT)
 
 
 def _declared_note(config: ReleaseConfig) -> str:
@@ -172,8 +194,7 @@ def vector_rounding(config: ReleaseConfig) -> str:
         else ", slice by slice of the declared attributes' joint table, each slice to its "
         "count, that table rounded first from the estimate's, one declared attribute at a "
         "time in domain order, each step the table so far against the next attribute's "
-        "declared counts with both fixed (nearest in L1: a transportation problem, solved "
-        "exactly by HiGHS)"
+        f"declared counts with both fixed ({TRANSPORTATION})"
         if declared
         else ""
     )
@@ -212,8 +233,8 @@ def check_integer_output(config: ReleaseConfig, plan: str, blocks: bool) -> None
         ConfigError: the release keeps its arrays on the workers; on the vector, declared
             margins whose joint table has more than :data:`TABLE_CELL_LIMIT` cells;
             without the vector, a group not in table form, a table of two or more
-            attributes of more than :data:`TABLE_CELL_LIMIT` cells, or tables
-            :func:`rounding_steps` cannot order.
+            attributes of more than :data:`TABLE_CELL_LIMIT` cells, or tables no order
+            rounds whose joint table has more (:func:`rounding_plan`).
     """
     if not config.release.integer:
         return
@@ -245,17 +266,20 @@ def check_integer_output(config: ReleaseConfig, plan: str, blocks: bool) -> None
                     f"{TABLE_CELL_LIMIT:,} cells, and workload group {name!r} reads the "
                     f"table of {_names(config, attrs)} ({cells:,} cells)"
                 )
-    _, stuck = rounding_steps(sorted({attrs for sets in reads.values() for attrs in sets}))
+    stuck = _rounding_plan(config, reads).stuck
     if stuck is not None:
-        table, shared = stuck
-        name = next(name for name, sets in reads.items() if table in sets)
+        inside = [(n, a) for n, sets in reads.items() for a in sets if set(a) <= set(stuck.table)]
+        name, read = next((n, a) for n, a in inside if len(a) >= 2)
+        table = "the table" if read == stuck.table else "tables inside the joint table"
         raise ConfigError(
             f"{config.path}: release.output: integer rounds a table of three or more "
             f"attributes from at most one table it shares with the tables rounded before it "
-            f"when the release has no data vector, and workload group {name!r} reads the "
-            f"table of {_names(config, table)}, which shares the tables of "
-            f"{' and of '.join(_names(config, s) for s in shared)} (an integer table with "
-            "two of them fixed need not exist)"
+            f"when the release has no data vector, and workload group {name!r} reads "
+            f"{table} of {_names(config, stuck.table)}, which shares the tables of "
+            f"{' and of '.join(_names(config, s) for s in stuck.shared)} in every order (an "
+            f"integer table with two of them fixed need not exist), and the joint table of "
+            f"{_names(config, stuck.joint)} it could be rounded through instead has "
+            f"{stuck.cells:,} cells, over {TABLE_CELL_LIMIT:,}"
         )
 
 

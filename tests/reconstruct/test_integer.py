@@ -8,17 +8,21 @@ import numpy as np
 import pytest
 
 from dpmm.errors import ArgumentError
+from dpmm.reconstruct import integer
 from dpmm.reconstruct.integer import (
     chained_table,
     closed_sets,
     cumulative_rounding,
     integer_tables,
+    joint_estimate,
+    margin_rounding,
     nearest_integer_table,
     nearest_integer_vector,
     rounded_total,
     rounding_steps,
     sliced_rounding,
 )
+from dpmm.reconstruct.rounding_order import rounding_plan
 
 SEED = 20261127
 
@@ -94,6 +98,57 @@ def test_the_table_is_the_nearest_in_l1_among_all_tables_with_its_margins() -> N
         assert float(np.abs(rounded - table).sum()) == pytest.approx(best, abs=1e-9)
 
 
+def _noisy_table(rng: np.random.Generator, m: int, n: int) -> tuple[np.ndarray, ...]:
+    """A signed noisy table of sparse counts and integer margins moved off its own."""
+    truth = rng.poisson(rng.exponential(2.0, (m, n)) * (rng.random((m, n)) < 0.5))
+    total = int(truth.sum()) + int(rng.integers(0, 6))
+    rows = nearest_integer_vector(truth.sum(axis=1) + rng.normal(0, 2, m), total)
+    columns = nearest_integer_vector(truth.sum(axis=0) + rng.normal(0, 2, n), total)
+    return truth + rng.normal(0, 1.5, (m, n)), rows, columns
+
+
+def test_margin_rounding_always_holds_both_margins() -> None:
+    """The rule behind a capped solve: random signed tables (some all zero, some one
+    line), margins away from the table's: integer, non-negative, on both margins; a
+    table already integer on its own margins comes back unchanged."""
+    rng = np.random.default_rng(SEED + 44)
+    for case in range(200):
+        m, n = int(rng.integers(1, 12)), int(rng.integers(1, 12))
+        table, rows, columns = _noisy_table(rng, m, n)
+        if case % 10 == 0:
+            table = np.zeros((m, n))
+        rounded = margin_rounding(table, rows, columns)
+        assert rounded.dtype == np.int64 and rounded.shape == (m, n) and rounded.min() >= 0
+        assert np.array_equal(rounded.sum(axis=1), rows)
+        assert np.array_equal(rounded.sum(axis=0), columns)
+        counts = rng.poisson(3.0, (m, n))
+        kept = margin_rounding(counts.astype(float), counts.sum(axis=1), counts.sum(axis=0))
+        assert np.array_equal(kept, counts)
+
+
+@pytest.mark.parametrize("limit", ["TABLE_ITERATIONS", "TABLE_TIME_LIMIT"])
+def test_a_solve_stopped_at_its_limit_falls_back_to_the_rule(monkeypatch, limit) -> None:
+    """HiGHS given no iterations (or no time) returns no optimum: the table is the rule's,
+    on its margins, and still deterministic; an optimum is never worse in L1."""
+    rng = np.random.default_rng(SEED + 45)
+    cases = [
+        _noisy_table(rng, int(rng.integers(2, 30)), int(rng.integers(2, 30))) for _ in range(8)
+    ]
+    solved = [nearest_integer_table(*case) for case in cases]
+    monkeypatch.setattr(integer, limit, 0)
+    for (table, rows, columns), optimum in zip(cases, solved, strict=True):
+        fallback = nearest_integer_table(table, rows, columns)
+        assert np.array_equal(fallback, margin_rounding(table, rows, columns))
+        assert np.array_equal(fallback, nearest_integer_table(table, rows, columns))
+        assert fallback.min() >= 0 and np.array_equal(fallback.sum(axis=1), rows)
+        assert np.array_equal(fallback.sum(axis=0), columns)
+        assert np.abs(optimum - table).sum() <= np.abs(fallback - table).sum() + 1e-9
+    assert any(
+        not np.array_equal(optimum, margin_rounding(*case))
+        for case, optimum in zip(cases, solved, strict=True)
+    )  # the limit did change what was returned
+
+
 def test_top_down_tables_are_integer_non_negative_and_consistent() -> None:
     rng = np.random.default_rng(SEED + 3)
     shape = (4, 3, 5, 2)
@@ -120,9 +175,12 @@ def test_closed_sets_add_the_margins_of_two_way_sets() -> None:
     assert closed_sets([()]) == [()]
 
 
-def test_refusals_name_the_problem() -> None:
+def test_refusals_name_the_problem(monkeypatch) -> None:
     three = {s: np.ones((2,) * len(s)) for s in closed_sets([(0, 1, 2), (0, 1, 3), (0, 2, 3)])}
-    with pytest.raises(ArgumentError, match=r"on \[0, 2, 3\] shares the tables on \[0, 2\] and"):
+    assert integer_tables(three, 8)[(0, 2, 3)].sum() == 8  # through the 16-cell joint table
+    monkeypatch.setattr(integer, "TABLE_CELL_LIMIT", 15)
+    shares = r"on \[0, 2, 3\] shares the tables on \[0, 2\] and \[0, 3\] .* has 16 cells"
+    with pytest.raises(ArgumentError, match=shares):
         integer_tables(three, 8)
     with pytest.raises(ArgumentError, match="1-way margins"):
         integer_tables({(0, 1): np.ones((2, 2))}, 4)
@@ -223,23 +281,22 @@ def test_rounding_steps_start_each_table_from_the_one_it_shares() -> None:
 
 
 def test_three_way_tables_round_to_integer_consistent_tables() -> None:
-    """Random families of 1- to 4-way tables that :func:`rounding_steps` can order, over
-    noisy, mutually inconsistent estimates: every result integer, non-negative, on the
-    total, and every two agreeing on the attributes they share."""
+    """Random families of 1- to 4-way tables over noisy, mutually inconsistent estimates,
+    those no order rounds through their joint tables: every result integer, non-negative,
+    on the total, and every two agreeing on the attributes they share."""
     rng = np.random.default_rng(SEED + 43)
     shape = (3, 2, 4, 3, 2)
-    tried, from_shared = 0, 0
-    while tried < 25:
-        count = int(rng.integers(1, 4))
+    from_shared, joined = 0, 0
+    for _ in range(40):
+        count = int(rng.integers(1, 5))
         sets = [
             tuple(sorted(int(i) for i in rng.choice(5, int(rng.integers(2, 5)), replace=False)))
             for _ in range(count)
         ]
-        steps, stuck = rounding_steps(sets)
-        if stuck is not None:
-            continue
-        tried += 1
-        from_shared += any(len(start) >= 2 for _, start in steps)
+        plan = rounding_plan(sets, shape, 10**5)
+        assert plan.stuck is None  # 144 cells: every joint table can be rounded
+        from_shared += any(len(start) >= 2 for _, start in plan.steps)
+        joined += bool(plan.joins)
         x = rng.poisson(2.0, shape) + rng.normal(0, 1.5, shape)
         tables = {
             s: x.sum(axis=tuple(i for i in range(5) if i not in s)) + rng.normal(0, 0.5)
@@ -256,4 +313,26 @@ def test_three_way_tables_round_to_integer_consistent_tables() -> None:
             left = first.sum(axis=tuple(p for p, i in enumerate(a) if i not in shared))
             right = second.sum(axis=tuple(p for p, i in enumerate(b) if i not in shared))
             assert np.array_equal(left, right), (a, b)
-    assert from_shared  # some tables started from a shared 2-way or 3-way table
+    assert from_shared and joined  # some tables started from a shared one, some joined
+
+
+def test_the_joint_estimate_is_non_negative_with_the_tables_inside_it_as_sums() -> None:
+    """Consistent non-negative tables (of a sparse table): fitted within half a count;
+    noisy signed ones (least squares'): a non-negative table near them (noise of 1)."""
+    rng = np.random.default_rng(SEED + 46)
+    for _ in range(20):
+        shape = tuple(int(s) for s in rng.integers(2, 5, 4))
+        x = rng.poisson(rng.exponential(20.0, shape)) * (rng.random(shape) < 0.7)
+        sets = [(0, 1, 2), (0, 1, 3), (0, 2, 3), (1, 2, 3)][: int(rng.integers(2, 5))]
+        tables = {s: x.sum(axis=tuple(i for i in range(4) if i not in s)) for s in sets}
+        joint = joint_estimate(tables, (0, 1, 2, 3), dict(enumerate(shape)))
+        assert joint.shape == shape and joint.min() >= 0
+        for s, table in tables.items():
+            summed = joint.sum(axis=tuple(i for i in range(4) if i not in s))
+            assert np.allclose(summed, table, atol=0.5)
+        noisy = {s: t + rng.normal(0, 1.0, t.shape) for s, t in tables.items()}
+        fitted = joint_estimate(noisy, (0, 1, 2, 3), dict(enumerate(shape)))
+        assert fitted.min() >= 0
+        for s, table in noisy.items():
+            summed = fitted.sum(axis=tuple(i for i in range(4) if i not in s))
+            assert np.sqrt(np.mean((summed - table) ** 2)) < 2.5  # counts of ~20 per cell
