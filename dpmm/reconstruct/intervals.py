@@ -57,13 +57,14 @@ Example:
 from __future__ import annotations
 
 import functools
+import heapq
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
-from scipy import optimize, signal, special
+from scipy import fft, optimize, signal, special
 
 from dpmm.linalg import Matrix
 from dpmm.measure.record import MeasurementRecord, discrete_noise_variance
@@ -269,38 +270,95 @@ def _wide_laplace_half_width(
     return float(law.parameter) * unit + norm1, norm1 <= RESOLUTION * spread / 4
 
 
-def _wide_total(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, int, float] | None:
-    """The distribution of ``U = Σ_groups grid · (⌈a G₁⌉ − ⌊a G₂⌋)`` (a = ``|c| / grid``),
-    which dominates the continuous Laplace sum ``Σ_groups |c| (G₁ − G₂)`` at t = 1, on a grid
-    of ``RESOLUTION · √2 ‖c‖₂ / (4 · groups)`` (each group rounds twice: the grid keeps
-    their sum under half the resolution): ``(masses, first cell, grid)``, or None past
-    :data:`GRID_LIMIT`."""
+def _wide_sum(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, float] | None:
+    """The distribution of ``V = Σ_groups ⌈a G⌉`` (a = ``|c| / grid``, G ~ Gamma(count, 1))
+    on its cells from the least, and the grid ``RESOLUTION · √2 ‖c‖₂ / (4 · groups)`` (each
+    group rounds twice: the grid keeps their sum under half the resolution); None past
+    :data:`GRID_LIMIT`.
+
+    ``⌈a G₁⌉ − ⌊a G₂⌋ = ⌈a G₁⌉ − ⌈a G₂⌉ + 1`` almost surely, so ``U / grid`` of
+    :func:`_wide_total` is the number of groups plus ``V₁ − V₂``, V₁ and V₂ independent
+    copies of V. V's groups are convolved two shortest at a time (a Huffman order: the many
+    short groups meet on short transforms, the few long ones last), each sum's tails
+    trimmed (:func:`_trimmed`: V₁ − V₂ loses the mass dropped, counted as outside)."""
     grid = RESOLUTION * math.sqrt(2 * float(np.sum(counts * values**2))) / (4 * len(values))
-    total: tuple[np.ndarray, int] | None = None
+    pending: list[tuple[int, int, np.ndarray]] = []
     for value, count in zip(values, counts, strict=True):
         up = _gamma_cells(int(count), float(value) / grid)
         if up is None:
             return None
-        # ⌈a G₁⌉ − ⌊a G₂⌋ = ⌈a G₁⌉ − ⌈a G₂⌉ + 1 almost surely.
-        group = _convolve(up, (up[0][::-1], 1 - (up[1] + up[0].size - 1)))
-        total = group if total is None else _convolve(total, group)
-        if total[0].size > GRID_LIMIT:
+        pending.append((up[0].size, len(pending), up[0]))
+    heapq.heapify(pending)
+    while len(pending) > 1:
+        _, first, left = heapq.heappop(pending)
+        _, _, right = heapq.heappop(pending)
+        merged = _convolve((left, 0), (right, 0))[0]
+        if merged.size > GRID_LIMIT:
             return None
-    assert total is not None
+        heapq.heappush(pending, (merged.size, first, merged))
+    return pending[0][2], grid
+
+
+def _wide_total(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, int, float] | None:
+    """The distribution of ``U = Σ_groups grid · (⌈a G₁⌉ − ⌊a G₂⌋)`` (a = ``|c| / grid``),
+    which dominates the continuous Laplace sum ``Σ_groups |c| (G₁ − G₂)`` at t = 1, on the
+    grid of :func:`_wide_sum`: ``(masses, first cell, grid)``, or None past
+    :data:`GRID_LIMIT`. ``V₁ − V₂``'s distribution is V's correlated with itself, ``|F|²``
+    in one transform; the tails are trimmed once, at the end."""
+    found = _wide_sum(values, counts)
+    if found is None:
+        return None
+    masses, grid = found
+    reach = masses.size - 1  # V₁ − V₂ lies in −reach … reach
+    length = fft.next_fast_len(2 * reach + 1, real=True)
+    transform = fft.rfft(masses, length)
+    lags = fft.irfft(transform.real**2 + transform.imag**2, length)  # lag k at k mod length
+    ordered = np.concatenate([lags[length - reach :], lags[: reach + 1]])
+    total = _trimmed(ordered, len(values) - reach)
+    if total[0].size > GRID_LIMIT:
+        return None
     return total[0], total[1], grid
 
 
 @functools.lru_cache(maxsize=1 << 12)
 def _wide_laplace_unit(values_bytes: bytes, counts_bytes: bytes, level: float) -> float | None:
     """The half-width of the continuous Laplace sum at t = 1 certified from
-    :func:`_wide_total`; None past :data:`GRID_LIMIT`."""
-    total = _wide_total(
-        np.frombuffer(values_bytes, dtype=np.float64), np.frombuffer(counts_bytes, dtype=np.int64)
-    )
-    if total is None:
+    :func:`_wide_total`'s U, found without forming its distribution: the least H with
+    ``P(U ≤ H) ≥ 1 − (1 − level − slack)/2`` (:func:`_least_difference`); None past
+    :data:`GRID_LIMIT` or where the masses kept never reach it."""
+    values = np.frombuffer(values_bytes, dtype=np.float64)
+    found = _wide_sum(values, np.frombuffer(counts_bytes, dtype=np.int64))
+    if found is None:
         return None
-    found = _least_cell(total[0], total[1], level)
-    return None if found is None else found * total[2]
+    lag = _least_difference(found[0], level)
+    return None if lag is None else (len(values) + lag) * found[1]
+
+
+def _least_difference(masses: np.ndarray, level: float) -> int | None:
+    """The least L with ``P(V₁ − V₂ ≤ L) ≥ 1 − (1 − level − slack)/2`` for independent V₁,
+    V₂ distributed as ``masses`` (None if the masses kept never reach it), by bisection on
+    ``P(V₁ − V₂ ≤ L) = Σ_i P(V₂ = i) P(V₁ ≤ i + L)``: a few sums of products in place of
+    the difference's distribution (what :func:`_least_cell` reads from it)."""
+    cumulative = np.cumsum(masses)
+    cells = masses.size
+
+    def below(lag: int) -> float:  # P(V₁ − V₂ ≤ lag), lag ≥ 0
+        # einsum, not BLAS: a threaded BLAS dot waits on its slowest thread.
+        inside = float(np.einsum("i,i->", masses[: cells - lag], cumulative[lag:]))
+        return inside + float(cumulative[-1]) * float(masses[cells - lag :].sum())
+
+    needed = _needed(level)
+    if below(cells - 1) < needed:
+        return None
+    # V₁ − V₂ is symmetric: P(V₁ − V₂ ≤ −1) ≤ ½ < needed, so L ≥ 0.
+    low, high = 0, cells - 1
+    while low < high:
+        middle = (low + high) // 2
+        if below(middle) >= needed:
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
 def _split_half_width(values: np.ndarray, counts: np.ndarray, law: NoiseLaw, level: float) -> float:
@@ -417,11 +475,16 @@ def _split_least(
     return math.inf if not cells.size else float(cells[0] + offset + first) * grid
 
 
+def _needed(level: float) -> float:
+    """``P(U ≤ H)`` at least this certifies ``P(|e| ≤ H) ≥ level`` (U symmetric about
+    what dominates ``|e|``, :data:`NUMERICAL_SLACK` charged)."""
+    return 1 - (1 - level - NUMERICAL_SLACK) / 2
+
+
 def _least_cell(masses: np.ndarray, offset: int, level: float) -> int | None:
     """The least H ≥ 0 with ``1 − 2 P(U > H) − slack ≥ level`` for U distributed as
     ``masses`` from ``offset`` (None if the masses kept never reach it)."""
-    needed = 1 - (1 - level - NUMERICAL_SLACK) / 2
-    cells = int(np.searchsorted(np.cumsum(masses), needed, side="left"))
+    cells = int(np.searchsorted(np.cumsum(masses), _needed(level), side="left"))
     return None if cells >= masses.size else max(offset + cells, 0)
 
 
