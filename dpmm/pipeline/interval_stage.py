@@ -30,8 +30,9 @@ so they are found once per strategy, as the distinct multisets of their magnitud
 
 A noise law then gives every half-width (:func:`half_widths`), one
 :class:`~dpmm.reconstruct.intervals.Intervals` per release sharing its work budget across
-the groups in workload order, as the release does. :class:`PlannedIntervals` gives them
-at any budget and level, for the plan's ``half_width`` targets.
+the groups, cheapest group first (:func:`release_half_widths`), as the release does.
+:class:`PlannedIntervals` gives them at any budget and level, for the plan's
+``half_width`` targets.
 """
 
 from __future__ import annotations
@@ -65,7 +66,14 @@ from dpmm.targets import Budget, budget_noise
 from dpmm.workload import WorkloadGroup
 from dpmm.workload.table_form import TableBlock, table_form
 
-__all__ = ["ROW_WORK", "KronMultisets", "PlannedIntervals", "group_multisets", "half_widths"]
+__all__ = [
+    "ROW_WORK",
+    "KronMultisets",
+    "PlannedIntervals",
+    "group_multisets",
+    "half_widths",
+    "release_half_widths",
+]
 
 #: Entries (rows × measured cells sharing the row's attributes) formed for one group's
 #: rows in table form, magnitudes of its Kronecker multisets' products together, and
@@ -300,6 +308,22 @@ def half_widths(
     return multisets.lazy(widths, chunks[0]), flags
 
 
+def release_half_widths(
+    intervals: Intervals,
+    multisets: Sequence[Multisets | KronMultisets | None],
+    standard_errors: Sequence[Any],
+    terms: int,
+) -> list[tuple[Any, Any]]:
+    """Every group's :func:`half_widths`, the work budget for exact ones given to the
+    groups cheapest first (:meth:`~dpmm.reconstruct.intervals.Intervals.admit`): what the
+    release publishes and the plan states."""
+    intervals.admit([found.distinct for found in multisets if found is not None])
+    return [
+        half_widths(intervals, found, errors, terms)
+        for found, errors in zip(multisets, standard_errors, strict=True)
+    ]
+
+
 class PlannedIntervals:
     """The half-widths a release of a strategy publishes, at any budget and level: each
     group's multisets found once, its standard errors moved with the noise's deviation.
@@ -343,16 +367,15 @@ class PlannedIntervals:
 
     def at(self, budget: Budget, level: float) -> list[Any]:
         """Every group's half-widths at ``level`` from a release at ``budget``, computed as
-        the release computes them (one work budget across the groups, in order)."""
+        the release computes them (:func:`release_half_widths`)."""
         amount = budget.epsilon if isinstance(budget, PureDP) else budget.rho
         key = (level, type(budget), amount)
         if key not in self._known:
             intervals = Intervals(self._law(budget), level)
             factor = math.sqrt(self._variance(budget) / self._variance(self._privacy))
-            self._known[key] = [
-                half_widths(intervals, multisets, errors * factor, self._terms)[0]
-                for multisets, errors in zip(self._multisets, self._errors, strict=True)
-            ]
+            errors = [errors * factor for errors in self._errors]
+            found = release_half_widths(intervals, self._multisets, errors, self._terms)
+            self._known[key] = [widths for widths, _ in found]
         return self._known[key]
 
     def group(self, name: str, level: float, budget: Budget) -> Any:

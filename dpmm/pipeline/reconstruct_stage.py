@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -39,7 +40,7 @@ from dpmm.pipeline.integer_answers import (
     tables_rounding,
     vector_rounding,
 )
-from dpmm.pipeline.interval_stage import group_multisets, half_widths
+from dpmm.pipeline.interval_stage import group_multisets, release_half_widths
 from dpmm.reconstruct import (
     MarginalMeasurement,
     covariance_factor,
@@ -414,10 +415,7 @@ def reconstruct(
         linear = errors == EXACT
         if replicates:  # the plan's dry run states no intervals; rounding widens them
             intervals = Intervals(NoiseLaw.of(record), config.release.confidence)
-            groups = [
-                _with_intervals(config, strategy, plan, group, intervals, linear)
-                for group in groups
-            ]
+            groups = _with_intervals(config, strategy, plan, groups, intervals, linear)
         rounding = None
         if config.release.integer:
             dry_run = replicates == 0
@@ -439,16 +437,27 @@ def _with_intervals(
     config: ReleaseConfig,
     strategy: ChosenStrategy,
     plan: str,
-    answers: GroupAnswers,
+    groups: Sequence[GroupAnswers],
     intervals: Intervals,
     linear: bool,
-) -> GroupAnswers:
-    """The group's answers with their intervals (:mod:`dpmm.pipeline.interval_stage`);
-    a normal approximation for an estimate not linear in the noise."""
-    errors = answers.standard_errors
+) -> list[GroupAnswers]:
+    """The groups' answers with their intervals (:mod:`dpmm.pipeline.interval_stage`,
+    :func:`~dpmm.pipeline.interval_stage.release_half_widths`); a normal approximation
+    for an estimate not linear in the noise."""
     if not linear:
-        return replace(answers, half_widths=intervals.normal(errors), exact_intervals=False)
-    multisets = group_multisets(config, strategy, plan, answers.group)
+        return [
+            replace(
+                answers,
+                half_widths=intervals.normal(answers.standard_errors),
+                exact_intervals=False,
+            )
+            for answers in groups
+        ]
+    multisets = [group_multisets(config, strategy, plan, answers.group) for answers in groups]
+    errors = [answers.standard_errors for answers in groups]
     terms = int(strategy.quantized.integer.shape[0])
-    widths, exact = half_widths(intervals, multisets, errors, terms)
-    return replace(answers, half_widths=widths, exact_intervals=exact)
+    found = release_half_widths(intervals, multisets, errors, terms)
+    return [
+        replace(answers, half_widths=widths, exact_intervals=exact)
+        for answers, (widths, exact) in zip(groups, found, strict=True)
+    ]

@@ -44,7 +44,8 @@ parameter σ², in the measurement's integer units) and ``c`` the query's row of
 Queries whose coefficient multisets agree (marginal cells, symmetric strategies) share one
 distribution: it is computed once per distinct multiset, within a budget of work per
 multiset and per release (:data:`WORK_LIMIT`, :data:`EXACT_BUDGET`) estimated from the
-coefficients alone; past it the Chernoff bound of the multiset is published.
+coefficients alone and given to the release's groups cheapest first
+(:meth:`Intervals.admit`); past it the Chernoff bound of the multiset is published.
 
 Example:
     >>> from fractions import Fraction
@@ -233,11 +234,19 @@ def _continuous(law: NoiseLaw) -> bool:
     return float(law.parameter) > limit
 
 
+@functools.lru_cache(maxsize=1 << 12)
+def _gamma_range(shape: int) -> tuple[float, float]:
+    """Gamma(shape, 1)'s quantiles 1e-18 and 1 − 1e-18."""
+    return (
+        float(special.gammaincinv(shape, TRIM / 10)),
+        float(special.gammainccinv(shape, TRIM / 10)),
+    )
+
+
 def _gamma_cells(shape: int, per_unit: float) -> tuple[np.ndarray, int] | None:
     """The distribution of ``⌈a G⌉`` for G ~ Gamma(shape, 1), a = ``per_unit``, within G's
     quantiles 1e-18 and 1 − 1e-18; None beyond :data:`GRID_LIMIT`."""
-    low = float(special.gammaincinv(shape, TRIM / 10))
-    high = float(special.gammainccinv(shape, TRIM / 10))
+    low, high = _gamma_range(shape)
     first, last = math.floor(per_unit * low), math.ceil(per_unit * high)
     if last - first + 1 > GRID_LIMIT:
         return None
@@ -578,13 +587,29 @@ def _grid(values: np.ndarray, counts: np.ndarray, law: NoiseLaw) -> tuple[float,
 
 
 def _work(values: np.ndarray, counts: np.ndarray, law: NoiseLaw) -> float:
-    """The cells an exact computation convolves, about: groups × the sum's support (a wide
-    Laplace's at :data:`_WIDE_CELL_COST` each)."""
+    """The cells an exact computation makes, about: each group's sum (a wide Laplace's
+    binned Gamma law; otherwise the repeated squaring of one draw's law to the group's
+    count of draws, twice the sum's support) and the convolution of the groups, groups ×
+    the total's support (at :data:`_WIDE_CELL_COST` each for a wide Laplace)."""
     if not values.size or (_continuous(law) and not law.laplace):
         return 0.0
     spread = math.sqrt(law.variance() * float(np.sum(counts * values**2)))
-    cells = len(values) * (60 * spread / _grid(values, counts, law)[0] + 2)
-    return cells * (_WIDE_CELL_COST if _continuous(law) else 1.0)
+    grid = _grid(values, counts, law)[0]
+    convolved = len(values) * (60 * spread / grid + 2)
+    if _continuous(law):
+        summed = sum(
+            (_gamma_range(int(count))[1] - _gamma_range(int(count))[0]) * float(value) / grid + 2
+            for value, count in zip(values, counts, strict=True)
+        )
+        return summed + convolved * _WIDE_CELL_COST
+    one = 2 * law.reach(TRIM / len(values)) + 1
+    deviation = math.sqrt(law.variance())
+    summed = sum(
+        2 * min(int(count) * one, 60 * deviation * math.sqrt(int(count)) + one)
+        for count in counts
+        if count > 1
+    )
+    return summed + convolved
 
 
 def exact_half_width(
@@ -709,6 +734,8 @@ class Intervals:
     law: NoiseLaw
     level: float
     _known: dict[bytes, tuple[float, bool]] = field(default_factory=dict, repr=False)
+    #: Per multiset decided, whether it is computed exactly (:meth:`admit`).
+    _admitted: dict[bytes, bool] = field(default_factory=dict, repr=False)
     #: Work left for exact computations (:data:`EXACT_BUDGET`).
     _work_left: float = field(default=EXACT_BUDGET, repr=False)
 
@@ -757,25 +784,52 @@ class Intervals:
         self, multisets: Sequence[tuple[np.ndarray, np.ndarray]]
     ) -> tuple[np.ndarray, np.ndarray]:
         """The half-width of each distinct ``(values, counts)`` multiset, in order, and
-        whether it is exact; one too costly to convolve gets the Chernoff bound of its own
-        coefficients (or the split bound, where less)."""
+        whether it is exact; one too costly to convolve (:meth:`admit`) gets the Chernoff
+        bound of its own coefficients (or the split bound, where less)."""
+        self.admit([multisets])
         found = [self._multiset(values, counts) for values, counts in multisets]
         widths = np.array([width for width, _ in found], dtype=np.float64)
         exact = np.array([flag for _, flag in found], dtype=bool)
         return widths, exact
 
+    def admit(self, groups: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]]) -> None:
+        """Decide which multisets of these groups (each a sequence of ``(values, counts)``)
+        are computed exactly: the groups cheapest first (the work of their multisets within
+        :data:`WORK_LIMIT`; ties in the order given), each multiset within
+        :data:`WORK_LIMIT` and the work left of :data:`EXACT_BUDGET`. A release decides
+        for all its groups before computing any, so a costly group cannot take the budget
+        from cheap ones after it; the work is estimated from the coefficients alone, so
+        every computation of the release (the plan's, the audit's) decides the same.
+        Multisets already decided keep their decision."""
+        costed = []
+        for position, group in enumerate(groups):
+            undecided: dict[bytes, float] = {}
+            for values, counts in group:
+                key = _multiset_key(values, counts)
+                if key not in self._admitted and key not in undecided:
+                    undecided[key] = _work(values, counts, self.law)
+            cost = sum(work for work in undecided.values() if work <= WORK_LIMIT)
+            costed.append((cost, position, undecided))
+        for _, _, undecided in sorted(costed, key=lambda entry: entry[:2]):
+            for key, work in undecided.items():
+                if key in self._admitted:  # in an earlier group too
+                    continue
+                admitted = work <= min(WORK_LIMIT, self._work_left)
+                if admitted:
+                    self._work_left -= work
+                self._admitted[key] = admitted
+
     def _multiset(self, values: np.ndarray, counts: np.ndarray) -> tuple[float, bool]:
         key = _multiset_key(values, counts)
         known = self._known.get(key)
         if known is None:
-            limit = min(WORK_LIMIT, self._work_left)
-            found = _exact_of_multiset(values, counts, self.law, self.level, limit)
+            found = None
+            if self._admitted[key]:
+                found = _exact_of_multiset(values, counts, self.law, self.level, math.inf)
             if found is None:
                 bound = _chernoff_width(values, counts, self.law, self.level)
                 split = _split_half_width(values, counts, self.law, self.level)
                 found = (min(bound, split), False)
-            else:
-                self._work_left -= _work(values, counts, self.law)
             known = self._known[key] = found
         return known
 

@@ -235,3 +235,35 @@ def test_the_split_bound_lies_between_the_exact_half_width_and_chernoffs(
     intervals._work_left = 0.0  # the release's budget spent: the bound is published
     (width,), (flag,) = intervals.from_rows(row[None, :])
     assert width == pytest.approx(split) and not flag
+
+
+def test_the_work_budget_goes_to_the_cheapest_group_first() -> None:
+    """A costly group listed first no longer takes the budget for exact half-widths from a
+    cheaper group after it: the groups are admitted cheapest first."""
+    from dpmm.reconstruct.intervals import EXACT_BUDGET, _work
+
+    law = NoiseLaw("discrete_laplace", Fraction(10**5))  # wide: the continuous Laplace path
+    rng = np.random.default_rng(3)
+
+    def multiset(groups: int) -> tuple[np.ndarray, np.ndarray]:
+        return np.sort(rng.uniform(0.1, 1, groups)), np.ones(groups, dtype=np.int64)
+
+    costly = [multiset(100) for _ in range(7)]
+    cheap = [multiset(80)]
+    # The costly group alone needs more than the budget, and leaves less than the cheap one.
+    assert sum(_work(*found, law) for found in costly) > EXACT_BUDGET
+    assert _work(*cheap[0], law) < sum(_work(*found, law) for found in costly)
+
+    in_order = Intervals(law, 0.95)
+    in_order.admit([costly])
+    in_order.admit([cheap])  # what spending in workload order gave the cheap group
+    _, (late,) = in_order.distinct(cheap)
+    assert not late
+
+    cheapest_first = Intervals(law, 0.95)
+    cheapest_first.admit([costly, cheap])
+    (width,), (exact,) = cheapest_first.distinct(cheap)
+    assert exact
+    assert width == pytest.approx(exact_half_width(np.repeat(*cheap[0]), law, 0.95)[0])
+    # The costly group still gets what is left, in its own order: the first is exact.
+    assert cheapest_first.distinct(costly[:1])[1].tolist() == [True]
