@@ -5,7 +5,9 @@ domain ``(n_1, …, n_d)``, chunked along one axis, and the products with the st
 are :class:`~dpmm.linalg.chunked_kron.ChunkedKron`'s (no task holds more than one
 block). This computes ``Aᵀy`` and the warm start.
 
-With the first factor's Gram small enough to be dense, the iterations run in
+With every factor small enough for a dense eigendecomposition, ADMM runs as in memory
+(:mod:`~dpmm.reconstruct.admm`, the same iterates); with the first factor's Gram
+small enough to be dense, projected gradient. Either runs in
 :mod:`~dpmm.reconstruct.chunked_loop` (with or without a total): blocks along the
 first axis, the other factors applied inside a block, many iterations per scheduler
 round trip. Otherwise the loop of :mod:`~dpmm.reconstruct.projected_gradient` runs
@@ -25,7 +27,8 @@ import numpy as np
 from dpmm.linalg import Dense, Kron, Matrix, Product
 from dpmm.linalg.chunked_kron import ChunkedKron, chunk_count
 from dpmm.linalg.kron import factor_gram_pinv
-from dpmm.reconstruct.chunked_loop import BlockKron, minimize_on_blocks
+from dpmm.reconstruct.admm import KronSpectrum, kron_spectrum
+from dpmm.reconstruct.chunked_loop import BlockKron, admm_on_blocks, minimize_on_blocks
 from dpmm.reconstruct.nnls import largest_gram_eigenvalue
 from dpmm.reconstruct.projected_gradient import (
     Solution,
@@ -137,9 +140,17 @@ def chunked_nnls(
         (estimated,) = scalars(start.sum())
         known_total = resolve_total(known_total, estimated)
     grams = [_factor_gram(f) for f in factors]
-    if isinstance(grams[0], Dense):
+    spectrum = kron_spectrum(Kron(grams))
+    if spectrum is not None or isinstance(grams[0], Dense):
         solution = _solve_on_blocks(
-            grams, linear, start, largest_gram_eigenvalue(A), known_total, tolerance, max_iterations
+            grams,
+            spectrum,
+            linear,
+            start,
+            largest_gram_eigenvalue(A),
+            known_total,
+            tolerance,
+            max_iterations,
         )
         return nonnegative_estimate(solution, "nnls", scales, total, known_total)
     solution = minimize_nonnegative_quadratic(
@@ -156,6 +167,7 @@ def chunked_nnls(
 
 def _solve_on_blocks(
     grams: list[Matrix],
+    spectrum: KronSpectrum | None,
     linear: Any,
     start: Any,
     lipschitz: float,
@@ -163,7 +175,8 @@ def _solve_on_blocks(
     tolerance: float,
     max_iterations: int | None,
 ) -> Solution:
-    """The batched loop of :mod:`~dpmm.reconstruct.chunked_loop` on first-axis blocks."""
+    """The batched loop of :mod:`~dpmm.reconstruct.chunked_loop` on first-axis blocks:
+    ADMM with a spectrum, else projected gradient."""
     import dask
     import dask.array as da
 
@@ -171,23 +184,23 @@ def _solve_on_blocks(
     count = min(chunk_count(linear), shape[0])
     piece = -(-shape[0] // count)
     bounds = [*range(0, shape[0], piece), shape[0]]
-    others = [g.dense() if isinstance(g, Dense) else g for g in grams[1:]]
-    operator = BlockKron(grams[0].dense(), others, bounds)
 
     def split(tensor: Any) -> list[Any]:
         chunks = (piece, *([-1] * (len(shape) - 1)))
         # Persisted, so the loop's graphs refer to finished blocks, not to their recipes.
         return list(dask.persist(*tensor.rechunk(chunks).to_delayed().ravel()))
 
-    solution, blocks = minimize_on_blocks(
-        operator,
-        split(linear),
-        split(start),
-        lipschitz,
-        total=total,
-        tolerance=tolerance,
-        max_iterations=max_iterations,
-    )
+    limits = {"total": total, "tolerance": tolerance, "max_iterations": max_iterations}
+    if spectrum is not None:
+        solution, blocks = admm_on_blocks(
+            spectrum, bounds, split(linear), split(start), lipschitz, **limits
+        )
+    else:
+        others = [g.dense() if isinstance(g, Dense) else g for g in grams[1:]]
+        operator = BlockKron(grams[0].dense(), others, bounds)
+        solution, blocks = minimize_on_blocks(
+            operator, split(linear), split(start), lipschitz, **limits
+        )
     x = da.concatenate(
         [
             da.from_delayed(block, (hi - lo, *shape[1:]), dtype=np.float64)

@@ -39,6 +39,16 @@ from typing import Any
 import numpy as np
 
 from dpmm.linalg import Matrix
+from dpmm.reconstruct.admm import (
+    RELAXATION,
+    KronSpectrum,
+    balance_norms,
+    balance_terms,
+    inner,
+    multiplier,
+    outer,
+    rebalanced_rho,
+)
 from dpmm.reconstruct.projected_gradient import CHECK_EVERY, DEFAULT_MAX_ITERATIONS, Solution
 from dpmm.reconstruct.simplex_threshold import (
     HISTOGRAM_PASSES,
@@ -50,7 +60,7 @@ from dpmm.reconstruct.simplex_threshold import (
     summary,
 )
 
-__all__ = ["BlockKron", "minimize_on_blocks"]
+__all__ = ["BlockKron", "admm_on_blocks", "minimize_on_blocks"]
 
 #: Iterations built into one task graph (a multiple of CHECK_EVERY).
 BATCH_ITERATIONS = 40
@@ -211,26 +221,21 @@ def _shifted(block: np.ndarray, threshold: float) -> np.ndarray:
     return np.maximum(block - threshold, 0.0)
 
 
-class _Graph:
-    """Builds the loop's tasks as a plain Dask graph: three tasks per block and iteration.
+class _Tasks:
+    """A loop's tasks as a plain Dask graph, built batch by batch.
 
     ``dask.delayed`` merges and culls a growing graph at every call, which made building
     a batch quadratic in its length; here a batch is one dict, persisted at once. A task
-    that needs another block's products takes that block's whole output (its momentum
-    point comes along): moving a few more megabytes is cheaper than one more task.
+    that needs another block's products takes that block's whole output: moving a few
+    more megabytes is cheaper than one more task.
     """
 
-    def __init__(self, operator: BlockKron, step: float, total: float | None) -> None:
+    def __init__(self, step: float, total: float | None) -> None:
         self.prefix = f"pg-{uuid.uuid4().hex}"
         self.count = 0
         self.step = step
         self.total = total
         self.pending: dict[str, Any] = {}
-        # Shipped once; tasks refer to these keys instead of embedding the arrays.
-        self.others = self.literal(list(operator.others))
-        pieces = operator.pieces()
-        # Column c holds the pieces block c's products need: G_0[c'', c] for every c''.
-        self.columns = [self.literal([row[c] for row in pieces]) for c in range(len(pieces))]
 
     def key(self) -> str:
         self.count += 1
@@ -272,6 +277,36 @@ class _Graph:
         threshold = self.threshold(blocks)
         return [self.task(_shifted, block, threshold) for block in blocks]
 
+
+class _Graph(_Tasks):
+    """The accelerated projected gradient's tasks: three per block and iteration (four
+    with the restart share)."""
+
+    def __init__(self, operator: BlockKron, step: float, total: float | None) -> None:
+        super().__init__(step, total)
+        # Shipped once; tasks refer to these keys instead of embedding the arrays.
+        self.others = self.literal(list(operator.others))
+        pieces = operator.pieces()
+        # Column c holds the pieces block c's products need: G_0[c'', c] for every c''.
+        self.columns = [self.literal([row[c] for row in pieces]) for c in range(len(pieces))]
+
+    @property
+    def constants(self) -> list[str]:
+        """The keys of what every batch's tasks share (persisted once)."""
+        return [self.others, *self.columns]
+
+    def start(self, x: list[str]) -> list[str]:
+        """The blocks' first steps from the projected start ``x``."""
+        return [self.task(_start, block) for block in x]
+
+    def check(
+        self, linear: list[str], steps: list[str], factor: float, *, first: bool
+    ) -> tuple[str, list[str], list[str]]:
+        """The relative KKT residual at the x of ``steps``, the keys of x's blocks, and
+        the steps to go on from."""
+        blocks = [self.task(itemgetter(0), step) for step in steps]
+        return self.residual(linear, steps, factor), blocks, steps
+
     def iterate(self, linear: list[str], steps: list[str]) -> list[str]:
         """The blocks' ``(x_new, share, x, momentum)`` one iteration after ``steps``."""
         shares = [self.task(itemgetter(1), step) for step in steps]
@@ -305,6 +340,219 @@ class _Graph:
             for point, step in zip(points, steps, strict=True)
         ]
         return self.task(_residual, shares, factor)
+
+
+def _eigen_block(factors: Sequence[np.ndarray], first: np.ndarray) -> np.ndarray:
+    """A block of a Kronecker vector (λ or q): ``first`` (the block's rows of the first
+    factor's part) times the others', shaped as the block."""
+    return outer([first, *factors]).reshape(len(first), *(len(f) for f in factors))
+
+
+def _admm_start(x: np.ndarray, rho: float) -> tuple:
+    """Block c's ADMM state ``(z, u, ρ, x, rhs, μ)`` at the projected start."""
+    return x, np.zeros_like(x), rho, x, None, 0.0
+
+
+def _admm_in(state: tuple, linear: np.ndarray, others: Sequence[Any], column: list) -> tuple:
+    """Block c's x-step right-hand side ``b + ρ(z − u)`` and its products towards the
+    eigenbasis (``Q_0ᵀ[c'', c] ×_0 (R_Qᵀ rhs)`` for every block c'')."""
+    z, u, rho = state[:3]
+    rhs = z - u
+    rhs *= rho
+    rhs += linear
+    return rhs, _products(rhs, others, column)
+
+
+def _admm_divide(
+    entered: list[tuple], c: int, values: np.ndarray, ones: np.ndarray | None, state: tuple
+) -> tuple:
+    """Block c of ``w = Qᵀrhs / (λ + ρ)`` and its shares of ``qᵀw`` and ``Σ q²/(λ + ρ)``."""
+    shifted = values + state[2]
+    w = _gradient(_gather([e[1] for e in entered], c), 0.0) / shifted
+    if ones is None:
+        return w, (0.0, 0.0)
+    return w, (inner(ones, w), inner(ones, ones / shifted))
+
+
+def _share(divided: tuple) -> tuple[float, float]:
+    return divided[1]
+
+
+def _admm_out(
+    divided: tuple,
+    shares: list[tuple[float, float]],
+    values: np.ndarray,
+    ones: np.ndarray | None,
+    state: tuple,
+    total: float | None,
+    others: Sequence[Any],
+    column: list,
+) -> tuple:
+    """Block c's w after the total's multiplier μ, its products back from the eigenbasis,
+    and μ (every block sums the shares in block order, so all find the same μ)."""
+    w = divided[0]
+    mu = 0.0
+    if ones is not None:
+        rotated = sum(share[0] for share in shares)
+        weight = sum(share[1] for share in shares)
+        mu = multiplier(rotated, weight, total)
+        w = w - mu * (ones / (values + state[2]))
+    return _products(w, others, column), mu
+
+
+def _admm_update(state: tuple, entered: tuple, left: list[tuple], c: int) -> tuple:
+    """Block c's state after the x-step, the over-relaxation and the z and u steps."""
+    z, u, rho = state[:3]
+    x = _gradient(_gather([o[0] for o in left], c), 0.0)
+    mu = left[c][1]
+    relaxed = RELAXATION * x + (1.0 - RELAXATION) * z
+    z_new = np.maximum(relaxed + u, 0.0)
+    return z_new, u + relaxed - z_new, rho, x, entered[0], mu
+
+
+def _admm_norms(state: tuple, linear: np.ndarray) -> np.ndarray:
+    z, u, rho, x, rhs, mu = state
+    return balance_norms(x, z, u, rhs, linear, rho, mu)
+
+
+def _admm_rho(norms: list[np.ndarray], state: tuple) -> tuple[float, float]:
+    """The next ρ by OSQP's rule from every block's norms (summed in block order), and
+    the factor that keeps the unscaled dual ρu."""
+    rho = state[2]
+    summed = norms[0].copy()
+    for part in norms[1:]:
+        summed += part
+    new = rebalanced_rho(rho, *balance_terms(summed, rho))
+    return new, rho / new
+
+
+def _admm_rescaled(state: tuple, balanced: tuple[float, float]) -> tuple:
+    z, u, _, x, rhs, mu = state
+    rho, ratio = balanced
+    return z, u * ratio, rho, x, rhs, mu
+
+
+def _eigen_products(
+    entered: list[list], c: int, values: np.ndarray, others: Sequence[Any], column: list
+) -> list:
+    """Block c of ``λ · Qᵀv`` (from every block's products) and its products back."""
+    return _products(_gradient(_gather(entered, c), 0.0) * values, others, column)
+
+
+def _candidate_point(
+    products: list[list], linear: np.ndarray, candidate: np.ndarray, c: int, size: float
+) -> Any:
+    return _kkt_point(products, linear, (candidate,), c, size)
+
+
+def _candidate_share(point: np.ndarray, threshold: float, candidate: np.ndarray) -> float:
+    return _kkt_share(point, threshold, (candidate,))
+
+
+class _AdmmGraph(_Tasks):
+    """ADMM's tasks (:mod:`~dpmm.reconstruct.admm`): per block and iteration, the
+    right-hand side with its products into the eigenbasis, the division by the shifted
+    spectrum with the block's shares of the total's multiplier, the products back, and
+    the update of ``(z, u)``. A product with ``⊗Q_i`` or its transpose is a
+    :class:`BlockKron` product: ``Q_i`` inside each block, one small product with a piece
+    of ``Q_0`` per pair of blocks. At a check, the projection of z, ``H`` applied to it
+    (both bases), the KKT residual and ρ's rebalancing are tasks of the same graph."""
+
+    def __init__(
+        self, spectrum: KronSpectrum, bounds: Sequence[int], step: float, total: float | None
+    ) -> None:
+        super().__init__(step, total)
+        vectors = spectrum.factor_vectors
+        into = BlockKron(vectors[0].T, [q.T for q in vectors[1:]], bounds)
+        back = BlockKron(vectors[0], list(vectors[1:]), bounds)
+        self.into_others = self.literal(list(into.others))
+        self.back_others = self.literal(list(back.others))
+        into_pieces, back_pieces = into.pieces(), back.pieces()
+        count = len(into_pieces)
+        self.into_columns = [self.literal([r[c] for r in into_pieces]) for c in range(count)]
+        self.back_columns = [self.literal([r[c] for r in back_pieces]) for c in range(count)]
+        edges = list(bounds)
+        first_values = spectrum.weight * spectrum.factor_values[0]
+        rest_values = self.literal(list(spectrum.factor_values[1:]))
+        self.values = [
+            self.task(_eigen_block, rest_values, first_values[lo:hi])
+            for lo, hi in itertools.pairwise(edges)
+        ]
+        self.ones: list[str | None] = [None] * count
+        if total is not None:
+            sums = [q.sum(axis=0) for q in vectors]
+            rest_ones = self.literal(sums[1:])
+            self.ones = [
+                self.task(_eigen_block, rest_ones, sums[0][lo:hi])
+                for lo, hi in itertools.pairwise(edges)
+            ]
+        self.rho = spectrum.initial_rho()
+
+    @property
+    def constants(self) -> list[str]:
+        fixed = [self.into_others, self.back_others, *self.into_columns, *self.back_columns]
+        return [*fixed, *self.values, *(k for k in self.ones if k is not None)]
+
+    def start(self, x: list[str]) -> list[str]:
+        return [self.task(_admm_start, block, self.rho) for block in x]
+
+    def iterate(self, linear: list[str], steps: list[str]) -> list[str]:
+        """The blocks' states one ADMM iteration after ``steps``."""
+        entered = [
+            self.task(_admm_in, state, b, self.into_others, column)
+            for state, b, column in zip(steps, linear, self.into_columns, strict=True)
+        ]
+        divided = [
+            self.task(_admm_divide, entered, c, values, ones, state)
+            for c, (values, ones, state) in enumerate(
+                zip(self.values, self.ones, steps, strict=True)
+            )
+        ]
+        shares = [self.task(_share, d) for d in divided] if self.total is not None else []
+        left = [
+            self.task(
+                _admm_out, d, shares, values, ones, state, self.total, self.back_others, column
+            )
+            for d, values, ones, state, column in zip(
+                divided, self.values, self.ones, steps, self.back_columns, strict=True
+            )
+        ]
+        return [
+            self.task(_admm_update, state, e, left, c)
+            for c, (state, e) in enumerate(zip(steps, entered, strict=True))
+        ]
+
+    def check(
+        self, linear: list[str], steps: list[str], factor: float, *, first: bool
+    ) -> tuple[str, list[str], list[str]]:
+        """The residual at the projection of z, that projection's blocks, and the states
+        with ρ rebalanced (not at the start, as in memory)."""
+        z = [self.task(itemgetter(0), state) for state in steps]
+        candidate = z if first else self.project(z)
+        entered = [
+            self.task(_products, block, self.into_others, column)
+            for block, column in zip(candidate, self.into_columns, strict=True)
+        ]
+        scaled = [
+            self.task(_eigen_products, entered, c, values, self.back_others, column)
+            for c, (values, column) in enumerate(zip(self.values, self.back_columns, strict=True))
+        ]
+        points = [
+            self.task(_candidate_point, scaled, b, block, c, self.step)
+            for c, (b, block) in enumerate(zip(linear, candidate, strict=True))
+        ]
+        threshold = self.threshold(points)
+        kkt = [
+            self.task(_candidate_share, point, threshold, block)
+            for point, block in zip(points, candidate, strict=True)
+        ]
+        residual = self.task(_residual, kkt, factor)
+        if first:
+            return residual, candidate, steps
+        norms = [self.task(_admm_norms, state, b) for state, b in zip(steps, linear, strict=True)]
+        balanced = self.task(_admm_rho, norms, steps[0])
+        states = [self.task(_admm_rescaled, state, balanced) for state in steps]
+        return residual, candidate, states
 
 
 def _value(key: str, entry: Any) -> Any:
@@ -355,22 +603,50 @@ def minimize_on_blocks(
         The :class:`Solution` (its ``x`` is ``None``) and the solution's blocks (Dask
         delayed values).
     """
+    graph = _Graph(operator, 1.0 / lipschitz, total)
+    return _drive(graph, linear, start, lipschitz, tolerance, max_iterations)
+
+
+def admm_on_blocks(
+    spectrum: KronSpectrum,
+    bounds: Sequence[int],
+    linear: list[Any],
+    start: list[Any],
+    lipschitz: float,
+    *,
+    total: float | None = None,
+    tolerance: float,
+    max_iterations: int | None,
+) -> tuple[Solution, list[Any]]:
+    """:func:`~dpmm.reconstruct.admm.minimize_kron_quadratic` on blocks along the first
+    axis (row offsets ``bounds``), many iterations per round trip; the other arguments
+    and the result are :func:`minimize_on_blocks`'s."""
+    graph = _AdmmGraph(spectrum, bounds, 1.0 / lipschitz, total)
+    return _drive(graph, linear, start, lipschitz, tolerance, max_iterations)
+
+
+def _drive(
+    graph: _Graph | _AdmmGraph,
+    linear: list[Any],
+    start: list[Any],
+    lipschitz: float,
+    tolerance: float,
+    max_iterations: int | None,
+) -> tuple[Solution, list[Any]]:
+    """The driver's loop: persist a batch, read its checks' residuals, stop at the first
+    that met the tolerance (or at the limit)."""
     from dask.delayed import Delayed
 
     limit = DEFAULT_MAX_ITERATIONS if max_iterations is None else int(max_iterations)
-    graph = _Graph(operator, 1.0 / lipschitz, total)
     b = [graph.task(_identity, block.key) for block in linear]
     x = graph.project([block.key for block in start])
-    steps = [graph.task(_start, block) for block in x]
+    steps = graph.start(x)
     scale = graph.task(_residual, [graph.task(_dot, block, block) for block in b], 1.0)
-    constants = graph.persist(
-        _gather_inputs(linear, start), [*b, graph.others, *graph.columns, *steps, scale]
-    )
+    constants = graph.persist(_gather_inputs(linear, start), [*b, *graph.constants, *steps, scale])
     factor = lipschitz / (_value(scale, constants.pop(scale)) or 1.0)
     live = {key: constants.pop(key) for key in steps}
-    first = graph.residual(b, steps, factor)
-    blocks = [graph.task(itemgetter(0), step) for step in steps]
-    live.update(graph.persist({**constants, **live}, [first, *blocks]))
+    first, blocks, steps = graph.check(b, steps, factor, first=True)
+    live.update(graph.persist({**constants, **live}, [first, *blocks, *steps]))
     residual = _value(first, live[first])
     if residual <= tolerance or limit <= 0:
         solution = Solution(None, 0, residual, residual <= tolerance)
@@ -401,7 +677,7 @@ def _gather_inputs(*block_lists: list[Any]) -> dict[str, Any]:
 
 
 def _submit(
-    graph: _Graph,
+    graph: _Graph | _AdmmGraph,
     constants: dict[str, Any],
     live: dict[str, Any],
     linear: list[str],
@@ -419,8 +695,8 @@ def _submit(
     for iteration in range(done + 1, min(done + BATCH_ITERATIONS, limit) + 1):
         steps = graph.iterate(linear, steps)
         if iteration % CHECK_EVERY == 0 or iteration == limit:
-            blocks = [graph.task(itemgetter(0), step) for step in steps]
-            checks.append((iteration, graph.residual(linear, steps, factor), blocks))
+            residual, blocks, steps = graph.check(linear, steps, factor, first=False)
+            checks.append((iteration, residual, blocks))
     keys = [*steps, *(key for _, key, _ in checks), *(k for *_, blocks in checks for k in blocks)]
     persisted = graph.persist({**constants, **live}, keys)
     return {**constants, **persisted}, steps, checks

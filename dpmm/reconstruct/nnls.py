@@ -1,11 +1,13 @@
 """Non-negative (generalized) least squares on implicit strategies.
 
 ``x̂ = argmin_{x ≥ 0} ‖D⁻¹(A x − y)‖²`` (and ``Σx = total`` when the total is
-known), solved by the accelerated projected gradient of
-:mod:`~dpmm.reconstruct.projected_gradient`, warm-started from least squares,
-with step ``1/L`` for ``L`` the largest eigenvalue of ``AᵀD⁻²A`` (Kronecker
-strategies: the product of their factors'; otherwise Lanczos on the implicit
-Gram). Counts are non-negative, so this projection can only bring the
+known), warm-started from least squares. A Kronecker Gram whose factors have dense
+eigendecompositions is solved by ADMM (:mod:`~dpmm.reconstruct.admm`: each step an
+exact solve in the factors' eigenbases); every other strategy by the accelerated
+projected gradient of :mod:`~dpmm.reconstruct.projected_gradient`, with step ``1/L``
+for ``L`` the largest eigenvalue of ``AᵀD⁻²A`` (Kronecker strategies: the product of
+their factors'; otherwise Lanczos on the implicit Gram). Both stop on the same KKT
+residual. Counts are non-negative, so this projection can only bring the
 estimate's strategy answers closer to the truth (seed 000: a large gain on
 sparse data).
 
@@ -36,6 +38,7 @@ from dpmm.linalg import (
     Weighted,
     check_dense_size,
 )
+from dpmm.reconstruct.admm import KronSpectrum, kron_spectrum, minimize_kron_quadratic
 from dpmm.reconstruct.least_squares import least_squares, whiten
 from dpmm.reconstruct.projected_gradient import minimize_nonnegative_quadratic
 from dpmm.reconstruct.protocol import (
@@ -105,7 +108,8 @@ def _exact_largest(A: Matrix) -> float:
 class NNLSSetup:
     """What NNLS needs of a strategy and its noise scales, computed once for many solves
     (a bootstrap's replicates): the whitened strategy, its Gram as an operator, the step's
-    Lipschitz constant and, for a dense Gram, its Cholesky factor."""
+    Lipschitz constant and, for a dense Gram, its Cholesky factor; for a Kronecker Gram
+    (:func:`~dpmm.reconstruct.admm.kron_spectrum`), its spectrum, and then ADMM solves."""
 
     A: Matrix
     scales: float | np.ndarray | None
@@ -113,6 +117,7 @@ class NNLSSetup:
     gram: Matrix
     lipschitz: float
     cholesky: tuple[np.ndarray, bool] | None
+    spectrum: KronSpectrum | None = None
 
     def solve(
         self,
@@ -139,6 +144,17 @@ class NNLSSetup:
             start = fit.x
         known_total = resolve_total(known_total, float(start.sum()))
         gram = self.gram
+        if self.spectrum is not None:
+            solution = minimize_kron_quadratic(
+                self.spectrum,
+                linear,
+                start,
+                self.lipschitz,
+                total=known_total,
+                tolerance=tolerance,
+                max_iterations=max_iterations,
+            )
+            return nonnegative_estimate(solution, "nnls", scales, total, known_total)
         solution = minimize_nonnegative_quadratic(
             lambda v: gram @ v,
             linear,
@@ -171,7 +187,8 @@ def nnls_setup(A: Matrix, noise_std: float | np.ndarray | None = None) -> NNLSSe
             cholesky = None
         largest = float(scipy.linalg.eigvalsh(matrix, subset_by_index=[A.shape[1] - 1] * 2)[0])
         return NNLSSetup(A, scales, whitened, Dense(matrix), largest, cholesky)
-    return NNLSSetup(A, scales, whitened, gram, largest_gram_eigenvalue(whitened), None)
+    lipschitz = largest_gram_eigenvalue(whitened)
+    return NNLSSetup(A, scales, whitened, gram, lipschitz, None, kron_spectrum(gram))
 
 
 def nnls(
@@ -195,7 +212,8 @@ def nnls(
             it removes the upward bias of clipping, see :func:`resolve_total`).
         tolerance: Relative KKT residual ``‖G(x)‖ / ‖AᵀD⁻²y‖`` to stop at, ``G`` the
             gradient mapping (zero exactly at the optimum).
-        max_iterations: Iteration limit.
+        max_iterations: Iteration limit (ADMM or projected-gradient iterations, by the
+            solver the strategy gets).
 
     Returns:
         An :class:`Estimate` with ``x ≥ 0``; ``residual`` is the relative KKT residual.

@@ -27,7 +27,14 @@ import numpy as np
 
 from dpmm.reconstruct.simplex_threshold import threshold
 
-__all__ = ["Solution", "minimize_nonnegative_quadratic", "project", "scalars", "settle"]
+__all__ = [
+    "Solution",
+    "kkt_residual",
+    "minimize_nonnegative_quadratic",
+    "project",
+    "scalars",
+    "settle",
+]
 
 #: Iterations between two checks of the stopping rule (each check costs one extra H x).
 CHECK_EVERY = 10
@@ -72,6 +79,18 @@ def project(v: Any, total: float | None) -> Any:
     return np.maximum(v - threshold(blocks, total), 0.0)
 
 
+def kkt_residual(
+    x: Any, gradient: Any, lipschitz: float, total: float | None, scale: float
+) -> float:
+    """The stopping rule's relative residual ``L ‖x − Π(x − ∇f(x)/L)‖ / scale`` at ``x``.
+
+    Zero exactly at a KKT point; O(n): one projection of a gradient step. Every NNLS
+    solver stops on it, so their results are comparable.
+    """
+    (value,) = scalars(_norm(x - project(x - (1.0 / lipschitz) * gradient, total)))
+    return value * lipschitz / scale
+
+
 @dataclass(frozen=True)
 class Solution:
     """Result of :func:`minimize_nonnegative_quadratic`."""
@@ -109,9 +128,7 @@ def minimize_nonnegative_quadratic(
     scale = scale if scale > 0 else 1.0
 
     def residual_at(x: Any, gradient: Any) -> float:
-        # O(n): one projection of a gradient step.
-        (value,) = scalars(_norm(x - project(x - step * gradient, total)))
-        return value * lipschitz / scale
+        return kkt_residual(x, gradient, lipschitz, total, scale)
 
     x = settle(project(start, total))
     gradient = settle(hessian(x) - linear)

@@ -156,9 +156,9 @@ def test_block_loop_with_a_total_persists_once_per_batch(monkeypatch) -> None:
     y = _noisy(A, rng)
     tensor = da.from_array(y.reshape(15, 9), chunks=(4, 9))
     persists = []
-    original = chunked_loop._Graph.persist
+    original = chunked_loop._Tasks.persist
     monkeypatch.setattr(
-        chunked_loop._Graph, "persist", lambda *a: persists.append(1) or original(*a)
+        chunked_loop._Tasks, "persist", lambda *a: persists.append(1) or original(*a)
     )
     monkeypatch.setattr(chunked_loop, "BATCH_ITERATIONS", 20)
     memory = nnls(A, y, total="estimated", tolerance=1e-14, max_iterations=60)
