@@ -97,9 +97,14 @@ __all__ = [
 #: took 20 s on the SF1 tables' 500,480 cells, 274-581 s on 10⁶ cells of a hierarchical
 #: strategy, by the load: benchmarks/integer_tables.py).
 NNLS_ROUNDING_LIMIT = 2**19
-#: Iterations of NNLS's accelerated projected gradient behind the integers of a vector of
-#: more than :data:`NNLS_ROUNDING_LIMIT` cells (0.13-0.4 s each on 10⁶ cells, 2.7 s on
-#: 10⁷, on 2 loaded cores).
+#: Iterations of NNLS behind the integers of a vector of more than
+#: :data:`NNLS_ROUNDING_LIMIT` cells: ADMM's on a Kronecker strategy of small factors
+#: (:mod:`~dpmm.reconstruct.admm`), else accelerated projected gradient's (0.13-0.4 s each
+#: on 10⁶ cells, 2.7 s on 10⁷, on 2 loaded cores). On 10⁶ cells of per-attribute
+#: hierarchical trees (one run, load average 10-15), 200 ADMM iterations from the top-down
+#: rounding left the income CDF by age 6.51 RMS off the truth against projected
+#: gradient's 8.77 (one-way tables 13.00 against 13.55, two-way 3.22 against 4.66) in 72 s
+#: against 67 s; ADMM to the tolerance gave 6.50, 13.89 and 3.15 in 474 s.
 ROUNDING_ITERATIONS = 200
 
 #: How each 2-way step is rounded.

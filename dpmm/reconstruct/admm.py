@@ -57,9 +57,11 @@ __all__ = [
     "rebalanced_rho",
 ]
 
-#: ADMM runs when every factor of the Kronecker Gram has at most this many columns (its
-#: dense eigendecomposition, and the dense eigenbasis products, stay cheap).
-EIGEN_FACTOR_LIMIT = 2048
+#: ADMM runs when every factor of the Kronecker Gram has at most this many columns: an
+#: eigenbasis product costs ``n·Σ n_i`` (dense ``Q_i``), where projected gradient's
+#: structured Hessian costs about ``n`` per factor, so large factors would make each
+#: iteration dearer than ADMM saves (measured to pay on factors of about 100).
+EIGEN_FACTOR_LIMIT = 512
 #: Over-relaxation α (Boyd et al. recommend 1.5-1.8).
 RELAXATION = 1.6
 #: ρ is changed only when the rule moves it by more than this factor (either way).
