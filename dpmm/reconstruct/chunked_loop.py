@@ -24,6 +24,12 @@ step, its projection. With a known total the projection onto ``{x ≥ 0, Σx = T
 the threshold τ of all blocks together: its fixed passes
 (:mod:`~dpmm.reconstruct.simplex_threshold`) are tasks of the same graph, four small
 ones per block and three combines, so a total adds no round trip to the driver.
+
+ADMM (:mod:`~dpmm.reconstruct.admm`) runs on the same blocks and the same driver loop
+(:func:`admm_on_blocks`): its products with the eigenbasis ``⊗Q_i`` follow the same
+pattern (``Q_i`` inside each block, one small product per pair of blocks), and its
+global scalars (the total's multiplier, ρ's rebalancing) are tasks that sum the blocks'
+shares in block order, so it too costs one persist per batch.
 """
 
 from __future__ import annotations
