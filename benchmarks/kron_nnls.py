@@ -18,7 +18,20 @@ along the first axis (one per worker process, one thread each); the cluster's pr
 are counted from its iterations and checks.
 
 Measured here (2026-11-27, 2 cores shared with other test suites and benchmarks, load
-average 6-15: wall times are 2-5× the CPU time; seed 2026)::
+average 4-15, seed 2026). With the solves inside :func:`~dpmm.blas_threads.blas_limit`,
+as a release's reconstruction runs them (``--sizes 1e5 --cluster-sizes
+--max-iterations 1000``)::
+
+    where     cells total    solver             iter. prod. KKT res. wall s  CPU s
+    memory   99,452 none     projected gradient  1000   1100  6.1e-03    7.7    5.1
+    memory   99,452 none     ADMM                1000   2202  1.2e-05    4.6    3.0
+    memory   99,452 LS total projected gradient  1000   1100  3.8e-04   11.1    7.4
+    memory   99,452 LS total ADMM                1000   2202  9.9e-05    5.7    3.7
+
+An earlier run left numpy's 2 OpenBLAS threads on the loaded machine (``--sizes 1e4 1e5
+--max-iterations 5000``, then ``--sizes --cluster-sizes 1e5 --max-iterations 400``);
+its busy-waiting threads made an eigenbasis product 10× dearer (66 ms of CPU against
+5.5 ms with one thread, at 10⁵ cells), hence ADMM's CPU seconds at 10⁵ cells here::
 
     where     cells total    solver             iter. prod. KKT res. wall s  CPU s trips
     memory   10,164 none     projected gradient  5000   5498  4.2e-05   15.5    3.1
@@ -34,13 +47,9 @@ average 6-15: wall times are 2-5× the CPU time; seed 2026)::
     cluster  99,452 LS total projected gradient   400    441  1.1e-03   49.1   35.2   12
     cluster  99,452 LS total ADMM                 400    882  2.4e-04   33.4   33.4   12
 
-(``--sizes 1e4 1e5 --cluster-sizes --max-iterations 5000``, then ``--sizes
---cluster-sizes 1e5 --max-iterations 400``.) Neither solver reached 1e-6 within the
-limit. ADMM's residual after as many iterations is lower (by 80× without a total at 10⁵
-cells, 100× on the cluster), and the cluster runs it in as many round trips as projected
-gradient; but in memory at 10⁵ cells an ADMM iteration cost 10× projected gradient's CPU
-on the loaded machine (dense eigenbasis products against the structured Hessian), so
-whether it is the faster solver to a given residual there is not settled by this run.
+Neither solver reached 1e-6 within the limits. After as many iterations ADMM's residual
+is 4-500× lower, and on the cluster it runs in as many round trips as projected
+gradient (12 persists for 400 iterations).
 
 Usage:
     python benchmarks/kron_nnls.py [--sizes 1e4 1e5 1e6] [--cluster-sizes 1e5 1e6]
@@ -58,6 +67,7 @@ from typing import Any
 
 import numpy as np
 
+from dpmm.blas_threads import blas_limit
 from dpmm.linalg import AllRange, Kron, Prefix
 from dpmm.reconstruct import chunked, chunked_loop, least_squares
 from dpmm.reconstruct.admm import KronSpectrum, kron_spectrum, minimize_kron_quadratic
@@ -124,7 +134,8 @@ class Row:
 
 def _timed(run: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float, float]:
     wall, cpu = time.perf_counter(), time.process_time()
-    result = run(*args, **kwargs)
+    with blas_limit():  # the BLAS threads a release's reconstruction gets
+        result = run(*args, **kwargs)
     return result, time.perf_counter() - wall, time.process_time() - cpu
 
 
