@@ -60,7 +60,8 @@ __all__ = [
 #: ADMM runs when every factor of the Kronecker Gram has at most this many columns: an
 #: eigenbasis product costs ``n·Σ n_i`` (dense ``Q_i``), where projected gradient's
 #: structured Hessian costs about ``n`` per factor, so large factors would make each
-#: iteration dearer than ADMM saves (measured to pay on factors of about 100).
+#: iteration dearer than ADMM saves (measured on factors of 21-100 only:
+#: benchmarks/kron_nnls.py, benchmarks/integer_tables.py; 512 is not tuned).
 EIGEN_FACTOR_LIMIT = 512
 #: Over-relaxation α (Boyd et al. recommend 1.5-1.8).
 RELAXATION = 1.6
