@@ -28,6 +28,14 @@ as a release's reconstruction runs them (``--sizes 1e5 --cluster-sizes
     memory   99,452 LS total projected gradient  1000   1100  3.8e-04   11.1    7.4
     memory   99,452 LS total ADMM                1000   2202  9.9e-05    5.7    3.7
 
+and at 10⁶ cells (``--sizes 1e6 --cluster-sizes --max-iterations 300``), where after
+300 iterations ADMM is no closer than projected gradient (cheaper per iteration only)::
+
+    memory 1,000,000 none     projected gradient   300    330  9.5e-01   50.3   23.5
+    memory 1,000,000 none     ADMM                 300    662  1.0e+00   20.9   16.8
+    memory 1,000,000 LS total projected gradient   300    330  1.6e-03   32.0   28.3
+    memory 1,000,000 LS total ADMM                 300    662  2.2e-03   21.6   19.5
+
 An earlier run left numpy's 2 OpenBLAS threads on the loaded machine (``--sizes 1e4 1e5
 --max-iterations 5000``, then ``--sizes --cluster-sizes 1e5 --max-iterations 400``);
 its busy-waiting threads made an eigenbasis product 10× dearer (66 ms of CPU against
