@@ -97,16 +97,18 @@ def cases() -> dict[str, tuple[str, list[str]]]:
     return found
 
 
-def run_case(program: str, arguments: list[str], limit: bool, timeout: float) -> float:
-    """Seconds the child reports, in a fresh process (inf when it timed out)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    if limit:
-        env.pop("DPMM_BLAS_THREADS", None)
-    else:
-        env["DPMM_BLAS_THREADS"] = "off"
+def run_in_examples(
+    program: str, arguments: list[str], env: dict[str, str], timeout: float
+) -> str | None:
+    """The last line a child prints, run in a fresh process on a copy of the example
+    configs (None when it timed out).
+
+    Raises:
+        RuntimeError: the child failed (its stderr's end in the message).
+    """
     with tempfile.TemporaryDirectory() as folder:
         examples = Path(folder) / "examples"
-        shutil.copytree(EXAMPLES, examples)
+        shutil.copytree(EXAMPLES, examples, ignore=shutil.ignore_patterns("releases"))
         try:
             done = subprocess.run(
                 [sys.executable, "-c", program, *arguments],
@@ -118,10 +120,21 @@ def run_case(program: str, arguments: list[str], limit: bool, timeout: float) ->
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            return float("inf")
+            return None
     if done.returncode:
         raise RuntimeError(f"{program[:40]!r} {arguments} failed:\n{done.stderr[-2000:]}")
-    return float(done.stdout.strip().splitlines()[-1])
+    return done.stdout.strip().splitlines()[-1]
+
+
+def run_case(program: str, arguments: list[str], limit: bool, timeout: float) -> float:
+    """Seconds the child reports, in a fresh process (inf when it timed out)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    if limit:
+        env.pop("DPMM_BLAS_THREADS", None)
+    else:
+        env["DPMM_BLAS_THREADS"] = "off"
+    line = run_in_examples(program, arguments, env, timeout)
+    return float("inf") if line is None else float(line)
 
 
 def median_seconds(

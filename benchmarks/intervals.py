@@ -51,13 +51,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
+
+from contention import run_in_examples
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "config" / "examples"
@@ -144,24 +144,10 @@ def run_case(
     """Wall and CPU seconds the child reports and its exact counts, in a fresh process
     importing dpmm from ``source`` (inf when it timed out)."""
     env = dict(os.environ, PYTHONPATH=str(source))
-    with tempfile.TemporaryDirectory() as folder:
-        examples = Path(folder) / "examples"
-        shutil.copytree(EXAMPLES, examples, ignore=shutil.ignore_patterns("releases"))
-        try:
-            done = subprocess.run(
-                [sys.executable, "-c", program, *arguments],
-                cwd=examples,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            return float("inf"), float("inf"), "-"
-    if done.returncode:
-        raise RuntimeError(f"{arguments} from {source} failed:\n{done.stderr[-2000:]}")
-    wall, cpu, exact = done.stdout.strip().splitlines()[-1].split()
+    line = run_in_examples(program, arguments, env, timeout)
+    if line is None:
+        return float("inf"), float("inf"), "-"
+    wall, cpu, exact = line.split()
     return float(wall), float(cpu), exact
 
 

@@ -144,19 +144,14 @@ class NNLSSetup:
             start = fit.x
         known_total = resolve_total(known_total, float(start.sum()))
         gram = self.gram
-        if self.spectrum is not None:
-            solution = minimize_kron_quadratic(
-                self.spectrum,
-                linear,
-                start,
-                self.lipschitz,
-                total=known_total,
-                tolerance=tolerance,
-                max_iterations=max_iterations,
-            )
-            return nonnegative_estimate(solution, "nnls", scales, total, known_total)
-        solution = minimize_nonnegative_quadratic(
-            lambda v: gram @ v,
+        # ADMM where the Gram is a Kronecker product with a spectrum, else projected gradient.
+        solve, hessian = (
+            (minimize_kron_quadratic, self.spectrum)
+            if self.spectrum is not None
+            else (minimize_nonnegative_quadratic, lambda v: gram @ v)
+        )
+        solution = solve(
+            hessian,
             linear,
             start,
             self.lipschitz,
