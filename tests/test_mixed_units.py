@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from dpmm.config import ReleaseConfig, load_config
 from dpmm.error import expected_error
 from dpmm.mixed_units import mixing_note
@@ -28,6 +30,7 @@ def _alone(config: ReleaseConfig, index: int, method: str = "auto") -> float:
     return expected_error(W, select_strategy(W, method, privacy).strategy, privacy)
 
 
+@pytest.mark.slow
 def test_a_part_far_above_its_own_optimum_is_warned_with_the_even_split(tmp_path: Path) -> None:
     config = _mixed(tmp_path, "{name: people, kind: prefix, attribute: income, by: [site]}")
     sums, counts = _alone(config, 0), _alone(config, 1)

@@ -223,6 +223,7 @@ def test_the_quantized_matrix_has_the_integer_strategy_sensitivity() -> None:
 # --- end to end ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_measuring_the_integer_strategy_estimates_the_quantized_answers(tmp_path: Path) -> None:
     A = gaussian(6, 4, seed=9)
     quantized = quantize(A)

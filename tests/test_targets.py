@@ -79,6 +79,7 @@ def test_the_least_budget_meets_every_target_exactly_at_the_binding_one(
     assert not next(group for group in short.groups if group.name == report.binding).met
 
 
+@pytest.mark.slow
 def test_the_plan_says_which_targets_its_budget_meets(tmp_path: Path, capsys) -> None:
     loose = {"pairs": {"rmse": 1000}, "age-cdf-by-sex": {"half_width": 1, "confidence": 0.9}}
     config = _config(tmp_path, {"epsilon": 1}, loose)

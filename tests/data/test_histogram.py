@@ -55,6 +55,7 @@ def test_marginal_tables_equal_numpy_reference(adult_parts, adult_table, adult_d
             assert int(table) == adult_table.num_rows
 
 
+@pytest.mark.slow
 def test_two_worker_cluster_gives_the_same_numbers(adult_parts, adult_table, five_domain, tmp_path):
     distributed = pytest.importorskip("distributed")
     seen: list[tuple[int, int]] = []

@@ -176,7 +176,7 @@ def _random_vector_body(
     }
 
 
-@pytest.mark.parametrize("case", range(10))
+@pytest.mark.parametrize("case", [pytest.param(0, marks=pytest.mark.slow), *range(1, 10)])
 def test_random_vector_releases_publish_consistent_integer_tables(tmp_path, case) -> None:
     rng = np.random.default_rng(SEED + case)
     names = [f"a{i}" for i in range(int(rng.integers(2, 5)))]

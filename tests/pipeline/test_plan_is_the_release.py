@@ -111,6 +111,7 @@ def test_the_release_measures_the_plans_strategy_with_the_plans_errors(config) -
     assert show_release(rerun.path).description == strategy["description"]
 
 
+@pytest.mark.slow
 def test_a_rerun_refuses_a_strategy_file_that_was_not_measured(tmp_path: Path) -> None:
     body, budget = CASES["ranges-and-counts-pure"]
     config = write_config(

@@ -163,7 +163,11 @@ WIDE = ", ".join(f"a{i}: 10" for i in range(20))
         # A Hierarchical(10¹⁰) candidate used to be built interval by interval.
         ("{a: 10000000000, b: 10000000000}", r"cannot be released here: .* GiB of memory"),
         # A marginals Gram over 2²⁰ subsets used to sum 3²⁰ terms.
-        (f"{{{WIDE}}}", r"'auto' cannot build .* more than the limit of 8,388,608"),
+        pytest.param(
+            f"{{{WIDE}}}",
+            r"'auto' cannot build .* more than the limit of 8,388,608",
+            marks=pytest.mark.slow,
+        ),
     ],
     ids=["two-attributes-of-1e10", "twenty-attributes-of-10"],
 )

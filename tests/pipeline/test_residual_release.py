@@ -111,6 +111,7 @@ def test_a_residual_strategy_is_released_from_tables_as_planned(case) -> None:
     assert report_of_audit.ok, report_of_audit.failed
 
 
+@pytest.mark.slow
 def test_a_killed_residual_release_resumes_on_its_measurement(case) -> None:
     config, truth, _ = case
     kill_after_measuring(config)

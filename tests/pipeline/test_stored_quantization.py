@@ -58,6 +58,7 @@ def _assert_close_to_the_truth(release: Path, truth: np.ndarray) -> None:
     assert np.all(np.abs(estimates - exact) <= 5 * errors), "answers off by more than 5 s.e."
 
 
+@pytest.mark.slow
 def test_resumed_and_repeated_releases_measure_the_selected_grid(release_config) -> None:
     config, truth = release_config
     kill_after_measuring(config)
