@@ -41,7 +41,8 @@ table (``invariants.margins``) is held exactly: on the tables path it replaces i
 least-squares table before the tables below it are rounded; on the vector, the joint
 table of the declared attributes is rounded first with every declared margin fixed
 (:func:`declared_table`), then the estimate slice by slice of it, each slice to its count
-(that joint table of at most :data:`TABLE_CELL_LIMIT` cells: the plan refuses larger).
+and its rounding error carried to the next (that joint table of at most
+:data:`TABLE_CELL_LIMIT` cells: the plan refuses larger).
 Rounding is deterministic, so the audit recomputes the integers exactly.
 
 Standard errors. The integer answer is the real-valued one moved by a known shift
@@ -193,13 +194,18 @@ def vector_rounding(config: ReleaseConfig) -> str:
         "through its attribute prefixes"
     )
     declared = len(config.invariants.margins)
+    carried = (
+        ", in domain order, each slice's running sums carrying what those before it lost "
+        "against the estimate's, cell position by cell position"
+    )
     sliced = (
-        ", slice by slice of the declared table's attribute, each slice to its count"
+        f", slice by slice of the declared table's attribute, each slice to its count{carried}"
         if declared == 1
         else ", slice by slice of the declared attributes' joint table, each slice to its "
-        "count, that table rounded first from the estimate's, one declared attribute at a "
-        "time in domain order, each step the table so far against the next attribute's "
-        f"declared counts with both fixed ({TRANSPORTATION})"
+        f"count{carried}; that table rounded first from the estimate's, one declared "
+        "attribute at a time in domain order, each step the table so far rounded the same "
+        "way to the next attribute's declared counts, then the table nearest that with the "
+        f"table so far and those counts fixed ({TRANSPORTATION})"
         if declared
         else ""
     )
@@ -294,14 +300,17 @@ def _names(config: ReleaseConfig, attrs: Sequence[int]) -> str:
 
 def declared_table(config: ReleaseConfig, estimate: np.ndarray) -> np.ndarray:
     """The non-negative estimate (shaped as the domain) rounded slice by slice of the
-    declared attributes' joint table, itself the estimate's rounded with every declared
-    margin fixed (:func:`~dpmm.reconstruct.integer.chained_table`, attributes in domain
-    order): every declared margin held exactly, always feasible."""
+    declared attributes' joint table, each slice's rounding error carried to the next
+    (:func:`~dpmm.reconstruct.integer.sliced_rounding`), that table itself the
+    estimate's rounded with every declared margin fixed, the same way
+    (:func:`~dpmm.reconstruct.integer.chained_table` with ``carried``, attributes in
+    domain order): every declared margin held exactly, always feasible."""
     margins = sorted(config.invariants.margins, key=lambda m: config.domain.index(m.attribute))
     axes = [config.domain.index(m.attribute) for m in margins]
     shaped = np.reshape(estimate, config.domain.shape)
     real = shaped.sum(axis=tuple(i for i in range(shaped.ndim) if i not in axes))
-    joint = chained_table(real, np.array(margins[0].counts), [m.counts for m in margins[1:]])
+    first, others = np.array(margins[0].counts), [m.counts for m in margins[1:]]
+    joint = chained_table(real, first, others, carried=True)
     return sliced_rounding(shaped, axes, joint).reshape(np.shape(estimate))
 
 

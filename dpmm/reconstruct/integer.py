@@ -151,24 +151,7 @@ def cumulative_rounding(values: np.ndarray, total: int) -> np.ndarray:
         raise ArgumentError(f"No non-negative vector of {flat.size} cells sums to {total}.")
     if flat.size == 0:
         return np.zeros(np.shape(values), dtype=np.int64)
-    rounded = _running_sums_rounded(flat[None, :], np.array([total], dtype=np.int64))
-    return rounded.reshape(np.shape(values))
-
-
-def _running_sums_rounded(rows: np.ndarray, totals: np.ndarray) -> np.ndarray:
-    """Each row of ``rows`` (non-negative, at least one column) rounded through its
-    running sums to its total, all rows at once."""
-    if not np.all(np.isfinite(rows)) or np.any(rows < 0):
-        raise ArgumentError("Values to round through their running sums must be finite and ≥ 0.")
-    if np.any(totals < 0):
-        raise ArgumentError("Totals to round to must be non-negative.")
-    running = np.cumsum(rows, axis=1)
-    empty = running[:, -1] <= 0
-    running[empty] = np.arange(1, rows.shape[1] + 1, dtype=np.float64)
-    running *= (totals / running[:, -1])[:, None]
-    ends = np.floor(running + 0.5).astype(np.int64)
-    ends[:, -1] = totals  # exact, whatever the scaling's last bit
-    return np.diff(ends, axis=1, prepend=0)
+    return sliced_rounding(flat, [], total).reshape(np.shape(values))
 
 
 def _checked_vector(values: np.ndarray, total: int) -> tuple[np.ndarray, int]:
@@ -341,7 +324,10 @@ def margin_rounding(table: np.ndarray, row_sums: np.ndarray, column_sums: np.nda
 
 
 def chained_table(
-    values: np.ndarray, start: np.ndarray, margins: Sequence[np.ndarray | Sequence[int]]
+    values: np.ndarray,
+    start: np.ndarray,
+    margins: Sequence[np.ndarray | Sequence[int]],
+    carried: bool = False,
 ) -> np.ndarray:
     """An integer table from a real one, one attribute at a time: the integer ``start``
     (the table of the first ``start.ndim`` axes) against the next axis's 1-way
@@ -355,6 +341,15 @@ def chained_table(
         values: The real table, shaped ``start.shape + (len(m) for m in margins)``.
         start: Non-negative integers summing to the margins' common total.
         margins: One integer vector per axis after ``start``'s.
+        carried: Margins far from the table's own sums (declared counts, not rounded
+            from the same estimate): each step's table, clipped at 0 and its rows scaled
+            to the table so far, is first rounded to the margin's counts through
+            :func:`sliced_rounding` (each count's slice in turn, what one takes from
+            the estimate going to the next), and the 2-way table is rounded towards that
+            (L1 alone leaves where a margin's gap goes to whichever vertex HiGHS
+            returns: on the SF1 tables with sex, Hispanic origin and age declared, their
+            joint table left the sex by single-year-of-age table 47.6 RMS off the truth
+            against 9.3 for the estimate, and carried 9.0, three runs).
 
     Example:
         >>> chained_table(np.array([[[0.6, 0.4], [1.2, 0.8]], [[0.3, 0.7], [0.4, 0.6]]]),
@@ -373,6 +368,11 @@ def chained_table(
         target = real.sum(axis=tuple(range(axis + 1, real.ndim)))
         target = target.reshape(table.size, real.shape[axis])
         column_sums = np.asarray(margins[axis - fixed], dtype=np.int64)
+        if carried:
+            target = np.maximum(target, 0.0)
+            sums = target.sum(axis=1)
+            rows = table.reshape(-1) / np.where(sums > 0, sums, 1.0)
+            target = sliced_rounding(target * rows[:, None], [1], column_sums).astype(float)
         table = nearest_integer_table(target, table.reshape(-1), column_sums)
         table = table.reshape(real.shape[: axis + 1])
     return table
@@ -502,24 +502,84 @@ def joint_estimate(
 def sliced_rounding(
     values: np.ndarray, axes: Sequence[int], totals: np.ndarray | Sequence[int]
 ) -> np.ndarray:
-    """Non-negative ``values`` (shaped as the domain) rounded through their running sums
-    slice by slice of ``axes``, each slice (a cell of those axes' table) to its total in
-    ``totals`` (shaped as that table, axes in the order given; :func:`cumulative_rounding`):
-    a declared table of those attributes, held exactly.
+    """Non-negative ``values`` (shaped as the domain) rounded slice by slice of ``axes``,
+    each slice (a cell of those axes' table) to its total in ``totals`` (shaped as that
+    table, axes in the order given): a declared table of those attributes, held exactly.
+
+    The slices are visited in the domain's order (of their first cells), each through its
+    running sums (:func:`cumulative_rounding`'s rule) with two things carried from the
+    slices before it, position by position (a position is a cell of the other
+    attributes, in domain order):
+
+    * their rounding error: a slice's target is its own running sums plus what the
+      earlier slices' integers fell short of their targets there, rounded to the
+      nearest, kept non-decreasing and within ``[0, total]``, so errors telescope across
+      slices as along one running sum (a block of consecutive slices by a run of
+      consecutive positions stays near the estimate);
+    * their gaps (a slice's total less its estimated sum): what earlier totals took from
+      the estimate is owed, with the mix of the slices it was taken from, and a slice
+      whose total exceeds its sum takes what it can of that first (and the reverse for
+      what earlier totals added); the rest of its gap is spread in proportion to its own
+      running sums (scaled, as one vector to its total).
+
+    A declared count that moves mass between neighbouring slices (a top-coded age whose
+    estimate spread its count over the five ages of its measured group) then moves it with
+    the mix it had. Scaling each slice to its total and rounding it on its own gathered one
+    rounding error per slice in a sum over many and kept each slice's estimated mix: 31.7
+    RMS per query on the SF1 tables with their sex, Hispanic-origin and age tables
+    declared, against 12.9 with none declared (``benchmarks/integer_tables.py``).
+
+    Raises:
+        ArgumentError: negative or non-finite values, negative totals, or totals not
+            shaped as the table of ``axes``.
 
     Example:
         >>> sliced_rounding(np.array([[0.4, 0.6], [1.2, 0.2]]), [1], [2, 1]).tolist()
-        [[1, 1], [1, 0]]
+        [[1, 0], [1, 1]]
     """
-    moved = np.moveaxis(np.asarray(values, dtype=np.float64), list(axes), range(len(axes)))
+    order = np.argsort(np.asarray(axes, dtype=np.int64), kind="stable")
+    ordered = [int(axes[i]) for i in order]
     counts = np.asarray(totals, dtype=np.int64)
-    if counts.shape != moved.shape[: len(axes)]:
+    if counts.shape != tuple(np.shape(values)[a] for a in axes):
         raise ArgumentError(
-            f"Slices of a {moved.shape[: len(axes)]} table need as many totals, got {counts.shape}."
+            f"Slices of a {tuple(np.shape(values)[a] for a in axes)} table need as many "
+            f"totals, got {counts.shape}."
         )
+    moved = np.moveaxis(np.asarray(values, dtype=np.float64), ordered, range(len(ordered)))
+    counts = np.transpose(counts, order).reshape(-1)
     rows = moved.reshape(counts.size, -1)
-    rounded = _running_sums_rounded(rows, counts.reshape(-1)).reshape(moved.shape)
-    return np.moveaxis(rounded, range(len(axes)), list(axes))
+    if not np.all(np.isfinite(rows)) or np.any(rows < 0):
+        raise ArgumentError("Values to round through their running sums must be finite and ≥ 0.")
+    if np.any(counts < 0):
+        raise ArgumentError("Totals to round to must be non-negative.")
+    running = np.cumsum(rows, axis=1)
+    ends = np.empty(running.shape, dtype=np.int64)
+    carried: np.ndarray | float = 0.0  # Σ (target − integer) running sums of slices so far
+    owed: np.ndarray | float = 0.0  # what earlier slices' gaps took from (+) or gave to (−)
+    for row, total in enumerate(counts):
+        own = running[row]
+        gap = total - own[-1]
+        owing = owed[-1] if isinstance(owed, np.ndarray) else 0.0
+        used = min(owing, gap) if owing > 0 < gap else max(owing, gap) if owing < 0 > gap else 0
+        if own[-1] > 0:  # the rest of the gap in proportion to the slice's own sums
+            scaled = own * ((gap - used) / own[-1])
+        else:  # a slice of zeros: evenly
+            scaled = np.arange(1, own.size + 1) / own.size * (gap - used)
+        repaid = owed * (used / owing) if used else 0.0
+        target = own + scaled
+        target += repaid
+        target += carried
+        end = ends[row]
+        end[:] = np.floor(target + 0.5)
+        np.maximum.accumulate(end, out=end)
+        np.clip(end, 0, total, out=end)
+        end[-1] = total
+        if row + 1 < counts.size:
+            target -= end
+            carried = target
+            owed = owed - repaid - scaled
+    rounded = np.diff(ends, axis=1, prepend=0).reshape(moved.shape)
+    return np.moveaxis(rounded, range(len(ordered)), ordered)
 
 
 def closed_sets(sets: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
