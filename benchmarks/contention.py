@@ -97,6 +97,16 @@ def cases() -> dict[str, tuple[str, list[str]]]:
     return found
 
 
+def print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """The rows under the header, the first column left-aligned and the others right."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    for row in [header, tuple("-" * width for width in widths), *rows]:
+        cells = [row[0].ljust(widths[0])] + [
+            cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)
+        ]
+        print("  ".join(cells))
+
+
 def run_in_examples(
     program: str, arguments: list[str], env: dict[str, str], timeout: float
 ) -> str | None:
@@ -195,12 +205,7 @@ def main() -> None:
         )
         for name in chosen
     ]
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    for row in [header, tuple("-" * width for width in widths), *rows]:
-        cells = [row[0].ljust(widths[0])] + [
-            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
-        ]
-        print("  ".join(cells))
+    print_table(header, rows)
 
 
 if __name__ == "__main__":

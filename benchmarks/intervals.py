@@ -57,7 +57,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from contention import run_in_examples
+from contention import print_table, run_in_examples
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "config" / "examples"
@@ -209,12 +209,7 @@ def main() -> None:
     print(f"({time.perf_counter() - started:.0f} s in all)\n")
     print(f"before: {args.baseline}; after: this checkout; ratio: before / after wall\n")
     header = ("case", "before wall s", "cpu s", "exact", "after wall s", "cpu s", "exact", "ratio")
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    for row in [header, tuple("-" * width for width in widths), *rows]:
-        cells = [row[0].ljust(widths[0])] + [
-            cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)
-        ]
-        print("  ".join(cells))
+    print_table(header, rows)
 
 
 if __name__ == "__main__":
