@@ -208,18 +208,25 @@ def _descend(own: tuple, moved: np.ndarray, threshold: float, step: tuple) -> tu
     return x_new, _dot(z - x_new, x_new - x), x, momentum
 
 
-def _kkt_point(products: list[list], linear: np.ndarray, step: tuple, c: int, size: float) -> Any:
+def _iterate(block: tuple | np.ndarray) -> np.ndarray:
+    """A block's x: the first of projected gradient's step, or ADMM's candidate itself."""
+    return block[0] if isinstance(block, tuple) else block
+
+
+def _kkt_point(
+    products: list[list], linear: np.ndarray, block: tuple | np.ndarray, c: int, size: float
+) -> Any:
     """Block c's ``x − ∇f(x)/L``, which the KKT residual projects."""
     point = _gradient(_gather(products, c), linear)
     point *= -size
-    point += step[0]
+    point += _iterate(block)
     return point
 
 
-def _kkt_share(point: np.ndarray, threshold: float, step: tuple) -> float:
+def _kkt_share(point: np.ndarray, threshold: float, block: tuple | np.ndarray) -> float:
     """Block c's share of ``‖x − Π(x − ∇f(x)/L)‖²``."""
     mapped = np.maximum(point - threshold, 0.0)
-    np.subtract(step[0], mapped, out=mapped)
+    np.subtract(_iterate(block), mapped, out=mapped)
     return _dot(mapped, mapped)
 
 
@@ -266,6 +273,22 @@ class _Tasks:
         self.pending = {}
         done = dask.persist(*[Delayed(key, graph) for key in keys])
         return {d.key: dict(d.__dask_graph__())[d.key] for d in done}
+
+    def kkt_residual(
+        self, products: list[str], linear: list[str], blocks: list[str], factor: float
+    ) -> str:
+        """The relative KKT residual at the blocks' x, from the products ``H x`` of each
+        block: every block's point and share, and the threshold of their projection."""
+        points = [
+            self.task(_kkt_point, products, b, block, c, self.step)
+            for c, (b, block) in enumerate(zip(linear, blocks, strict=True))
+        ]
+        threshold = self.threshold(points)
+        shares = [
+            self.task(_kkt_share, point, threshold, block)
+            for point, block in zip(points, blocks, strict=True)
+        ]
+        return self.task(_residual, shares, factor)
 
     def threshold(self, blocks: list[str]) -> str | float:
         """The projection's threshold τ over ``blocks``: 0 without a total, else the key of
@@ -336,16 +359,7 @@ class _Graph(_Tasks):
             self.task(_inside_x, step, self.others, column)
             for step, column in zip(steps, self.columns, strict=True)
         ]
-        points = [
-            self.task(_kkt_point, products, b, step, c, self.step)
-            for c, (b, step) in enumerate(zip(linear, steps, strict=True))
-        ]
-        threshold = self.threshold(points)
-        shares = [
-            self.task(_kkt_share, point, threshold, step)
-            for point, step in zip(points, steps, strict=True)
-        ]
-        return self.task(_residual, shares, factor)
+        return self.kkt_residual(products, linear, steps, factor)
 
 
 def _eigen_block(factors: Sequence[np.ndarray], first: np.ndarray) -> np.ndarray:
@@ -445,16 +459,6 @@ def _eigen_products(
     return _products(_gradient(_gather(entered, c), 0.0) * values, others, column)
 
 
-def _candidate_point(
-    products: list[list], linear: np.ndarray, candidate: np.ndarray, c: int, size: float
-) -> Any:
-    return _kkt_point(products, linear, (candidate,), c, size)
-
-
-def _candidate_share(point: np.ndarray, threshold: float, candidate: np.ndarray) -> float:
-    return _kkt_share(point, threshold, (candidate,))
-
-
 class _AdmmGraph(_Tasks):
     """ADMM's tasks (:mod:`~dpmm.reconstruct.admm`): per block and iteration, the
     right-hand side with its products into the eigenbasis, the division by the shifted
@@ -543,16 +547,7 @@ class _AdmmGraph(_Tasks):
             self.task(_eigen_products, entered, c, values, self.back_others, column)
             for c, (values, column) in enumerate(zip(self.values, self.back_columns, strict=True))
         ]
-        points = [
-            self.task(_candidate_point, scaled, b, block, c, self.step)
-            for c, (b, block) in enumerate(zip(linear, candidate, strict=True))
-        ]
-        threshold = self.threshold(points)
-        kkt = [
-            self.task(_candidate_share, point, threshold, block)
-            for point, block in zip(points, candidate, strict=True)
-        ]
-        residual = self.task(_residual, kkt, factor)
+        residual = self.kkt_residual(scaled, linear, candidate, factor)
         if first:
             return residual, candidate, steps
         norms = [self.task(_admm_norms, state, b) for state, b in zip(steps, linear, strict=True)]
