@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
-from scipy.stats import norm
+from scipy.special import ndtri
 
 from dpmm.errors import ConfigError, DpmmError, describe_value
 from dpmm.privacy.params import LARGEST, ZCDP, PureDP
@@ -137,7 +137,7 @@ class Target:
             errors = (
                 half_widths
                 if half_widths is not None
-                else float(norm.ppf((1 + self.confidence) / 2)) * standard_errors
+                else float(ndtri((1 + self.confidence) / 2)) * standard_errors
             )
         return errors if self.reference is None else self.reference.of(errors)
 

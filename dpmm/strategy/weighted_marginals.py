@@ -175,7 +175,8 @@ def optimize_marginal_weights(
 
     The unit-weight tables of the workload itself are an extra start, so the
     result is never worse than measuring them uniformly; greedy packings of the
-    workload's tables into larger tables are more (:mod:`~dpmm.strategy.marginal_designs`).
+    workload's tables into larger tables that start below it are more
+    (:mod:`~dpmm.strategy.marginal_designs`).
 
     Args:
         W: A union of Kron products. Factors other than Identity and Ones enter through
@@ -218,6 +219,7 @@ def optimize_marginal_weights(
         rng,
         lambda start: template.loss_and_grad(start)[0],
         floor=WEIGHT_FLOOR,
+        below=template.loss_and_grad(uniform)[0],
     )
     result = optimize_template(
         template,
