@@ -66,3 +66,19 @@ def test_opt_m_beats_hdmm_on_all_three_way_marginals_of_ten_to_the_eight():
     error = expected_error(W, A, PureDP(1))
     assert error == pytest.approx(2 * loss, rel=1e-9)
     assert error < 0.8 * HDMM_MARG3_TEN8
+
+
+def test_starts_scoring_at_or_above_the_bar_are_dropped_and_their_block_size_given_up():
+    tables = _masks(itertools.combinations(range(8), 3))
+    scored = []
+
+    def cells(start):  # the cells of the unit-weight tables over [10]^8
+        scored.append(start)
+        return float(sum(10 ** int(m).bit_count() for m in np.flatnonzero(start == 1.0)))
+
+    # Blocks of 4 (14-20 of them, 1.4-2.0e5 cells) score below 3e5; blocks of 5 (8-11 of
+    # them, 8e5 cells or more) never do: they are dropped, and given up after 8 tries.
+    starts = packing_starts(tables, 8, np.random.default_rng(3), cells, floor=1e-12, below=3e5)
+    assert len(starts) == 2 and all(cells(start) < 3e5 for start in starts)
+    fives = [s for s in scored if any(int(m).bit_count() == 5 for m in np.flatnonzero(s == 1))]
+    assert len(fives) == 8
