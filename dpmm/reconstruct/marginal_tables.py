@@ -85,6 +85,27 @@ def _sizes_outside(shape: tuple[int, ...]) -> Callable[[np.ndarray], np.ndarray]
     return outside
 
 
+def _subset_positions(
+    b: int, attributes: int
+) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """``masks ↦ (every subset of b in increasing order, each mask's b-part's position
+    there)``, read off the mask's bits in b: what ``np.unique(masks & b,
+    return_inverse=True)`` gives without sorting, with the subsets never met too."""
+    held = [i for i in range(attributes) if b >> i & 1]
+    positions = np.arange(1 << len(held), dtype=np.int64)
+    subsets = np.zeros_like(positions)
+    for k, i in enumerate(held):  # position bit k is attribute i: the order is kept
+        subsets |= ((positions >> k) & 1) << i
+
+    def locate(masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        found = np.zeros(masks.shape, dtype=np.int64)
+        for k, i in enumerate(held):
+            found |= ((masks >> i) & 1) << k
+        return subsets, found
+
+    return locate
+
+
 def _terms(
     b: int,
     sets: list[int],
@@ -107,14 +128,22 @@ def _terms(
     measured = np.array(sets, dtype=kind)
     outside = _sizes_outside(shape)
     rows = max(1, GROUPING_SIZE // max(masks.size, 1))
+    # b's subsets numbered directly where there are no more of them than coefficients.
+    direct = kind is np.int64 and 1 << b.bit_count() <= masks.size
+    positions = _subset_positions(b, len(shape)) if direct else None
     for start in range(0, measured.size, rows):
         a = measured[start : start + rows, None]
         meets = a & masks
         factors = coefficients * outside(a | masks) * outside(b | meets)
-        subsets, which = np.unique(meets & b, return_inverse=True)
-        which = which.reshape(meets.shape) + subsets.size * np.arange(meets.shape[0])[:, None]
-        grouped = np.bincount(which.ravel(), weights=factors.ravel(), minlength=meets.size)
-        grouped = grouped[: meets.shape[0] * subsets.size].reshape(meets.shape[0], subsets.size)
+        if positions is None:
+            subsets, which = np.unique(meets & b, return_inverse=True)
+            which = which.reshape(meets.shape)
+        else:
+            subsets, which = positions(meets)
+        which = which + subsets.size * np.arange(meets.shape[0])[:, None]
+        cells = meets.shape[0] * subsets.size
+        grouped = np.bincount(which.ravel(), weights=factors.ravel(), minlength=cells)
+        grouped = grouped.reshape(meets.shape[0], subsets.size)
         for row, column in zip(*np.nonzero(grouped), strict=True):
             index = start + int(row)
             yield index, int(subsets[column]), float(grouped[row, column]) * weights[index]

@@ -88,3 +88,15 @@ def test_unmeasured_marginal_and_bad_tables_raise() -> None:
         marginal_tables((3, 4), [MarginalMeasurement((0,), np.zeros(2), 1.0)], [(0,)])
     with pytest.raises(ReconstructionError, match="NaN"):
         marginal_tables((3, 4), [MarginalMeasurement((0,), np.array([1, np.nan, 2]), 1.0)], [])
+
+
+@pytest.mark.parametrize("b", [0, 0b1, 0b1010_0110, (1 << 40) | (1 << 3) | 1])
+def test_subsets_are_numbered_as_sorting_would(b: int) -> None:
+    from dpmm.reconstruct.marginal_tables import _subset_positions
+
+    masks = np.random.default_rng(b).integers(0, 1 << 42, size=(7, 300), dtype=np.int64)
+    subsets, positions = _subset_positions(b, 42)(masks)
+    met, inverse = np.unique(masks & b, return_inverse=True)
+    assert subsets.tolist() == sorted(subsets.tolist())
+    assert np.array_equal(subsets[positions], masks & b)
+    assert np.array_equal(np.searchsorted(subsets, met)[inverse.reshape(masks.shape)], positions)
