@@ -87,7 +87,6 @@ __all__ = [
     "BRANCHING",
     "TABLE_CELL_LIMIT",
     "TABLE_ITERATIONS",
-    "TABLE_TIME_LIMIT",
     "Step",
     "TableSource",
     "chained_table",
@@ -106,13 +105,10 @@ __all__ = [
     "top_down_rounding",
 ]
 
-#: Seconds HiGHS may take on one 2-way table (its LP on 10⁴ cells took 0.2-0.6 s here): a
-#: backstop for a stalled machine; :data:`TABLE_ITERATIONS` bounds a solve first.
-TABLE_TIME_LIMIT = 600.0
 #: Simplex iterations HiGHS may take on a 2-way table, per row, column and cell: noisy
 #: tables of 10⁴-10⁵ cells took 0.07-0.22 (2,232-10,710 iterations), so a solve stops at
-#: 18-57 times that, deterministically (an iteration count, unlike seconds, is the same
-#: when the audit recomputes the table).
+#: 18-57 times that, deterministically. There is no time limit: an iteration count, unlike
+#: seconds, is the same when the audit recomputes the table on another machine.
 TABLE_ITERATIONS = 4
 #: The most cells of a 2-way table the release rounds (its plan refuses larger ones): the
 #: LP grows faster than linearly (9·10⁴ cells took 4.5 s here).
@@ -205,9 +201,9 @@ def nearest_integer_table(
     Returns:
         An int64 ``m × n`` table.
 
-    Should HiGHS stop short of an integral optimum (:data:`TABLE_ITERATIONS`,
-    :data:`TABLE_TIME_LIMIT`) or fail, the table is :func:`margin_rounding`'s: on its
-    margins all the same, so nothing after a release's spend can fail here.
+    Should HiGHS stop short of an integral optimum (:data:`TABLE_ITERATIONS`) or fail,
+    the table is :func:`margin_rounding`'s: on its margins all the same, so nothing after
+    a release's spend can fail here.
 
     Raises:
         ArgumentError: shapes or sums that disagree, or non-finite cells.
@@ -264,7 +260,7 @@ def _highs_table(
     shape: tuple[int, int],
 ) -> np.ndarray | None:
     """The optimal moves from the floors (an ``m × n`` integer table), or None when HiGHS
-    stops short of an integral optimum (its iteration or time limit, or any failure)."""
+    stops short of an integral optimum (its iteration limit, or any failure)."""
     cells = shape[0] * shape[1]
     limit = TABLE_ITERATIONS * (cells + shape[0] + shape[1])
     solved = optimize.linprog(
@@ -273,7 +269,7 @@ def _highs_table(
         b_eq=needed,
         bounds=np.stack([np.zeros(cost.size), upper], axis=1),
         method="highs-ds",  # a vertex: integral, the matrix being totally unimodular
-        options={"time_limit": TABLE_TIME_LIMIT, "maxiter": limit},
+        options={"maxiter": limit},
     )
     if solved.status != 0 or solved.x is None:
         return None
