@@ -26,6 +26,8 @@ from zoneinfo import ZoneInfo
 import pytest
 import yaml
 
+from flows.artifact_keys import artifact_key
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -333,7 +335,9 @@ def test_the_plan_flow_leaves_its_accuracy_targets_in_an_artifact(server, tmp_pa
     )
     assert done.returncode == 0, done.stderr[-2000:]
     artifacts = {a["key"]: a for a in _api(url, "/artifacts/filter", {}) if a.get("key")}
-    rows = json.loads(artifacts["dpmm-plan-targets-2030-v1"]["data"])
+    key = artifact_key("dpmm-plan", "Targets_2030.v1")
+    assert key.startswith("dpmm-plan-targets-2030-v1-")  # the name's digest after it
+    rows = json.loads(artifacts[key]["data"])
     by_group = {row["group"]: row for row in rows}
     assert by_group["cdf"]["target"] == "±30 at 95 %" and by_group["pairs"]["target"] == "RMSE ≤ 4"
     assert by_group["pairs"]["least budget"]["kind"] == "pure"
