@@ -55,6 +55,7 @@ from typing import Any
 
 import numpy as np
 
+from dpmm import __version__
 from dpmm.config import ReleaseConfig, load_config
 from dpmm.errors import DpmmError
 from dpmm.linalg import Matrix, Weighted
@@ -491,6 +492,7 @@ def _recomputed_answers(
             f"the manifest says the intervals were had by {stated_intervals['method']!r}, but "
             f"its measurement and strategy give {recomputed_release.intervals!r}"
         )
+    _check_rounding(manifest, solved, recomputed_release.rounding)
     level = config.release.confidence
     if "level" in stated_intervals and stated_intervals["level"] != level:
         raise _FailedCheckError(
@@ -509,6 +511,24 @@ def _recomputed_answers(
             f"{recomputed_release.standard_errors}: not compared"
         )
     return f"{path.name}: all {count} answers recomputed from the measurement"
+
+
+def _check_rounding(manifest: dict[str, Any], solved: dict[str, Any], rounding: str | None) -> None:
+    """An integer version's ``reconstruction.rounding`` against how its post-processing
+    rounds now, where this dpmm wrote it (an earlier dpmm may have worded it otherwise;
+    its integers are compared exactly all the same).
+
+    Raises:
+        _FailedCheckError: they differ, or one of them rounds and the other does not.
+    """
+    if manifest.get("software", {}).get("dpmm") != __version__:
+        return
+    stated = solved.get("rounding") if solved.get("output") == "integer" else None
+    if stated != rounding:
+        raise _FailedCheckError(
+            f"the manifest says the answers were rounded as {stated!r}, but its measurement "
+            f"and config round them as {rounding!r}"
+        )
 
 
 def _compared_columns(same_errors: bool, intervals: bool) -> tuple[str, ...]:

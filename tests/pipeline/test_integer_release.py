@@ -328,6 +328,15 @@ def test_the_audit_recomputes_the_integers_and_fails_on_a_changed_one(tmp_path) 
     body = _two_way("audited", names, sizes, {"epsilon": 1})
     version = run_release(_release_config(tmp_path, body, data)).path
     assert audit_release(version).ok
+    # The manifest's account of the rounding is checked too.
+    path = version / "manifest.json"
+    written = path.read_text()
+    manifest = json.loads(written)
+    manifest["reconstruction"]["rounding"] = "each cell rounded to the nearest integer"
+    path.write_text(json.dumps(manifest))
+    answers = next(check for check in audit_release(version).checks if check.name == "answers")
+    assert not answers.ok and "rounded as 'each cell rounded" in answers.detail
+    path.write_text(written)
     table = read_answers(version / "answers.parquet")
     values = table.column("estimate").to_numpy().copy()
     values[int(np.argmax(values))] += 1.0  # one more person in the largest cell
