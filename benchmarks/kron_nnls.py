@@ -79,7 +79,8 @@ from dpmm.blas_threads import blas_limit
 from dpmm.linalg import AllRange, Kron, Prefix
 from dpmm.reconstruct import chunked, chunked_loop, least_squares
 from dpmm.reconstruct.admm import KronSpectrum, kron_spectrum, minimize_kron_quadratic
-from dpmm.reconstruct.nnls import largest_gram_eigenvalue, nnls_setup
+from dpmm.reconstruct.gram import largest_gram_eigenvalue
+from dpmm.reconstruct.nnls import nnls_setup
 from dpmm.reconstruct.projected_gradient import (
     CHECK_EVERY,
     Solution,

@@ -41,7 +41,7 @@ def load(name: str, n: int) -> np.ndarray:
 
 def kkt_residual(A: Matrix, y: np.ndarray, x: np.ndarray) -> float:
     """‖x − max(x − ∇f/L, 0)‖·L / ‖Aᵀy‖, the stopping rule dpmm uses (L = ‖A‖₂²)."""
-    from dpmm.reconstruct.nnls import largest_gram_eigenvalue
+    from dpmm.reconstruct.gram import largest_gram_eigenvalue
 
     L = largest_gram_eigenvalue(A)
     gradient = A.T @ (A @ x - y)

@@ -109,7 +109,7 @@ def driver_loop(A: Kron, tensor: Any, tolerance: float, limit: int | None) -> Es
     """The chunked NNLS with the least-squares total as it ran before the batched graph
     served totals: the in-memory loop on the Dask arrays, every step from the driver."""
     from dpmm.reconstruct.chunked import ChunkedKron, _factor_gram, chunked_least_squares
-    from dpmm.reconstruct.nnls import largest_gram_eigenvalue
+    from dpmm.reconstruct.gram import largest_gram_eigenvalue
     from dpmm.reconstruct.projected_gradient import minimize_nonnegative_quadratic, scalars
 
     linear = ChunkedKron(A).apply_adjoint(tensor).persist()

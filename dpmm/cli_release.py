@@ -24,13 +24,12 @@ from typing import TextIO
 
 import numpy as np
 
+from dpmm.audit import audit_release, format_audit
 from dpmm.config import load_config
 from dpmm.errors import DpmmError
 from dpmm.privacy.ledger import Ledger
 from dpmm.release import (
-    audit_release,
     diff_releases,
-    format_audit,
     format_diff,
     format_listing,
     format_release,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 
-from dpmm.release import audit_release
+from dpmm.audit import audit_release
 
 __all__ = ["audit_flow"]
 

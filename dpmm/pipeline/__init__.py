@@ -5,7 +5,8 @@ Example:
 """
 
 from dpmm.pipeline.ingest_stage import VECTOR_LIMIT, Counts, count_input, counting_plan
-from dpmm.pipeline.reconstruct_stage import GroupAnswers, Reconstruction, reconstruct
+from dpmm.pipeline.reconstruct_stage import reconstruct
+from dpmm.pipeline.reconstruction import GroupAnswers, Reconstruction
 from dpmm.pipeline.release import ReleaseResult, open_ledger, rerun_post_processing, run_release
 from dpmm.pipeline.run_state import ReleaseBusy, ReleaseRun, open_run
 from dpmm.pipeline.strategy_stage import ChosenStrategy, choose_strategy

@@ -22,7 +22,7 @@ from dpmm.measure.mechanism import NoiseModel
 from dpmm.pipeline.chosen import ChosenStrategy
 from dpmm.pipeline.interval_stage import PlannedIntervals
 from dpmm.pipeline.preflight import preflight
-from dpmm.pipeline.reconstruct_stage import GroupAnswers
+from dpmm.pipeline.reconstruction import GroupAnswers
 from dpmm.privacy.params import KINDS, PureDP, amount_text
 from dpmm.targets import Budget, TargetReport, budget_noise, check_targets, least_budget_text
 from dpmm.workload.labels import query_parts

@@ -78,7 +78,7 @@ from dpmm.reconstruct.rounding_order import RoundingPlan, rounding_plan
 from dpmm.workload.table_form import answer_from_tables, needed_tables, table_form
 
 if TYPE_CHECKING:
-    from dpmm.pipeline.reconstruct_stage import GroupAnswers
+    from dpmm.pipeline.reconstruction import GroupAnswers
 
 __all__ = [
     "INVARIANTS_STATEMENT",

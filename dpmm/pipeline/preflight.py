@@ -28,12 +28,8 @@ from dpmm.measure.mechanism import planned_record
 from dpmm.measure.tables import strategy_tables
 from dpmm.pipeline.chosen import ChosenStrategy
 from dpmm.pipeline.ingest_stage import counting_plan
-from dpmm.pipeline.reconstruct_stage import (
-    Reconstruction,
-    check_reconstructable,
-    reconstruct,
-    wants_histogram,
-)
+from dpmm.pipeline.reconstruct_stage import check_reconstructable, reconstruct, wants_histogram
+from dpmm.pipeline.reconstruction import Reconstruction
 
 __all__ = ["Footprint", "Preflight", "footprint", "preflight"]
 

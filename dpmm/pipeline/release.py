@@ -42,7 +42,8 @@ from dpmm.measure.record import MeasurementRecord, load_measurement, record_path
 from dpmm.pipeline.budget_stage import at_planned_budget
 from dpmm.pipeline.ingest_stage import Counts, check_countable, count_input, counting_plan
 from dpmm.pipeline.preflight import preflight
-from dpmm.pipeline.reconstruct_stage import Reconstruction, check_reconstructable, reconstruct
+from dpmm.pipeline.reconstruct_stage import check_reconstructable, reconstruct
+from dpmm.pipeline.reconstruction import Reconstruction
 from dpmm.pipeline.run_state import ReleaseRun, cancel_reserved, open_run
 from dpmm.pipeline.strategy_stage import ChosenStrategy, choose_strategy
 from dpmm.pipeline.threshold_stage import (

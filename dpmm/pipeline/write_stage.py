@@ -29,11 +29,8 @@ from dpmm.pipeline.chosen import ChosenStrategy
 from dpmm.pipeline.ingest_stage import counting_plan
 from dpmm.pipeline.integer_answers import INVARIANTS_STATEMENT
 from dpmm.pipeline.interval_stage import PlannedIntervals
-from dpmm.pipeline.reconstruct_stage import (
-    HISTOGRAM_LIMIT,
-    Reconstruction,
-    wants_histogram,
-)
+from dpmm.pipeline.reconstruct_stage import HISTOGRAM_LIMIT, wants_histogram
+from dpmm.pipeline.reconstruction import Reconstruction
 from dpmm.privacy.ledger import Entry, Ledger
 from dpmm.release import AnswerColumns, write_answers, write_histogram, write_measurements
 from dpmm.release import write_release as write_version

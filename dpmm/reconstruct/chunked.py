@@ -29,7 +29,7 @@ from dpmm.linalg.chunked_kron import ChunkedKron, chunk_count
 from dpmm.linalg.kron import factor_gram_pinv
 from dpmm.reconstruct.admm import KronSpectrum, kron_spectrum
 from dpmm.reconstruct.chunked_loop import BlockKron, admm_on_blocks, minimize_on_blocks
-from dpmm.reconstruct.nnls import largest_gram_eigenvalue
+from dpmm.reconstruct.gram import largest_gram_eigenvalue
 from dpmm.reconstruct.projected_gradient import (
     Solution,
     minimize_nonnegative_quadratic,

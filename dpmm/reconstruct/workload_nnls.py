@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from dpmm.linalg import Matrix
+from dpmm.reconstruct.gram import gram_operator, largest_gram_eigenvalue
 from dpmm.reconstruct.least_squares import least_squares
-from dpmm.reconstruct.nnls import gram_operator, largest_gram_eigenvalue
 from dpmm.reconstruct.projected_gradient import minimize_nonnegative_quadratic
 from dpmm.reconstruct.protocol import (
     DEFAULT_TOLERANCE,

@@ -4,12 +4,10 @@
 * :mod:`~dpmm.release.tables` — answers, measurements and histogram Parquet tables.
 * :mod:`~dpmm.release.catalog` — ``load_manifest``, ``list_releases``, ``show_release``,
   ``diff_releases`` and their text formats.
-* :mod:`~dpmm.release.audit` — ``audit_release``: hashes, re-derived privacy facts, ledger.
 
 The manifest's fields are documented in ``config/manifest.md``.
 """
 
-from dpmm.release.audit import AuditReport, Check, audit_release, format_audit
 from dpmm.release.catalog import (
     FieldChange,
     GroupDelta,
@@ -39,18 +37,14 @@ from dpmm.release.writer import MANIFEST_FORMAT, file_digests, next_version, wri
 __all__ = [
     "MANIFEST_FORMAT",
     "AnswerColumns",
-    "AuditReport",
-    "Check",
     "FieldChange",
     "GroupDelta",
     "GroupError",
     "ReleaseDiff",
     "ReleaseError",
     "ReleaseSummary",
-    "audit_release",
     "diff_releases",
     "file_digests",
-    "format_audit",
     "format_diff",
     "format_listing",
     "format_release",

@@ -5,7 +5,7 @@ A report states, per query group, the expected error at the budget, its accuracy
 moves with the budget, and, for a release, the first answers of each group with their
 standard errors. Nothing here recomputes an error: the plan's figures
 (:class:`~dpmm.plan.PlanReport`) and the release's reconstruction
-(:class:`~dpmm.pipeline.reconstruct_stage.Reconstruction`) are taken as they are, and
+(:class:`~dpmm.pipeline.reconstruction.Reconstruction`) are taken as they are, and
 the error at another budget is the one at the report's budget times the square root of
 the ratio of the strategy's exact noise variances (:func:`dpmm.targets.error_factor`).
 
@@ -33,7 +33,7 @@ from dpmm.workload.labels import query_parts
 
 if TYPE_CHECKING:  # the plan and the pipeline import this module's callers
     from dpmm.pipeline.chosen import ChosenStrategy
-    from dpmm.pipeline.reconstruct_stage import GroupAnswers, Reconstruction
+    from dpmm.pipeline.reconstruction import GroupAnswers, Reconstruction
     from dpmm.plan import PlanReport
 
 __all__ = [

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from dpmm.linalg import AllRange, Dense, Hierarchical, Kron, Prefix, trace_of_product
-from dpmm.linalg.tree_gram import TreeGram, TreeGramInverse
+from dpmm.linalg.hierarchy import TreeGram, TreeGramInverse
 from dpmm.privacy import PureDP
 from dpmm.strategy import optimize
 

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dpmm.audit import audit_release
 from dpmm.measure.record import discrete_noise_variance
 from dpmm.pipeline import (
     VECTOR_LIMIT,
@@ -24,7 +25,7 @@ from dpmm.pipeline import (
 )
 from dpmm.privacy.ledger import Ledger
 from dpmm.privacy.params import ZCDP
-from dpmm.release import audit_release, list_releases, read_answers, read_measurements
+from dpmm.release import list_releases, read_answers, read_measurements
 from tests.pipeline.conftest import (
     ADULT_DOMAIN,
     SMALL,

@@ -11,13 +11,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from dpmm.audit import audit_release
 from dpmm.config import ReleaseConfig
 from dpmm.data import DataError
 from dpmm.errors import ConfigError, DpmmError
 from dpmm.pipeline import run_release
 from dpmm.privacy.ledger import BudgetExceeded, Ledger, LedgerError
 from dpmm.privacy.params import PureDP
-from dpmm.release import audit_release
 from tests.pipeline.conftest import history, kinds, remaining, run_folders, versions, write_config
 
 COLUMNS = ("race", "sex", "income>50K")

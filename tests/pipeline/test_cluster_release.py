@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from dpmm.audit import audit_release
 from dpmm.config import ReleaseConfig, load_config
 from dpmm.errors import ConfigError
 from dpmm.measure import chunked as chunked_measurement
@@ -22,7 +23,7 @@ from dpmm.pipeline.reconstruct_stage import reconstruct
 from dpmm.pipeline.strategy_stage import choose_strategy
 from dpmm.privacy.params import ZCDP
 from dpmm.reconstruct.intervals import RESOLUTION
-from dpmm.release import audit_release, read_answers, read_measurements
+from dpmm.release import read_answers, read_measurements
 from dpmm.settings import ClusterSettings
 from tests.pipeline.conftest import nudge_part, write_config
 

@@ -13,13 +13,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from dpmm.audit import audit_release
 from dpmm.config import load_config
 from dpmm.data import DataError
 from dpmm.measure.record import load_measurement
 from dpmm.pipeline import ReleaseBusy, run_release
 from dpmm.pipeline.release import MEASUREMENT_ID
 from dpmm.privacy.params import PureDP
-from dpmm.release import audit_release, read_measurements
+from dpmm.release import read_measurements
 from tests.pipeline.conftest import history, kinds, remaining, run_folders, versions
 
 SPAWN = multiprocessing.get_context("spawn")

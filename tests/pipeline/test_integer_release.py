@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from dpmm.audit import audit_release, format_audit
 from dpmm.cli import main
 from dpmm.config import ReleaseConfig, load_config
 from dpmm.errors import ConfigError
@@ -36,7 +37,7 @@ from dpmm.pipeline.strategy_stage import choose_strategy
 from dpmm.plan import plan
 from dpmm.privacy.ledger import Ledger
 from dpmm.privacy.params import ZCDP, PureDP
-from dpmm.release import audit_release, format_audit, read_answers, read_histogram
+from dpmm.release import read_answers, read_histogram
 from dpmm.workload.table_form import table_form
 from tests.pipeline.conftest import ADULT_DOMAIN, kinds, versions
 

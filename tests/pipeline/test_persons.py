@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from dpmm.audit import audit_release
 from dpmm.data import DataError, DataSpec, open_source
 from dpmm.domain import Domain
 from dpmm.pipeline import run_release
@@ -18,7 +19,6 @@ from dpmm.pipeline.persons import person_records
 from dpmm.pipeline.strategy_stage import choose_strategy
 from dpmm.pipeline.threshold_stage import bucket_counts
 from dpmm.privacy.params import ZCDP
-from dpmm.release import audit_release
 from tests.pipeline.conftest import SHARED, kinds, remaining, write_config
 
 RANDHIE = SHARED / "data" / "randhie" / "randhie.csv"

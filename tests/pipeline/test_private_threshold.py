@@ -15,13 +15,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from dpmm.audit import audit_release
 from dpmm.config import load_config
 from dpmm.data import DataError
 from dpmm.measure.exact import analyze_strategy
 from dpmm.pipeline import run_release
 from dpmm.pipeline.threshold_stage import COUNT_STAGE, THRESHOLD_STAGE
 from dpmm.privacy.params import PureDP
-from dpmm.release import audit_release, format_listing, format_release, list_releases, show_release
+from dpmm.release import format_listing, format_release, list_releases, show_release
 from dpmm.workload import from_config
 from tests.pipeline.conftest import history, kinds, remaining, run_folders, versions, write_config
 

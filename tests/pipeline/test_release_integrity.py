@@ -23,13 +23,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from dpmm.audit import audit_release
 from dpmm.cli import main
 from dpmm.config import ReleaseConfig
 from dpmm.pipeline import run_release
 from dpmm.privacy.ledger import Ledger
 from dpmm.privacy.ledger_schema import COLUMNS, GENESIS, Row
 from dpmm.privacy.params import PureDP
-from dpmm.release import audit_release
 from dpmm.report import REPORT_NAME
 from tests.pipeline.conftest import write_config
 

@@ -11,10 +11,10 @@ import re
 import numpy as np
 import pandas as pd
 
+from dpmm.audit import audit_release
 from dpmm.config import load_config
 from dpmm.pipeline import rerun_post_processing, run_release
 from dpmm.privacy.params import PureDP
-from dpmm.release import audit_release
 from dpmm.report import REPORT_NAME, release_content
 from dpmm.report.content import ANSWERS_SHOWN
 

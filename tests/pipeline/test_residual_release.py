@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from dpmm.audit import audit_release
 from dpmm.config import ReleaseConfig
 from dpmm.linalg.helmert_blocks import HelmertBlocks
 from dpmm.linalg.serialize import load_matrix
@@ -24,7 +25,6 @@ from dpmm.pipeline.ingest_stage import counting_plan
 from dpmm.pipeline.release import rerun_post_processing
 from dpmm.plan import plan
 from dpmm.privacy.params import ZCDP
-from dpmm.release import audit_release
 from dpmm.release.tables import read_answers, read_histogram
 from tests.pipeline.conftest import kill_after_measuring, kinds, versions, write_config
 

@@ -15,12 +15,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from dpmm.audit import audit_release
 from dpmm.config import ReleaseConfig
 from dpmm.linalg import Kron, Prefix
 from dpmm.measure.quantize import DEFAULT_BITS
 from dpmm.pipeline import run_release
 from dpmm.privacy.params import ZCDP
-from dpmm.release import audit_release
 from dpmm.release.tables import read_answers
 from tests.pipeline.conftest import kill_after_measuring, versions, write_config
 

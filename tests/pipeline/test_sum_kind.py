@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dpmm.audit import audit_release
 from dpmm.domain import Domain
 from dpmm.errors import ConfigError
 from dpmm.pipeline import run_release
-from dpmm.release import audit_release
 from dpmm.workload import from_config
 from dpmm.workload.labels import query_labels
 from dpmm.workload.prefix_sum import VALUATIONS, bucket_values, value_error_bound

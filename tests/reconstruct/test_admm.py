@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from dpmm.linalg import AllRange, Dense, Hierarchical, Identity, Kron, Matrix, Prefix, Weighted
 from dpmm.reconstruct import admm, chunked_loop, nnls
 from dpmm.reconstruct.admm import kron_spectrum, rebalanced_rho
-from dpmm.reconstruct.nnls import largest_gram_eigenvalue, nnls_setup
+from dpmm.reconstruct.gram import largest_gram_eigenvalue
+from dpmm.reconstruct.nnls import nnls_setup
 from dpmm.reconstruct.projected_gradient import minimize_nonnegative_quadratic
 
 CASES = [

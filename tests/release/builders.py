@@ -13,7 +13,7 @@ import numpy as np
 from dpmm.linalg import Hierarchical, Identity, Kron, Matrix
 from dpmm.linalg.serialize import matrix_digest, save_matrix
 from dpmm.measure import MeasurementRecord, analyze_strategy, measure
-from dpmm.pipeline.reconstruct_stage import EXACT_INTERVALS
+from dpmm.pipeline.reconstruction import EXACT_INTERVALS
 from dpmm.privacy.ledger import Ledger
 from dpmm.privacy.params import ZCDP, PureDP
 from dpmm.reconstruct.intervals import Intervals, NoiseLaw

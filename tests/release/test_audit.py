@@ -10,16 +10,14 @@ from fractions import Fraction
 
 import pytest
 
+from dpmm.audit import AuditReport, Check, audit_release, format_audit
 from dpmm.privacy.ledger import Ledger
 from dpmm.privacy.params import ZCDP, PureDP
 from dpmm.release import (
-    audit_release,
-    format_audit,
     read_answers,
     read_measurements,
     write_measurements,
 )
-from dpmm.release.audit import AuditReport, Check
 from tests.release.builders import build_release
 
 NAMES = [
@@ -306,9 +304,9 @@ def test_a_manifest_with_missing_fields_fails_checks_not_the_audit(release):
 
 
 def test_a_quantized_strategy_file_is_audited_as_its_integer_matrix():
+    from dpmm.audit import _integer_strategy
     from dpmm.linalg import Hierarchical, Weighted
     from dpmm.measure import MeasurementError, analyze_strategy
-    from dpmm.release.audit import _integer_strategy
 
     integer = Hierarchical(4)
     found = _integer_strategy(Weighted(1 / 8, integer), 8)

@@ -18,13 +18,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from dpmm.audit import audit_release
 from dpmm.cli import main
 from dpmm.cluster import DaskCluster
 from dpmm.config import ReleaseConfig, load_config
 from dpmm.measure import chunked as chunked_measurement
 from dpmm.pipeline import run_release
 from dpmm.privacy.params import ZCDP
-from dpmm.release import audit_release
 from tests.pipeline.conftest import nudge_part, write_config
 
 BODY = (
@@ -192,7 +192,7 @@ def test_a_scheduler_that_is_not_an_address_is_refused_in_one_sentence(
 
 def test_the_audit_never_starts_a_cluster_class_a_release_folder_names(tmp_path: Path) -> None:
     """Any importable callable could be named there (with its options as arguments)."""
-    from dpmm.release import audit as audit_module
+    from dpmm import audit as audit_module
     from dpmm.settings import cluster_settings
 
     named = cluster_settings({"class": "os.system", "options": {"command": "touch x"}})

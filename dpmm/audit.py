@@ -60,6 +60,7 @@ from dpmm.config import ReleaseConfig, load_config
 from dpmm.errors import DpmmError
 from dpmm.linalg import Matrix, Weighted
 from dpmm.measure.exact import ExactStrategy, MeasurementError, analyze_strategy
+from dpmm.pipeline.release import recompute_answers
 from dpmm.privacy.accounting import discrete_gaussian_zcdp, gaussian_sigma2, laplace_scale
 from dpmm.privacy.ledger import Entry, Ledger, LedgerTampered
 from dpmm.privacy.params import ZCDP, PureDP, privacy_from_config
@@ -473,9 +474,6 @@ def _recomputed_answers(
 ) -> str:
     """The answers check: ``path``'s answers against those the release's post-processing
     gives from its measurement (on whichever scheduler is current)."""
-    # The release's own post-processing (dpmm.pipeline imports this package: imported here).
-    from dpmm.pipeline.release import recompute_answers
-
     recomputed_release = recompute_answers(config, state.folder)
     # Standard errors are compared when this dpmm makes them the way the version says its
     # were made (an earlier dpmm's bootstrap drew differently). Versions before the key
