@@ -497,10 +497,10 @@ def _recomputed_answers(
             f"the manifest's intervals.level {stated_intervals['level']!r} is not its config's "
             f"release.confidence {level!r}"
         )
+    integer = solved.get("output") == "integer"
     if path.is_dir():
-        count = _compare_parts(path, recomputed_release.groups, compared, state)
+        count = _compare_parts(path, recomputed_release.groups, compared, state, integer)
     else:
-        integer = solved.get("output") == "integer"
         count = _compare_table(path, recomputed_release.groups, compared, integer)
     if not same_errors:
         return (
@@ -574,11 +574,11 @@ def _compare_table(path: Path, groups: list[Any], compared: tuple[str, ...], int
 
 
 def _compare_parts(
-    folder: Path, groups: list[Any], compared: tuple[str, ...], state: _State
+    folder: Path, groups: list[Any], compared: tuple[str, ...], state: _State, integer: bool
 ) -> int:
     """Compare a folder of answer parts with the recomputed groups (Dask arrays), each part
-    against its block by a task on the audit's cluster that reads only that part; the rows
-    compared."""
+    against its block by a task on the audit's cluster that reads only that part (integer
+    estimates exactly); the rows compared."""
     import dask
     from distributed import as_completed
 
@@ -596,7 +596,11 @@ def _compare_parts(
             span = (int(starts[index]), int(starts[index + 1]))
             tasks.append(
                 dask.delayed(_compare_part)(
-                    parts.pop(name), group.name, span, dict(zip(compared, recomputed, strict=True))
+                    parts.pop(name),
+                    group.name,
+                    span,
+                    dict(zip(compared, recomputed, strict=True)),
+                    integer,
                 )
             )
     if parts:
@@ -614,7 +618,11 @@ def _compare_parts(
 
 
 def _compare_part(
-    path: Path, group: str, span: tuple[int, int], recomputed_columns: dict[str, np.ndarray]
+    path: Path,
+    group: str,
+    span: tuple[int, int],
+    recomputed_columns: dict[str, np.ndarray],
+    integer: bool,
 ) -> int:
     table = read_answers(path, ("group", "query", *recomputed_columns))
     queries = table.column("query").to_numpy()
@@ -623,7 +631,8 @@ def _compare_part(
         raise _FailedCheckError(f"{path.name} does not hold queries {span} of group '{group}'")
     for column, recomputed in recomputed_columns.items():
         stated = table.column(column).to_numpy().astype(np.float64)
-        if not np.allclose(stated, recomputed, rtol=ANSWER_TOLERANCE, atol=ANSWER_TOLERANCE):
+        tolerance = 0.0 if integer and column == "estimate" else ANSWER_TOLERANCE
+        if not np.allclose(stated, recomputed, rtol=tolerance, atol=tolerance):
             raise _FailedCheckError(
                 f"the {column.replace('_', ' ')}s of group '{group}' in {path.name} "
                 "are not what its measurement and strategy give"

@@ -90,26 +90,47 @@ class ClusterAnswers:
         self.factors = axis_factors(strategy, self.shape)
         assert self.factors is not None  # checked by the plan
         rows = tuple(int(f.shape[0]) for f in self.factors)
-        answers = record.values.astype(np.float64).reshape(rows)
-        kron = Kron(self.factors) if len(self.factors) > 1 else self.factors[0]
+        self._answers = record.values.astype(np.float64).reshape(rows)
+        self._kron = Kron(self.factors) if len(self.factors) > 1 else self.factors[0]
         self.noise_variance = record.noise_variance()
         if dry_run:
-            self.estimate = chunked_least_squares(kron, answers)
+            self.estimate = chunked_least_squares(self._kron, self._answers)
         elif method == "nnls":
-            fit = nnls(kron, answers, noise_std=math.sqrt(self.noise_variance), total="estimated")
-            self.estimate = fit.x.persist()
+            self.estimate = self._nnls("estimated", None)
         else:  # computed once, kept on the workers for every group's answers
-            self.estimate = chunked_least_squares(kron, answers).persist()
+            self.estimate = chunked_least_squares(self._kron, self._answers).persist()
         self.method = method
         self.errors = EXACT if method == "least_squares" else STATED_LEAST_SQUARES
         self._pinvs = [factor_gram_pinv(f) for f in self.factors]
+
+    def _nnls(self, total: float | str, iterations: int | None) -> Any:
+        std = math.sqrt(self.noise_variance)
+        fit = nnls(self._kron, self._answers, noise_std=std, total=total, max_iterations=iterations)
+        return fit.x.persist()
+
+    def nonnegative(self, total: int | None, max_iterations: int | None) -> Any:
+        """The non-negative estimate integer output rounds (as
+        :func:`~dpmm.pipeline.reconstruct_stage.reconstruct` chooses it for a vector in
+        memory): the release's own NNLS when it solved NNLS and no ``total`` is declared,
+        else NNLS constrained to ``total`` (or to least squares' total), stopped after
+        ``max_iterations`` (None: at the release's tolerance), from least squares."""
+        if self.method == "nnls" and total is None:
+            return self.estimate
+        return self._nnls("estimated" if total is None else float(total), max_iterations)
+
+    def answers(self, group: WorkloadGroup, estimate: Any) -> Any:
+        """The group's answers from ``estimate`` (a Dask array shaped as the domain), a flat
+        Dask array in row order."""
+        factors = axis_factors(group.matrix, self.shape)
+        assert factors is not None  # checked by the plan
+        return ChunkedKron(Kron(factors)).apply(estimate).reshape(-1)
 
     def group(self, group: WorkloadGroup) -> tuple[Any, Any, float]:
         """The group's answers and their standard errors (flat Dask arrays, in row order)
         and least squares' expected RMSE over them (data-free)."""
         factors = axis_factors(group.matrix, self.shape)
         assert factors is not None  # checked by the plan
-        values = ChunkedKron(Kron(factors)).apply(self.estimate).reshape(-1)
+        values = self.answers(group, self.estimate)
         diagonals = [
             np.maximum(query_variances(W, P), 0.0)
             for W, P in zip(factors, self._pinvs, strict=True)

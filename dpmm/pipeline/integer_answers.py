@@ -21,7 +21,12 @@ Post-processing of the real-valued estimate (no data, no budget), in one of two 
   of least squares onto the simplex (NNLS's usual start), 1,115 from the top-down
   rounding, 12.2 after 200 iterations from it, 13.1 from NNLS to its tolerance (581 s
   against 87 s under load; ``benchmarks/integer_tables.py``). :func:`rounding_iterations`
-  decides which from the config and domain alone, and the plan states it.
+  decides which from the config and domain alone, and the plan states it. A release that
+  keeps its arrays on the Dask workers rounds there (:func:`integer_on_cluster`): NNLS on
+  the cluster (from least squares itself), then the same rounding chunk by chunk, each
+  block a task carrying the running sums along and the errors across
+  (:func:`~dpmm.reconstruct.slices.chunked_sliced_rounding`); only the slices' sums (one,
+  or the declared attributes' joint table) come to the flow's process.
 * **the tables** (marginal tables or residual blocks, no vector): the least-squares
   tables the workload reads, and the 1-way margins of its larger tables, are rounded
   top-down (:func:`integer_tables`: total, then each 1-way table with that sum, then each
@@ -75,9 +80,11 @@ from dpmm.reconstruct.integer import (
     sliced_rounding,
 )
 from dpmm.reconstruct.rounding_order import RoundingPlan, rounding_plan
+from dpmm.reconstruct.slices import chunked_sliced_rounding
 from dpmm.workload.table_form import answer_from_tables, needed_tables, table_form
 
 if TYPE_CHECKING:
+    from dpmm.pipeline.cluster_answers import ClusterAnswers
     from dpmm.pipeline.reconstruction import GroupAnswers
 
 __all__ = [
@@ -87,6 +94,7 @@ __all__ = [
     "declared_table",
     "integer_from_tables",
     "integer_from_vector",
+    "integer_on_cluster",
     "rounded_errors",
     "rounding_iterations",
     "tables_rounding",
@@ -184,15 +192,17 @@ def rounding_iterations(config: ReleaseConfig) -> int | None:
     return ROUNDING_ITERATIONS
 
 
-def vector_rounding(config: ReleaseConfig) -> str:
-    """How the manifest and the plan describe the rounding of a vector."""
+def vector_rounding(config: ReleaseConfig, on_cluster: bool = False) -> str:
+    """How the manifest and the plan describe the rounding of a vector (``on_cluster``:
+    kept on the Dask workers, its NNLS started from least squares itself)."""
     iterations = rounding_iterations(config)
+    start = "" if on_cluster else " rounded top-down through its attribute prefixes"
     solved = (
         "solved to the release's tolerance"
         if iterations is None
-        else f"stopped after {iterations} iterations from least squares rounded top-down "
-        "through its attribute prefixes"
+        else f"stopped after {iterations} iterations from least squares{start}"
     )
+    where = " on the Dask workers, chunk by chunk" if on_cluster else ""
     declared = len(config.invariants.margins)
     carried = (
         ", in domain order, each slice's running sums carrying what those before it lost "
@@ -211,7 +221,7 @@ def vector_rounding(config: ReleaseConfig) -> str:
     )
     return (
         f"the non-negative (NNLS) estimate of the data vector, constrained to the total "
-        f"({solved}), rounded through its running sums in cell order (every cell and every "
+        f"({solved}), rounded{where} through its running sums in cell order (every cell and every "
         f"run of consecutive cells within 1 of it){sliced}; every answer is computed from "
         f"it{_declared_note(config)}"
     )
@@ -241,20 +251,14 @@ def check_integer_output(config: ReleaseConfig, plan: str, blocks: bool) -> None
     """Refuse, before anything is spent, a release whose answers cannot be rounded.
 
     Raises:
-        ConfigError: the release keeps its arrays on the workers; on the vector, declared
-            margins whose joint table has more than :data:`TABLE_CELL_LIMIT` cells;
+        ConfigError: on the vector (in memory or on the workers), declared margins whose
+            joint table has more than :data:`TABLE_CELL_LIMIT` cells;
             without the vector, a group not in table form, a table of two or more
             attributes of more than :data:`TABLE_CELL_LIMIT` cells, or tables no order
             rounds whose joint table has more (:func:`rounding_plan`).
     """
     if not config.release.integer:
         return
-    if plan == "chunked":
-        raise ConfigError(
-            f"{config.path}: release.output: integer rounds the estimate in the flow's "
-            "process, and this release keeps its arrays on the Dask workers "
-            "(cluster.arrays); use cluster.arrays: flow or release.output: real"
-        )
     domain = config.domain
     if not _without_vector(plan, blocks):
         declared = [m.attribute for m in config.invariants.margins]
@@ -298,6 +302,20 @@ def _names(config: ReleaseConfig, attrs: Sequence[int]) -> str:
     return ", ".join(config.domain.attributes[i] for i in attrs)
 
 
+def _declared_axes(config: ReleaseConfig) -> list[int]:
+    """The declared margins' attributes, in domain order."""
+    return sorted(config.domain.index(m.attribute) for m in config.invariants.margins)
+
+
+def _declared_counts(config: ReleaseConfig, real: np.ndarray) -> np.ndarray:
+    """The declared attributes' joint table (attributes in domain order) rounded from the
+    estimate's ``real`` one with every declared margin fixed
+    (:func:`~dpmm.reconstruct.integer.chained_table` with ``carried``)."""
+    margins = sorted(config.invariants.margins, key=lambda m: config.domain.index(m.attribute))
+    first, others = np.array(margins[0].counts), [m.counts for m in margins[1:]]
+    return chained_table(real, first, others, carried=True)
+
+
 def declared_table(config: ReleaseConfig, estimate: np.ndarray) -> np.ndarray:
     """The non-negative estimate (shaped as the domain) rounded slice by slice of the
     declared attributes' joint table, each slice's rounding error carried to the next
@@ -305,12 +323,10 @@ def declared_table(config: ReleaseConfig, estimate: np.ndarray) -> np.ndarray:
     estimate's rounded with every declared margin fixed, the same way
     (:func:`~dpmm.reconstruct.integer.chained_table` with ``carried``, attributes in
     domain order): every declared margin held exactly, always feasible."""
-    margins = sorted(config.invariants.margins, key=lambda m: config.domain.index(m.attribute))
-    axes = [config.domain.index(m.attribute) for m in margins]
+    axes = _declared_axes(config)
     shaped = np.reshape(estimate, config.domain.shape)
     real = shaped.sum(axis=tuple(i for i in range(shaped.ndim) if i not in axes))
-    first, others = np.array(margins[0].counts), [m.counts for m in margins[1:]]
-    joint = chained_table(real, first, others, carried=True)
+    joint = _declared_counts(config, real)
     return sliced_rounding(shaped, axes, joint).reshape(np.shape(estimate))
 
 
@@ -354,6 +370,30 @@ def integer_from_vector(
         for g in groups
     ]
     return replaced, as_float
+
+
+def integer_on_cluster(
+    config: ReleaseConfig, groups: Sequence[GroupAnswers], solved: ClusterAnswers, dry_run: bool
+) -> list[GroupAnswers]:
+    """Every group answered from the cluster's non-negative estimate rounded to an integer
+    vector on the workers, by the rule of :func:`integer_from_vector`
+    (:func:`~dpmm.reconstruct.slices.chunked_sliced_rounding`: the same integers as in
+    memory from the same estimate and totals). The estimate's total and the joint table of
+    the declared attributes are its slices' sums added along the running sums (in memory,
+    by ``math.fsum`` and numpy's sums: the same up to floating-point rounding). The plan's
+    dry run computes nothing: its answers stay the real-valued recipe."""
+    if dry_run:
+        return [_replace(g, g.values, dry_run) for g in groups]
+    estimate = solved.nonnegative(config.invariants.known_total, rounding_iterations(config))
+
+    def totals(real: np.ndarray) -> np.ndarray:
+        if config.invariants.margins:
+            return _declared_counts(config, real)
+        return np.array(_total(config, float(real)))
+
+    rounded = chunked_sliced_rounding(estimate, _declared_axes(config), totals)
+    as_float = rounded.astype(np.float64).persist()  # kept on the workers for every group
+    return [_replace(g, solved.answers(g.group, as_float), dry_run) for g in groups]
 
 
 def integer_from_tables(

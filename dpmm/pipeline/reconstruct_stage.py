@@ -33,6 +33,7 @@ from dpmm.pipeline.integer_answers import (
     check_integer_output,
     integer_from_tables,
     integer_from_vector,
+    integer_on_cluster,
     rounded_errors,
     rounding_iterations,
     tables_rounding,
@@ -220,9 +221,9 @@ def _on_cluster(
     method: str,
     progress: Progress,
     dry_run: bool,
-) -> tuple[list[GroupAnswers], str]:
+) -> tuple[list[GroupAnswers], ClusterAnswers]:
     """The answers of a measurement drawn on the cluster, as Dask arrays (the estimate is
-    never gathered into this process)."""
+    never gathered into this process), and the cluster's estimate behind them."""
     progress(0, 1 + len(config.workload), method)
     integer = strategy.quantized.integer
     solved = ClusterAnswers(integer, record, config.domain, method, dry_run=dry_run)
@@ -232,7 +233,7 @@ def _on_cluster(
         values, errors, rmse = solved.group(group)
         exact = solved.errors == EXACT
         groups.append(GroupAnswers(group, config.domain, values, errors, exact, rmse))
-    return groups, solved.errors
+    return groups, solved
 
 
 def wants_histogram(config: ReleaseConfig) -> bool:
@@ -322,7 +323,7 @@ def reconstruct(
     started = time.perf_counter()
     measured = Measurement(strategy.quantized, record)  # in the strategy's own units
     method = solver(config, plan)
-    errors, tables = EXACT, None
+    errors, tables, solved = EXACT, None, None
     with blas_limit():  # BLAS threads that fit the cores this process owns
         if isinstance(strategy.quantized.integer, HelmertBlocks):
             groups, histogram, tables = _from_blocks(
@@ -335,8 +336,8 @@ def reconstruct(
             histogram = None
         elif plan == "chunked":
             dry_run = replicates == 0  # the plan's: nothing is solved
-            groups, errors = _on_cluster(config, strategy, record, method, progress, dry_run)
-            histogram = None
+            groups, solved = _on_cluster(config, strategy, record, method, progress, dry_run)
+            errors, histogram = solved.errors, None
         else:
             groups, histogram, method, errors = _from_vector(
                 config, measured, method, replicates, progress
@@ -353,6 +354,9 @@ def reconstruct(
             if tables is not None:
                 groups = integer_from_tables(config, groups, tables, dry_run)
                 rounding = tables_rounding(config)
+            elif solved is not None:
+                groups = integer_on_cluster(config, groups, solved, dry_run)
+                rounding = vector_rounding(config, on_cluster=True)
             else:
                 groups, histogram = integer_from_vector(config, groups, histogram, dry_run)
                 rounding = vector_rounding(config)

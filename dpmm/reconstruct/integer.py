@@ -82,6 +82,7 @@ from scipy import optimize, sparse
 
 from dpmm.errors import ArgumentError
 from dpmm.reconstruct.rounding_order import Step, rounding_plan, rounding_steps
+from dpmm.reconstruct.slices import sliced_rounding
 
 __all__ = [
     "BRANCHING",
@@ -493,89 +494,6 @@ def joint_estimate(
             ratio = np.divide(target, current, out=np.zeros_like(current), where=current > 0)
             fitted *= np.reshape(ratio, [sizes[i] if i in attrs else 1 for i in joint])
     return fitted
-
-
-def sliced_rounding(
-    values: np.ndarray, axes: Sequence[int], totals: np.ndarray | Sequence[int]
-) -> np.ndarray:
-    """Non-negative ``values`` (shaped as the domain) rounded slice by slice of ``axes``,
-    each slice (a cell of those axes' table) to its total in ``totals`` (shaped as that
-    table, axes in the order given): a declared table of those attributes, held exactly.
-
-    The slices are visited in the domain's order (of their first cells), each through its
-    running sums (:func:`cumulative_rounding`'s rule) with two things carried from the
-    slices before it, position by position (a position is a cell of the other
-    attributes, in domain order):
-
-    * their rounding error: a slice's target is its own running sums plus what the
-      earlier slices' integers fell short of their targets there, rounded to the
-      nearest, kept non-decreasing and within ``[0, total]``, so errors telescope across
-      slices as along one running sum (a block of consecutive slices by a run of
-      consecutive positions stays near the estimate);
-    * their gaps (a slice's total less its estimated sum): what earlier totals took from
-      the estimate is owed, with the mix of the slices it was taken from, and a slice
-      whose total exceeds its sum takes what it can of that first (and the reverse for
-      what earlier totals added); the rest of its gap is spread in proportion to its own
-      running sums (scaled, as one vector to its total).
-
-    A declared count that moves mass between neighbouring slices (a top-coded age whose
-    estimate spread its count over the five ages of its measured group) then moves it with
-    the mix it had. Scaling each slice to its total and rounding it on its own gathered one
-    rounding error per slice in a sum over many and kept each slice's estimated mix: 31.7
-    RMS per query on the SF1 tables with their sex, Hispanic-origin and age tables
-    declared, against 12.9 with none declared (``benchmarks/integer_tables.py``).
-
-    Raises:
-        ArgumentError: negative or non-finite values, negative totals, or totals not
-            shaped as the table of ``axes``.
-
-    Example:
-        >>> sliced_rounding(np.array([[0.4, 0.6], [1.2, 0.2]]), [1], [2, 1]).tolist()
-        [[1, 0], [1, 1]]
-    """
-    order = np.argsort(np.asarray(axes, dtype=np.int64), kind="stable")
-    ordered = [int(axes[i]) for i in order]
-    counts = np.asarray(totals, dtype=np.int64)
-    if counts.shape != tuple(np.shape(values)[a] for a in axes):
-        raise ArgumentError(
-            f"Slices of a {tuple(np.shape(values)[a] for a in axes)} table need as many "
-            f"totals, got {counts.shape}."
-        )
-    moved = np.moveaxis(np.asarray(values, dtype=np.float64), ordered, range(len(ordered)))
-    counts = np.transpose(counts, order).reshape(-1)
-    rows = moved.reshape(counts.size, -1)
-    if not np.all(np.isfinite(rows)) or np.any(rows < 0):
-        raise ArgumentError("Values to round through their running sums must be finite and ≥ 0.")
-    if np.any(counts < 0):
-        raise ArgumentError("Totals to round to must be non-negative.")
-    running = np.cumsum(rows, axis=1)
-    ends = np.empty(running.shape, dtype=np.int64)
-    carried: np.ndarray | float = 0.0  # Σ (target − integer) running sums of slices so far
-    owed: np.ndarray | float = 0.0  # what earlier slices' gaps took from (+) or gave to (−)
-    for row, total in enumerate(counts):
-        own = running[row]
-        gap = total - own[-1]
-        owing = owed[-1] if isinstance(owed, np.ndarray) else 0.0
-        used = min(owing, gap) if owing > 0 < gap else max(owing, gap) if owing < 0 > gap else 0
-        if own[-1] > 0:  # the rest of the gap in proportion to the slice's own sums
-            scaled = own * ((gap - used) / own[-1])
-        else:  # a slice of zeros: evenly
-            scaled = np.arange(1, own.size + 1) / own.size * (gap - used)
-        repaid = owed * (used / owing) if used else 0.0
-        target = own + scaled
-        target += repaid
-        target += carried
-        end = ends[row]
-        end[:] = np.floor(target + 0.5)
-        np.maximum.accumulate(end, out=end)
-        np.clip(end, 0, total, out=end)
-        end[-1] = total
-        if row + 1 < counts.size:
-            target -= end
-            carried = target
-            owed = owed - repaid - scaled
-    rounded = np.diff(ends, axis=1, prepend=0).reshape(moved.shape)
-    return np.moveaxis(rounded, range(len(ordered)), ordered)
 
 
 def closed_sets(sets: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:

@@ -395,18 +395,6 @@ def test_configs_integer_output_cannot_serve_are_refused_before_anything_is_spen
     ):
         run_release(config)
     assert kinds(config) == [] and versions(config) == []
-    workers = {
-        "name": "on-workers",
-        "domain": {"a": 4, "b": 3},
-        "privacy": {"rho": 1},
-        "workload": [{"kind": "marginals", "k": 1}],
-        "strategy": {"method": "identity"},
-        "cluster": {"arrays": "workers"},
-    }
-    config = _release_config(tmp_path / "workers", workers, adult_parquet)
-    with pytest.raises(ConfigError, match=r"release\.output: integer rounds the estimate in the"):
-        run_release(config)
-    assert kinds(config) == [] and versions(config) == []
 
 
 def test_invariants_are_checked_when_the_config_loads(tmp_path) -> None:
