@@ -228,6 +228,10 @@ def _release_lines(report: PlanReport) -> list[str]:
         "vector": "the data vector",
         "tables": "marginal tables",
         "chunked": "the data vector, kept on the Dask workers with what is made from it",
+        "worker-tables": (
+            "marginal tables on the Dask workers, measured there group by group; the "
+            "measurement is read into the flow's process to reconstruct"
+        ),
     }[report.counting]
     solver = SOLVERS.get(report.reconstruction, report.reconstruction)
     where = " on the workers together" if report.counting == "chunked" else ""

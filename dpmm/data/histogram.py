@@ -82,7 +82,8 @@ class Histogram:
 
 @dataclass(frozen=True)
 class MarginalTables:
-    """Marginal count tables keyed by attribute names in domain order; shape = their sizes."""
+    """Marginal count tables keyed by attribute names in domain order; shape = their sizes
+    (or, counted with ``keep``, a future of that mapping on a worker)."""
 
     tables: Mapping[tuple[str, ...], np.ndarray]
     report: IngestReport
@@ -382,6 +383,7 @@ def marginal_tables(
     *,
     client: Any = None,
     progress: Progress | None = None,
+    keep: bool = False,
 ) -> MarginalTables:
     """Count the records in each marginal table, without ever building the full vector.
 
@@ -395,6 +397,8 @@ def marginal_tables(
         attribute_sets: Attribute name lists (any order; ``()`` is the total count).
         client: A ``distributed.Client``; None runs on the local threaded scheduler.
         progress: Called with ``(partitions done, total)``.
+        keep: With a client: the tables stay on the worker that summed them, and
+            ``tables`` is a future of the mapping (only the report comes here).
 
     Returns:
         Tables keyed by their attribute names in domain order, each shaped by those
@@ -417,5 +421,16 @@ def marginal_tables(
     sets = _attribute_sets(domain, attribute_sets)
     opened = _open(source, domain)
     task = functools.partial(_count_tables, source=opened, domain=domain, sets=sets)
-    total = map_reduce(task, opened.partitions, _add_tables, client=client, progress=progress)
+    on_workers = keep and client is not None
+    total = map_reduce(
+        task, opened.partitions, _add_tables, client=client, progress=progress, keep=on_workers
+    )
+    if on_workers:
+        tables = client.submit(_payload, total)
+        total = client.submit(_without_payload, total).result()
+        return MarginalTables(tables, _report(total, opened, started))
     return MarginalTables(dict(total.payload), _report(total, opened, started))
+
+
+def _payload(total: _Partial) -> Any:
+    return total.payload

@@ -49,6 +49,7 @@ from dpmm.measure.quantize import (
 from dpmm.measure.record import FORMAT, MeasurementRecord, load_measurement, record_path
 from dpmm.measure.tables import (
     MarginalCounts,
+    TableGroups,
     count_marginals,
     marginal_answers,
     strategy_tables,
@@ -66,6 +67,7 @@ __all__ = [
     "MeasurementRecord",
     "QuantizationError",
     "QuantizedStrategy",
+    "TableGroups",
     "analyze_strategy",
     "count_marginals",
     "exact_answers",

@@ -1,7 +1,10 @@
 """Draw a measurement chunk by chunk on the Dask workers that hold the counts.
 
-:func:`~dpmm.measure.measure` calls :func:`draw_chunked` when the counts are a Dask array:
-a domain too large for one process. The steps of the draw-once rule (DESIGN §5 rule 4)
+:func:`~dpmm.measure.measure` calls :func:`draw_chunked` when the counts are held by a
+cluster: the data vector as a Dask array (a Kronecker strategy on a domain too large for
+one process), or the marginal tables of a weighted union of marginals or of integer
+residual blocks as :class:`~dpmm.measure.tables.TableGroups` (many tables spread across
+the workers). The steps of the draw-once rule (DESIGN §5 rule 4)
 become, under the store's lock:
 
 1. the counts are checked on the cluster (non-negative, small enough for exact answers);
@@ -9,7 +12,8 @@ become, under the store's lock:
    chunks' answer ranges; its sha256 (the *plan digest*) is named by every chunk;
 3. the reservation is marked spent;
 4. each worker computes its chunk of ``B x`` (a Kronecker strategy, factor by factor:
-   :class:`~dpmm.linalg.chunked_kron.ChunkedKron`), draws the chunk's noise from its own
+   :class:`~dpmm.linalg.chunked_kron.ChunkedKron`; a strategy read from tables, the
+   answers of its group of whole tables, :func:`table_groups`), draws the chunk's noise from its own
    OS CSPRNG and persists the noisy chunk (:func:`~dpmm.measure.chunk_files.write_chunk`,
    write-once) before returning anything: only the chunk's sha256 leaves the worker;
 5. the record file, listing every chunk's sha256, is written atomically; what is returned
@@ -28,14 +32,16 @@ import hashlib
 import json
 from datetime import UTC, datetime
 from fractions import Fraction
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dpmm.durable import atomic_write
-from dpmm.linalg import Kron, Matrix
+from dpmm.linalg import Kron, Marginals, Matrix
 from dpmm.linalg.chunked_kron import ChunkedKron
+from dpmm.linalg.helmert_blocks import HelmertBlocks
 from dpmm.measure import record as records
 from dpmm.measure.chunk_files import (
     ValueChunk,
@@ -48,11 +54,20 @@ from dpmm.measure.chunk_files import (
 )
 from dpmm.measure.exact import FLOAT_EXACT, ExactStrategy, MeasurementError, MeasurementMismatch
 from dpmm.measure.noise import add_noise
+from dpmm.measure.tables import TableGroups, check_exact, strategy_part, table_answers
 from dpmm.privacy.ledger import Ledger, Reservation
 
-__all__ = ["CHUNK_ANSWERS", "answer_chunks", "draw_chunked", "is_chunked", "not_reserved"]
+__all__ = [
+    "CHUNK_ANSWERS",
+    "answer_chunks",
+    "draw_chunked",
+    "is_chunked",
+    "not_reserved",
+    "table_groups",
+]
 
-#: Answers per chunk (2²² int64: 32 MiB), rounded to whole rows of the first axis. Drawing
+#: Answers per chunk (2²² int64: 32 MiB), rounded to whole rows of the first axis (or to
+#: whole tables, for a strategy answered from marginal tables). Drawing
 #: a chunk holds a few copies of it (floats, integers, noise), so a worker of 1 GiB draws
 #: one with room to spare.
 CHUNK_ANSWERS = 2**22
@@ -61,8 +76,8 @@ _PLAN_NAME = "plan.json"
 
 
 def is_chunked(x: object) -> bool:
-    """Whether ``x`` is a Dask array (counts held by a cluster)."""
-    return type(x).__module__.startswith("dask.array")
+    """Whether ``x`` is held by a cluster: a Dask array of counts, or table groups."""
+    return isinstance(x, TableGroups) or type(x).__module__.startswith("dask.array")
 
 
 def draw_chunked(
@@ -80,8 +95,11 @@ def draw_chunked(
     the store's lock and has checked the request and the reservation's budget).
 
     Args:
-        exact: The integer strategy, a Kronecker product (or one factor).
-        x: The counts as a Dask array, flat or shaped as the domain.
+        exact: The integer strategy: a Kronecker product (or one factor) for counts in a
+            Dask array; a weighted union of marginals or integer residual blocks for
+            table groups.
+        x: The counts as a Dask array, flat or shaped as the domain; or the strategy's
+            marginal tables on the cluster, grouped as :func:`table_groups` says.
         expected: The record's fields that follow from the strategy and the budget.
         folder: The measurement store.
         measurement_id: The record's id.
@@ -90,28 +108,23 @@ def draw_chunked(
         client: A ``distributed.Client``; None computes on local threads.
 
     Raises:
-        MeasurementError: The strategy is not a Kronecker product, the counts do not fit it
-            or cannot be measured exactly, or the reservation was spent without this plan.
+        MeasurementError: The strategy is not a Kronecker product (or, for table groups, a
+            strategy read from tables), the counts do not fit it or cannot be measured
+            exactly, or the reservation was spent without this plan.
         MeasurementMismatch: The chunk folder holds chunks of another plan.
     """
-    factors = _factors(exact.matrix)
-    tensor = _domain_tensor(x, tuple(int(f.shape[1]) for f in factors))
-    _check_counts(tensor, exact, client)
-    rows = tuple(int(f.shape[0]) for f in factors)
-    bounds = _row_bounds(rows)
+    if isinstance(x, TableGroups):
+        blocks, bounds, starts = _table_blocks(exact, x, client)
+    else:
+        blocks, bounds, starts = _kron_blocks(exact, x, client)
     plan = _plan(expected, bounds, measurement_id, reservation)
     digest = hashlib.sha256(plan).hexdigest()
     chunks = chunk_folder(folder, measurement_id)
     _start_or_resume(chunks, plan, ledger, reservation, measurement_id)
-    answers = ChunkedKron(Kron(factors)).apply(tensor.astype(np.float64))
-    answers = answers.rechunk(((*np.diff(bounds).tolist(),), *[(n,) for n in rows[1:]]))
     noise = {key: expected[key] for key in ("noise", "scale", "sigma2")}
-    width = int(np.prod(rows[1:], dtype=np.int64))
     tasks = [
-        _chunk_task(block, chunk_path(chunks, index), digest, (lo * width, hi * width), noise)
-        for index, (block, lo, hi) in enumerate(
-            zip(answers.to_delayed().ravel(), bounds[:-1], bounds[1:], strict=True)
-        )
+        _chunk_task(block, chunk_path(chunks, index), digest, answers, noise)
+        for index, (block, answers) in enumerate(zip(blocks, pairwise(starts), strict=True))
     ]
     parts = _compute(tasks, client)
     record = records.MeasurementRecord(
@@ -125,6 +138,88 @@ def draw_chunked(
     )
     records.write_record(record, records.record_path(folder, measurement_id))
     return records.load_measurement(folder, measurement_id)
+
+
+def _kron_blocks(
+    exact: ExactStrategy, x: Any, client: Any
+) -> tuple[list[Any], list[int], list[int]]:
+    """The chunks of a Kronecker strategy's answers on a Dask array of counts: each chunk's
+    answers (a lazy block of whole rows of the first axis), the plan's bounds (those
+    rows) and the chunks' answer offsets."""
+    factors = _factors(exact.matrix)
+    tensor = _domain_tensor(x, tuple(int(f.shape[1]) for f in factors))
+    _check_counts(tensor, exact, client)
+    rows = tuple(int(f.shape[0]) for f in factors)
+    bounds = _row_bounds(rows)
+    answers = ChunkedKron(Kron(factors)).apply(tensor.astype(np.float64))
+    answers = answers.rechunk(((*np.diff(bounds).tolist(),), *[(n,) for n in rows[1:]]))
+    width = int(np.prod(rows[1:], dtype=np.int64))
+    return list(answers.to_delayed().ravel()), bounds, [bound * width for bound in bounds]
+
+
+def _table_blocks(
+    exact: ExactStrategy, tables: TableGroups, client: Any
+) -> tuple[list[Any], list[int], list[int]]:
+    """The chunks of a strategy read from tables: each chunk's answers (computed where its
+    group of tables is held), the plan's bounds (the tables' positions in block order)
+    and the chunks' answer offsets."""
+    import dask
+
+    matrix = exact.matrix
+    groups = table_groups(matrix) if isinstance(matrix, Marginals | HelmertBlocks) else None
+    if groups is None or tuple(tables.domain_shape) != tuple(matrix.domain_shape):
+        raise MeasurementError(
+            f"marginal tables on a cluster are measured by a union of marginals or residual "
+            f"blocks over their domain, got {matrix!r:.120}"
+        )
+    if len(tables.groups) != len(groups):
+        raise MeasurementError(
+            f"the tables are held in {len(tables.groups)} groups and the strategy measures "
+            f"{len(groups)}"
+        )
+    _check_tables(tables, exact, client)
+    blocks = [
+        dask.delayed(table_answers, pure=False)(strategy_part(matrix, start, stop), group)
+        for (start, stop), group in zip(groups, tables.groups, strict=True)
+    ]
+    bounds = [start for start, _ in groups] + [groups[-1][1]]
+    return blocks, bounds, [int(matrix.offsets[bound]) for bound in bounds]
+
+
+def table_groups(matrix: Marginals | HelmertBlocks) -> list[tuple[int, int]]:
+    """The chunks of a strategy read from tables: ``[start, stop)`` of its blocks (one
+    table each) in block order, whole tables of about :data:`CHUNK_ANSWERS` answers.
+
+    Example:
+        >>> A = Marginals((4, 4, 4), {(0,): 1, (1,): 1, (0, 1): 1, (1, 2): 1})
+        >>> table_groups(A) == [(0, 4)]
+        True
+    """
+    rows = np.diff(np.asarray(matrix.offsets, dtype=np.int64)).tolist()
+    groups, start, size = [], 0, 0
+    for block, answers in enumerate(rows):
+        if size and size + answers > CHUNK_ANSWERS:
+            groups.append((start, block))
+            start, size = block, 0
+        size += answers
+    return [*groups, (start, len(rows))]
+
+
+def _check_tables(tables: TableGroups, exact: ExactStrategy, client: Any) -> None:
+    """Tables that agree on the number of records, whose answers stay exact (the totals
+    are computed on the cluster, gathered here and never shown)."""
+    import dask
+
+    found = _gather([dask.delayed(_totals)(group) for group in tables.groups], client, dask)
+    totals = set().union(*found)
+    if len(totals) > 1:
+        raise MeasurementError("the marginal tables disagree on the number of records")
+    if isinstance(exact.matrix, Marginals) and totals:
+        check_exact(exact, totals.pop())  # residual blocks check their own int64 range
+
+
+def _totals(tables: dict[tuple[int, ...], np.ndarray]) -> set[int]:
+    return {int(np.asarray(table).sum(dtype=np.int64)) for table in tables.values()}
 
 
 def _factors(matrix: Matrix) -> list[Matrix]:
@@ -167,6 +262,9 @@ def _row_bounds(rows: tuple[int, ...]) -> list[int]:
 
 def answer_chunks(matrix: Matrix) -> tuple[int, ...]:
     """How many answers each chunk of a measurement of ``matrix`` on the cluster holds."""
+    if isinstance(matrix, Marginals | HelmertBlocks):
+        offsets = np.asarray(matrix.offsets, dtype=np.int64)
+        return tuple(int(offsets[stop] - offsets[start]) for start, stop in table_groups(matrix))
     rows = tuple(int(f.shape[0]) for f in _factors(matrix))
     width = int(np.prod(rows[1:], dtype=np.int64))
     return tuple(int(n) * width for n in np.diff(_row_bounds(rows)))
@@ -239,10 +337,12 @@ def _noisy_chunk(
     if path.exists():  # a retry of a task whose worker died after persisting the chunk
         return existing_chunk(path, plan, start, start + answers.size)
     flat = answers.reshape(-1)
-    integers = np.rint(flat)
-    if not np.array_equal(flat, integers):
-        raise MeasurementError("the strategy's answers on the counts are not integers")
-    values = add_noise(noise, integers.astype(np.int64), None)
+    if not np.issubdtype(flat.dtype, np.integer):  # a Kronecker product's, in floats
+        integers = np.rint(flat)
+        if not np.array_equal(flat, integers):
+            raise MeasurementError("the strategy's answers on the counts are not integers")
+        flat = integers.astype(np.int64)
+    values = add_noise(noise, flat, None)
     return write_chunk(path, plan, start, values)
 
 

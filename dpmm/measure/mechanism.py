@@ -48,7 +48,7 @@ from dpmm.measure.record import (
     record_path,
     store_folder,
 )
-from dpmm.measure.tables import MarginalCounts, marginal_answers
+from dpmm.measure.tables import MarginalCounts, TableGroups, marginal_answers
 from dpmm.privacy.accounting import discrete_gaussian_zcdp, gaussian_sigma2, laplace_scale
 from dpmm.privacy.ledger import Ledger, Reservation
 from dpmm.privacy.params import ZCDP, PureDP
@@ -96,7 +96,7 @@ def _persistence_requested(**arguments: object) -> bool:
 
 def measure(
     A: Matrix | QuantizedStrategy,
-    x: np.ndarray | MarginalCounts,
+    x: np.ndarray | MarginalCounts | TableGroups,
     privacy: PureDP | ZCDP,
     *,
     store: str | os.PathLike[str] | None = None,
@@ -125,7 +125,9 @@ def measure(
             ``A.shape[1]``; or, for a :class:`~dpmm.linalg.Marginals` strategy, the exact
             marginal tables it measures (:class:`~dpmm.measure.tables.MarginalCounts`); or,
             for a Kronecker strategy, a Dask array of the counts held by a cluster, which
-            is measured there chunk by chunk (:mod:`dpmm.measure.chunked`; persisted only).
+            is measured there chunk by chunk (:mod:`dpmm.measure.chunked`; persisted only);
+            or, for either strategy read from tables, those tables held by a cluster
+            (:class:`~dpmm.measure.tables.TableGroups`), measured there group by group.
         privacy: ``PureDP`` or ``ZCDP``, exactly the reservation's budget.
         store: an existing folder holding the measurement records.
         measurement_id: the record's name in the store: letters, digits, '.', '_', '-'.

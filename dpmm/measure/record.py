@@ -18,6 +18,7 @@ not after the header.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -96,6 +97,16 @@ class MeasurementRecord:
     #: A measurement drawn on a cluster keeps its values in chunk files
     #: (:mod:`~dpmm.measure.chunk_files`): then ``values`` is a lazy Dask array of them.
     chunks: ValueChunks | None = None
+
+    def in_memory(self) -> MeasurementRecord:
+        """This record with its values as a numpy array: a chunked record's chunk files
+        read here, each checked against its sha256 (the record's own ``values_sha256`` is
+        then that of the values, as for a record drawn in one process)."""
+        if self.chunks is None:
+            return self
+        values = np.asarray(self.values.compute(scheduler="threads"), dtype=np.int64)
+        values.setflags(write=False)
+        return dataclasses.replace(self, values=values, chunks=None)
 
     def noise_variance(self) -> float:
         """The exact variance of one noise draw (integer units, before dividing by the

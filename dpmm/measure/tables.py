@@ -8,6 +8,10 @@ residual strategy (:class:`~dpmm.linalg.helmert_blocks.HelmertBlocks`) is answer
 tables too. :func:`count_marginals` counts many tables from integer record arrays in one
 pass (research and benchmarks; a release counts through :mod:`dpmm.data`).
 
+On a Dask cluster the tables stay on the workers as :class:`TableGroups`, one group of
+whole tables per chunk of the measurement (:func:`~dpmm.measure.chunked.table_groups`),
+and each chunk's answers are :func:`table_answers` of its part of the strategy.
+
 Example:
     >>> import numpy as np
     >>> from dpmm.linalg import Marginals
@@ -24,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +38,15 @@ from dpmm.linalg.helmert_blocks import HelmertBlocks, checked_table
 from dpmm.linalg.marginals import mask_members
 from dpmm.measure.exact import FLOAT_EXACT, ExactStrategy, MeasurementError, helmert_answers
 
-__all__ = ["MarginalCounts", "count_marginals", "marginal_answers", "strategy_tables"]
+__all__ = [
+    "MarginalCounts",
+    "TableGroups",
+    "count_marginals",
+    "marginal_answers",
+    "strategy_part",
+    "strategy_tables",
+    "table_answers",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,6 +61,21 @@ class MarginalCounts:
 
     domain_shape: tuple[int, ...]
     tables: Mapping[tuple[int, ...], np.ndarray]
+
+
+@dataclass(frozen=True, eq=False)
+class TableGroups:
+    """Exact marginal tables held by a Dask cluster, a group of whole tables per chunk.
+
+    Attributes:
+        domain_shape: The attribute sizes of the whole domain.
+        groups: One per chunk of the strategy's answers, in its block order: a
+            ``distributed`` future (or, without a cluster, the value) of that chunk's
+            tables, ``{sorted attribute positions: int64 table}``.
+    """
+
+    domain_shape: tuple[int, ...]
+    groups: tuple[Any, ...]
 
 
 def count_marginals(
@@ -149,10 +177,33 @@ def marginal_answers(strategy: ExactStrategy, counts: MarginalCounts) -> np.ndar
         )
     if isinstance(A, HelmertBlocks):
         return helmert_answers(A, dict(counts.tables))
+    answers, total = _weighted_tables(A, counts.tables)
+    check_exact(strategy, total)
+    return answers
+
+
+def check_exact(strategy: ExactStrategy, total: int) -> None:
+    """Refuse a weighted union of marginals whose answers on ``total`` records could leave
+    exact float64 arithmetic (the answers are read as floats to reconstruct).
+
+    Raises:
+        MeasurementError: They could.
+    """
+    if strategy.entry_bound * total >= FLOAT_EXACT:
+        raise MeasurementError(
+            f"the answers of {strategy.matrix!r:.120} on {total} records could exceed 2**53; "
+            "measuring them is not supported"
+        )
+
+
+def _weighted_tables(
+    A: Marginals, counts: Mapping[tuple[int, ...], np.ndarray]
+) -> tuple[np.ndarray, int]:
+    """The weighted tables stacked in block order, and their common total."""
     shape = A.domain_shape
     try:
         tables = [
-            checked_table(counts.tables, mask, tuple(shape[i] for i in mask_members(mask)))
+            checked_table(counts, mask, tuple(shape[i] for i in mask_members(mask)))
             for mask in A.weights
         ]
     except DomainError as error:
@@ -160,11 +211,28 @@ def marginal_answers(strategy: ExactStrategy, counts: MarginalCounts) -> np.ndar
     totals = {int(table.sum(dtype=np.int64)) for table in tables}
     if len(totals) > 1:
         raise MeasurementError("the marginal tables disagree on the number of records")
-    total = totals.pop()
-    if strategy.entry_bound * total >= FLOAT_EXACT:
-        raise MeasurementError(
-            f"the answers of {A!r:.120} on {total} records could exceed 2**53; "
-            "measuring them is not supported"
-        )
     weights = [int(w) for w in A.weights.values()]
-    return np.concatenate([w * table.reshape(-1) for w, table in zip(weights, tables, strict=True)])
+    answers = [w * table.reshape(-1) for w, table in zip(weights, tables, strict=True)]
+    return np.concatenate(answers), totals.pop()
+
+
+def strategy_part(A: Marginals | HelmertBlocks, start: int, stop: int) -> Marginals | HelmertBlocks:
+    """The blocks ``[start, stop)`` of a strategy answered from tables, as a strategy."""
+    if isinstance(A, HelmertBlocks):
+        return HelmertBlocks(A.domain_shape, {m: A.integers[m] for m in A.sets[start:stop]})
+    masks = list(A.weights)[start:stop]
+    return Marginals(A.domain_shape, {tuple(mask_members(m)): A.weights[m] for m in masks})
+
+
+def table_answers(
+    A: Marginals | HelmertBlocks, tables: Mapping[tuple[int, ...], np.ndarray]
+) -> np.ndarray:
+    """``A x`` as int64 from ``A``'s tables (a part of a strategy, on the worker holding
+    them: :func:`strategy_part`); whether they fit exact arithmetic is the caller's check.
+
+    Raises:
+        MeasurementError: A table is missing or invalid, or the tables disagree on the total.
+    """
+    if isinstance(A, HelmertBlocks):
+        return helmert_answers(A, dict(tables))
+    return _weighted_tables(A, tables)[0]

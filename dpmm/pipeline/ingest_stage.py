@@ -3,7 +3,10 @@
 A residual strategy (integer residual blocks) is always measured from marginal tables.
 Otherwise the full vector is counted when the domain has at most :data:`VECTOR_LIMIT`
 cells; larger domains are released only through a union-of-marginals strategy whose
-workload groups all read marginal tables: then only those tables are counted.
+workload groups all read marginal tables: then only those tables are counted. Tables
+counted for either strategy stay on the Dask workers, a group of whole tables per chunk of
+the measurement (``worker-tables``), when the config asks (``cluster.arrays: workers``) or
+they have more than :data:`VECTOR_LIMIT` cells together (``auto``).
 :func:`counting_plan` decides this from the config and strategy alone, so an impossible
 release is refused before any budget is reserved.
 
@@ -14,6 +17,7 @@ With ``data.person`` set, each person's rows are first combined into one record
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,15 +32,21 @@ from dpmm.errors import ConfigError
 from dpmm.linalg import Marginals
 from dpmm.linalg.chunked_kron import axis_factors
 from dpmm.linalg.helmert_blocks import HelmertBlocks
-from dpmm.measure.tables import MarginalCounts, strategy_tables
+from dpmm.measure.chunked import table_groups
+from dpmm.measure.tables import MarginalCounts, TableGroups, strategy_tables
 from dpmm.pipeline.chosen import ChosenStrategy
 from dpmm.pipeline.persons import PersonCounts, count_people, summed_attributes
 from dpmm.workload.table_form import table_form
 
-#: Largest domain whose full count vector is built (cells; int64, 2 GiB).
+#: Largest domain whose full count vector is built (cells; int64, 2 GiB), and most cells
+#: of marginal tables counted into the flow's process under ``cluster.arrays: auto``.
 VECTOR_LIMIT = 2**28
+#: The counting plans that measure marginal tables, not the vector: their measurement is
+#: post-processed alike, in the flow's process.
+TABLE_PLANS = ("tables", "worker-tables")
 
 __all__ = [
+    "TABLE_PLANS",
     "VECTOR_LIMIT",
     "Counts",
     "check_countable",
@@ -53,14 +63,15 @@ class Counts:
     Attributes:
         vector: The count vector (the ``vector`` plan; a Dask array on the workers for
             the ``chunked`` plan), else None.
-        tables: The strategy's marginal tables (the ``tables`` plan), else None.
+        tables: The strategy's marginal tables (the ``tables`` plan; held by the workers
+            in the ``worker-tables`` plan), else None.
         report: The ingest report, for the operator's run state only.
         fingerprint: sha256 of the input files' paths, sizes and row groups.
         partitions: Files (or row-group splits) read.
     """
 
     vector: np.ndarray | None
-    tables: MarginalCounts | None
+    tables: MarginalCounts | TableGroups | None
     report: IngestReport
     fingerprint: str
     partitions: int
@@ -78,29 +89,56 @@ def check_countable(config: ReleaseConfig) -> None:
 
 
 def counting_plan(config: ReleaseConfig, strategy: ChosenStrategy) -> str:
-    """``vector``, ``tables`` or ``chunked``: how the input of this release is counted.
+    """``vector``, ``tables``, ``worker-tables`` or ``chunked``: how the input of this
+    release is counted.
 
     ``chunked`` keeps the counts (and the answers and estimate after them) on the Dask
     workers, for a Kronecker strategy: when the config asks (``cluster.arrays: workers``)
     or the domain is too large for the vector in the flow's process (``auto``).
+    ``worker-tables`` counts and measures the marginal tables of a strategy read from
+    tables on the workers, when the config asks or they are too many cells for the flow's
+    process (``auto``); the flow then reads the measurement, the size of the tables, to
+    reconstruct.
 
     Raises:
         ConfigError: The domain is too large for the vector and the strategy or a
             workload group can be served neither by marginal tables nor on the workers,
-            or ``cluster.arrays: workers`` is asked of a strategy that is not a
-            Kronecker product over the domain's attributes.
+            or ``cluster.arrays: workers`` is asked of a strategy that is neither a
+            Kronecker product over the domain's attributes nor read from tables.
     """
+    plan = _flow_counting(config, strategy)
+    if plan == "tables" and config.cluster.arrays != "flow":
+        cells = sum(_table_cells(config, attrs) for attrs in _tables_of(strategy))
+        if config.cluster.arrays == "workers" or cells > VECTOR_LIMIT:
+            return "worker-tables"
+    return plan
+
+
+def _tables_of(strategy: ChosenStrategy) -> list[tuple[int, ...]]:
+    return strategy_tables(strategy.quantized.integer)
+
+
+def _table_cells(config: ReleaseConfig, attrs: tuple[int, ...]) -> int:
+    return math.prod(config.domain.shape[i] for i in attrs)
+
+
+def _flow_counting(config: ReleaseConfig, strategy: ChosenStrategy) -> str:
+    """:func:`counting_plan` but for where the tables are counted."""
     cells = config.domain.size
     integer = strategy.quantized.integer
     if isinstance(integer, HelmertBlocks):
         return "tables"
     arrays = config.cluster.arrays
     kron = axis_factors(integer, tuple(config.domain.shape)) is not None
+    if arrays == "workers" and isinstance(integer, Marginals) and not kron:
+        return _tables_plan(config, strategy)
     if arrays == "workers" and not kron:
         raise ConfigError(
             f"{config.path}: cluster.arrays: workers holds the arrays of a Kronecker "
-            f"strategy over the domain's attributes, and {strategy.selected!r} is not one; "
-            "use strategy.method hierarchical, hdmm_kron or identity, or cluster.arrays: auto"
+            f"strategy over the domain's attributes or the marginal tables of a union of "
+            f"marginals or residual blocks, and {strategy.selected!r} is neither; use "
+            "strategy.method hierarchical, hdmm_kron, identity, marginals or residual, or "
+            "cluster.arrays: auto"
         )
     if arrays == "workers" or (arrays == "auto" and cells > VECTOR_LIMIT and kron):
         if cells > VECTOR_LIMIT and config.data is not None and config.data.person is not None:
@@ -111,19 +149,29 @@ def counting_plan(config: ReleaseConfig, strategy: ChosenStrategy) -> str:
         return "chunked"
     if cells <= VECTOR_LIMIT:
         return "vector"
-    where = f"{config.path}: the domain has {cells:,} cells, more than the {VECTOR_LIMIT:,} "
     if not isinstance(integer, Marginals):
         raise ConfigError(
-            where + f"a data vector can hold, and the strategy {strategy.selected!r} is "
+            f"{config.path}: the domain has {cells:,} cells, more than the {VECTOR_LIMIT:,} "
+            f"a data vector can hold, and the strategy {strategy.selected!r} is "
             "measured neither from marginal tables nor on the workers; use strategy.method "
             "marginals, hdmm_marginals, marginal_optimal, residual, or a Kronecker one "
             "(hierarchical, hdmm_kron) with cluster.arrays: auto"
         )
+    return _tables_plan(config, strategy)
+
+
+def _tables_plan(config: ReleaseConfig, strategy: ChosenStrategy) -> str:
+    """``tables`` for a union of marginals whose workload groups all read marginal tables.
+
+    Raises:
+        ConfigError: A group cannot be answered from marginal tables.
+    """
     for group in config.workload:
         if table_form(group.matrix, config.domain.shape) is None:
             raise ConfigError(
-                where + f"a data vector can hold, and workload group {group.name!r} cannot be "
-                "answered from marginal tables"
+                f"{config.path}: the strategy {strategy.selected!r} is measured from marginal "
+                f"tables without the data vector ({config.domain.size:,} cells), and workload "
+                f"group {group.name!r} cannot be answered from marginal tables"
             )
     return "tables"
 
@@ -156,12 +204,19 @@ def count_input(
     plan = counting_plan(config, strategy)
     source = open_source(config.data)
     fingerprint, partitions = _fingerprint(source), len(source.partitions)
-    if plan == "tables":
-        sets = strategy_tables(strategy.quantized.integer)
+    if plan in ("tables", "worker-tables"):
+        sets = _tables_of(strategy)
         named = [tuple(config.domain.attributes[i] for i in attrs) for attrs in sets]
-        counted = count_tables(config, named, source=source, client=client, progress=progress)
+        on_workers = plan == "worker-tables"
+        counted = count_tables(
+            config, named, source=source, client=client, progress=progress, keep=on_workers
+        )
+        shape = tuple(config.domain.shape)
+        if on_workers:
+            groups = _grouped(counted.tables, sets, named, strategy, client)
+            return Counts(None, TableGroups(shape, groups), counted.report, fingerprint, partitions)
         tables = {attrs: counted.tables[key] for attrs, key in zip(sets, named, strict=True)}
-        counts = MarginalCounts(tuple(config.domain.shape), tables)
+        counts = MarginalCounts(shape, tables)
         return Counts(None, counts, counted.report, fingerprint, partitions)
     chunked = plan == "chunked"  # counts kept on the workers, as a chunked Dask array
     if config.data.person is not None:
@@ -176,6 +231,42 @@ def count_input(
     if not chunked and not isinstance(vector, np.ndarray):  # chunked above DENSE_LIMIT
         vector = np.asarray(vector.compute())
     return Counts(vector, None, counted.report, fingerprint, partitions)
+
+
+def _grouped(
+    tables: Any,
+    sets: list[tuple[int, ...]],
+    named: list[tuple[str, ...]],
+    strategy: ChosenStrategy,
+    client: Any,
+) -> tuple[Any, ...]:
+    """The counted tables (on the workers: a future of them all) as the groups the
+    measurement draws a chunk from (:func:`~dpmm.measure.chunked.table_groups`), each
+    made and kept on a worker, keyed by attribute positions."""
+    bounds = table_groups(strategy.quantized.integer)
+    keys = [(sets[start:stop], named[start:stop]) for start, stop in bounds]
+    if client is None:
+        return tuple(_select(tables, positions, names) for positions, names in keys)
+    from distributed import wait
+
+    if isinstance(tables, dict):  # counted per person in the flow's process: each group
+        # is sent in its task, so a worker lost later recomputes it from there
+        groups = [
+            client.submit(_select, {key: tables[key] for key in names}, positions, names)
+            for positions, names in keys
+        ]
+    else:
+        groups = [client.submit(_select, tables, positions, names) for positions, names in keys]
+    wait(groups)
+    return tuple(groups)
+
+
+def _select(
+    tables: dict[tuple[str, ...], np.ndarray],
+    positions: list[tuple[int, ...]],
+    names: list[tuple[str, ...]],
+) -> dict[tuple[int, ...], np.ndarray]:
+    return {attrs: tables[key] for attrs, key in zip(positions, names, strict=True)}
 
 
 def _on_workers(vector: np.ndarray, client: Any) -> Any:
@@ -193,6 +284,7 @@ def count_tables(
     source: Source | None = None,
     client: Any = None,
     progress: Progress | None = None,
+    keep: bool = False,
 ) -> MarginalTables:
     """The int64 marginal tables of the config's data: of its rows or, with ``data.person``,
     of the records combined per person. Raw counts, never written or logged.
@@ -203,6 +295,8 @@ def count_tables(
         source: The config's data, opened already; by default it is opened here.
         client: A ``distributed.Client``; None runs on local threads.
         progress: Called with ``(partitions done, total)``.
+        keep: With a client, leave the tables of the rows on the worker that summed them
+            (``tables`` is then a future of the mapping).
 
     Raises:
         ConfigError: The config has no ``data`` section.
@@ -211,7 +305,9 @@ def count_tables(
     check_countable(config)
     source = open_source(config.data) if source is None else source
     if config.data.person is None:
-        return marginal_tables(source, config.domain, sets, client=client, progress=progress)
+        return marginal_tables(
+            source, config.domain, sets, client=client, progress=progress, keep=keep
+        )
     people = _count_people(config, source, sets, client, progress)
     return MarginalTables(people.tables, people.report)
 

@@ -69,6 +69,7 @@ import numpy as np
 
 from dpmm.config import ReleaseConfig
 from dpmm.errors import ConfigError
+from dpmm.pipeline.ingest_stage import TABLE_PLANS
 from dpmm.reconstruct.integer import (
     TABLE_CELL_LIMIT,
     TableSource,
@@ -228,7 +229,7 @@ def vector_rounding(config: ReleaseConfig, on_cluster: bool = False) -> str:
 
 
 def _without_vector(plan: str, blocks: bool) -> bool:
-    return plan == "tables" or blocks
+    return plan in TABLE_PLANS or blocks
 
 
 def _group_sets(config: ReleaseConfig) -> dict[str, list[tuple[int, ...]]]:

@@ -92,13 +92,16 @@ def _counted_cells(config: ReleaseConfig, chosen: ChosenStrategy, counting: str)
 
 def footprint(config: ReleaseConfig, chosen: ChosenStrategy, counting: str) -> Footprint:
     """The release's peak memory (of the flow's process; for the ``chunked`` plan, of the
-    workers together) and the bytes it writes, from public facts alone."""
+    workers together; for ``worker-tables``, of the flow's process, the tables being on
+    the workers) and the bytes it writes, from public facts alone."""
     rows = chosen.quantized.integer.shape[0]
     answers = sum(group.matrix.shape[0] for group in config.workload)
     histogram = config.domain.size if wants_histogram(config) else 0
     cells = _counted_cells(config, chosen, counting)
     if counting == "chunked":  # the workers hold the counts and estimate, not the rest
         memory = cells * CLUSTER_CELL_BYTES
+    elif counting == "worker-tables":  # the workers hold the tables; the flow reconstructs
+        memory = rows * MEASUREMENT_BYTES + answers * ANSWER_BYTES + histogram * 8
     else:
         counted = cells * (TABLE_BYTES if counting == "tables" else VECTOR_BYTES)
         memory = counted + rows * MEASUREMENT_BYTES + answers * ANSWER_BYTES + histogram * 8

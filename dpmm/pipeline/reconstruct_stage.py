@@ -28,7 +28,7 @@ from dpmm.measure.record import MeasurementRecord
 from dpmm.measure.tables import strategy_tables
 from dpmm.pipeline.chosen import ChosenStrategy
 from dpmm.pipeline.cluster_answers import ClusterAnswers, check_on_cluster
-from dpmm.pipeline.ingest_stage import VECTOR_LIMIT
+from dpmm.pipeline.ingest_stage import TABLE_PLANS, VECTOR_LIMIT
 from dpmm.pipeline.integer_answers import (
     check_integer_output,
     integer_from_tables,
@@ -133,14 +133,14 @@ def _answers(
 
 def _without_vector(strategy: ChosenStrategy, plan: str) -> bool:
     """Whether the release estimates its answers without the data vector."""
-    return plan == "tables" or isinstance(strategy.quantized.integer, HelmertBlocks)
+    return plan in TABLE_PLANS or isinstance(strategy.quantized.integer, HelmertBlocks)
 
 
 def solver(config: ReleaseConfig, plan: str) -> str:
     """The reconstruction a release of this config runs: ``least_squares``, ``nnls``, or
     ``auto`` (least squares, then NNLS when the estimate calls for it)."""
     chosen = config.release.reconstruction
-    if plan == "tables" or (plan == "chunked" and chosen == "auto"):
+    if plan in TABLE_PLANS or (plan == "chunked" and chosen == "auto"):
         return "least_squares"
     if chosen == "auto":
         return "auto" if config.domain.size <= NNLS_LIMIT else "least_squares"
@@ -311,7 +311,7 @@ def reconstruct(
         config: The release config (workload, domain, reconstruction setting).
         strategy: The strategy the record measured.
         record: The persisted measurement.
-        plan: ``vector``, ``tables`` or ``chunked`` (see
+        plan: ``vector``, ``tables``, ``worker-tables`` or ``chunked`` (see
             :func:`~dpmm.pipeline.counting_plan`); a chunked plan's answers and standard
             errors are Dask arrays, computed where they are written.
         progress: Called with ``(steps done, steps, what runs next)``.
@@ -329,7 +329,7 @@ def reconstruct(
             groups, histogram, tables = _from_blocks(
                 config, strategy.quantized.integer, record, progress
             )
-        elif plan == "tables":
+        elif plan in TABLE_PLANS:
             groups, tables = _from_tables(
                 config, strategy, measured.answers, measured.noise_std, progress
             )

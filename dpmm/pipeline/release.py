@@ -40,7 +40,13 @@ from dpmm.measure.exact import analyze_strategy
 from dpmm.measure.quantize import QuantizedStrategy
 from dpmm.measure.record import MeasurementRecord, load_measurement, record_path
 from dpmm.pipeline.budget_stage import at_planned_budget
-from dpmm.pipeline.ingest_stage import Counts, check_countable, count_input, counting_plan
+from dpmm.pipeline.ingest_stage import (
+    TABLE_PLANS,
+    Counts,
+    check_countable,
+    count_input,
+    counting_plan,
+)
 from dpmm.pipeline.preflight import preflight
 from dpmm.pipeline.reconstruct_stage import check_reconstructable, reconstruct
 from dpmm.pipeline.reconstruction import Reconstruction
@@ -288,6 +294,8 @@ def _post_process(
     reused_from: str | None = None,
     thresholds: dict[str, Any] | None = None,
 ) -> tuple[Path, Reconstruction, dict[str, Any], tuple[ReportFigure, ...]]:
+    if plan in TABLE_PLANS:  # drawn on the workers: read here, the size of the tables
+        record = record.in_memory()
     reconstruction = stage("reconstruct", reconstruct)(config, strategy, record, plan)
     manifest = build_manifest(
         config,

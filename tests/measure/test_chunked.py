@@ -8,17 +8,33 @@ import signal
 import threading
 import time
 from fractions import Fraction
+from itertools import pairwise
 from pathlib import Path
 
 import dask.array as da
 import numpy as np
 import pytest
 
-from dpmm.linalg import Hierarchical, Identity, Kron, Prefix
-from dpmm.measure import MeasurementError, MeasurementMismatch, load_measurement, measure
+from dpmm.linalg import Hierarchical, Identity, Kron, Marginals, Prefix
+from dpmm.linalg.residual_general import ResidualBlockStrategy
+from dpmm.measure import (
+    MeasurementError,
+    MeasurementMismatch,
+    analyze_strategy,
+    load_measurement,
+    measure,
+    quantize,
+)
 from dpmm.measure import chunked as chunked_module
 from dpmm.measure.chunk_files import chunk_folder, write_chunk
 from dpmm.measure.quantize import QuantizedStrategy
+from dpmm.measure.tables import (
+    MarginalCounts,
+    TableGroups,
+    count_marginals,
+    marginal_answers,
+    strategy_tables,
+)
 from dpmm.privacy.params import ZCDP, PureDP
 from tests.conftest import reserve
 
@@ -245,3 +261,74 @@ def test_a_killed_worker_does_not_draw_a_persisted_chunk_again(store, ledger, mo
     assert len(after) == 32 and {name: after[name] for name in persisted} == persisted
     noise = np.asarray(record.values.compute()) - (A @ x.astype(np.float64)).round()
     assert noise.var() == pytest.approx(record.noise_variance(), rel=0.05)
+
+
+def _table_groups(A, counts: MarginalCounts) -> TableGroups:
+    """The tables of ``counts`` grouped as a measurement of ``A`` on a cluster draws them."""
+    sets = strategy_tables(A)
+    return TableGroups(
+        counts.domain_shape,
+        tuple(
+            {attrs: counts.tables[attrs] for attrs in sets[start:stop]}
+            for start, stop in chunked_module.table_groups(A)
+        ),
+    )
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_tables_are_measured_group_by_group_in_whole_tables(store, ledger, monkeypatch, residual):
+    """Chunks of whole tables in block order: the exact answers of the flow's measurement
+    from the same tables, noise of the recorded variance, each chunk drawn once."""
+    monkeypatch.setattr(chunked_module, "CHUNK_ANSWERS", 40)
+    shape = (4, 3, 5, 2)
+    sets = [(), (0,), (1, 2), (0, 3), (2, 3), (0, 1, 2)]
+    if residual:
+        strategy = quantize(
+            ResidualBlockStrategy(shape, {sum(1 << i for i in s): 1.0 + len(s) for s in sets})
+        )
+    else:
+        strategy = QuantizedStrategy(Marginals(shape, {s: 1 + len(s) for s in sets}), 1)
+    A = strategy.integer
+    records = np.random.default_rng(2).integers(0, shape, size=(500, len(shape)))
+    counts = count_marginals([records], shape, strategy_tables(A))
+    counts = MarginalCounts(shape, {k: v.astype(np.int64) for k, v in counts.tables.items()})
+    groups = chunked_module.table_groups(A)
+    assert len(groups) > 1 and groups[0][0] == 0 and groups[-1][1] == len(strategy_tables(A))
+    assert all(a[1] == b[0] for a, b in pairwise(groups))
+    reservation = reserve(ledger, ZCDP(Fraction(1, 50)))
+    record = measure(
+        strategy,
+        _table_groups(A, counts),
+        ZCDP(Fraction(1, 50)),
+        store=store,
+        measurement_id="strategy",
+        ledger=ledger,
+        reservation=reservation,
+    )
+    assert ledger.status(reservation) == "spent"
+    sizes = tuple(part.stop - part.start for part in record.chunks.parts)
+    assert sizes == chunked_module.answer_chunks(A) and sum(sizes) == A.shape[0]
+    exact = marginal_answers(analyze_strategy(A), counts)
+    noise = np.asarray(record.values.compute()) - exact
+    assert abs(noise.mean()) < 5 * np.sqrt(record.noise_variance() / noise.size)
+    stored = _chunk_bytes(store)
+
+    def drawn(*args, **kwargs):
+        raise AssertionError("noise was drawn again")
+
+    monkeypatch.setattr(chunked_module, "add_noise", drawn)
+    again = load_measurement(store, "strategy")
+    np.testing.assert_array_equal(again.in_memory().values, record.values.compute())
+    assert _chunk_bytes(store) == stored
+
+
+def test_tables_that_disagree_are_refused_before_spending(store, ledger):
+    shape = (3, 4)
+    A = Marginals(shape, {(0,): 1, (1,): 1})
+    tables = {(0,): np.array([1, 2, 3]), (1,): np.array([1, 1, 1, 1])}
+    reservation = reserve(ledger, ZCDP(1))
+    with pytest.raises(MeasurementError, match="disagree on the number of records"):
+        _measure(store, ledger, A, TableGroups(shape, (tables,)), ZCDP(1), reservation)
+    with pytest.raises(MeasurementError, match="held in 2 groups"):
+        _measure(store, ledger, A, TableGroups(shape, (tables, tables)), ZCDP(1), reservation)
+    assert ledger.status(reservation) == "reserved"

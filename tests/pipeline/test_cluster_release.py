@@ -128,6 +128,9 @@ def test_nnls_on_the_workers_is_non_negative_and_states_its_error_bars(tmp_path:
 def test_the_plan_refuses_what_the_workers_cannot_answer(tmp_path: Path) -> None:
     marginals = BODY.replace("method: hierarchical", "method: marginals")
     config = _config(tmp_path / "m", body=marginals)
+    assert counting_plan(config, choose_strategy(config)) == "worker-tables"
+    stacked = BODY.replace("method: hierarchical", "method: workload")
+    config = _config(tmp_path / "w", body=stacked)
     with pytest.raises(ConfigError, match=r"cluster\.arrays: workers holds the arrays"):
         counting_plan(config, choose_strategy(config))
     config = _config(tmp_path / "a")
