@@ -170,9 +170,10 @@ class ClusterSettings:
         cluster_class: A dotted cluster class (``dask_jobqueue.SLURMCluster``), or None.
         options: Keyword arguments of the cluster class, or LocalCluster options.
         scale: Workers to ask a cluster class for (None: its default).
-        arrays: Where a release keeps its domain-sized arrays (counts, answers, estimate):
-            ``auto`` (in the flow's process while the vector fits, else on the workers),
-            ``flow`` or ``workers``.
+        arrays: Where a release keeps its domain-sized arrays (counts, answers, estimate)
+            or, for a strategy read from marginal tables, its tables and measurement:
+            ``auto`` (in the flow's process while the vector or the tables fit, else on
+            the workers), ``flow`` or ``workers``.
     """
 
     address: str | None = None

@@ -184,14 +184,15 @@ def marginal_answers(strategy: ExactStrategy, counts: MarginalCounts) -> np.ndar
 
 def check_exact(strategy: ExactStrategy, total: int) -> None:
     """Refuse a weighted union of marginals whose answers on ``total`` records could leave
-    exact float64 arithmetic (the answers are read as floats to reconstruct).
+    exact float64 arithmetic (the answers are read as floats to reconstruct); the message
+    does not state the total, a count of the data.
 
     Raises:
         MeasurementError: They could.
     """
     if strategy.entry_bound * total >= FLOAT_EXACT:
         raise MeasurementError(
-            f"the answers of {strategy.matrix!r:.120} on {total} records could exceed 2**53; "
+            f"the answers of {strategy.matrix!r:.120} on these records could exceed 2**53; "
             "measuring them is not supported"
         )
 

@@ -331,4 +331,8 @@ def test_tables_that_disagree_are_refused_before_spending(store, ledger):
         _measure(store, ledger, A, TableGroups(shape, (tables,)), ZCDP(1), reservation)
     with pytest.raises(MeasurementError, match="held in 2 groups"):
         _measure(store, ledger, A, TableGroups(shape, (tables, tables)), ZCDP(1), reservation)
+    huge = {(0,): np.array([2**53, 0, 0]), (1,): np.array([2**53, 0, 0, 0])}
+    with pytest.raises(MeasurementError, match=r"could exceed 2\*\*53") as refused:
+        _measure(store, ledger, A, TableGroups(shape, (huge,)), ZCDP(1), reservation)
+    assert str(2**53) not in str(refused.value)  # no count of the data in the message
     assert ledger.status(reservation) == "reserved"

@@ -25,7 +25,7 @@ from dpmm.errors import ConfigError
 from dpmm.measure import chunked
 from dpmm.measure.chunk_files import chunk_folder
 from dpmm.measure.tables import TableGroups, strategy_tables
-from dpmm.pipeline import run_release
+from dpmm.pipeline import ingest_stage, run_release
 from dpmm.pipeline.ingest_stage import count_input, count_tables, counting_plan
 from dpmm.pipeline.reconstruct_stage import reconstruct
 from dpmm.pipeline.strategy_stage import choose_strategy
@@ -73,7 +73,11 @@ def _gathered(tables: TableGroups, client) -> dict[tuple[int, ...], np.ndarray]:
 
 @pytest.mark.parametrize(("method", "flow"), [("marginals", "vector"), ("residual", "tables")])
 def test_the_plan_says_the_tables_are_counted_and_measured_on_the_workers(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], method: str, flow: str
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    method: str,
+    flow: str,
 ) -> None:
     config = _config(tmp_path / "workers", method)
     strategy = choose_strategy(config)
@@ -82,6 +86,11 @@ def test_the_plan_says_the_tables_are_counted_and_measured_on_the_workers(
     assert counting_plan(flowing, strategy) == flow
     auto = dataclasses.replace(config, cluster=ClusterSettings(arrays="auto"))
     assert counting_plan(auto, strategy) == flow  # the tables fit the flow's process
+    if flow == "tables":  # more cells of tables than the flow's process holds: workers
+        monkeypatch.setattr(ingest_stage, "VECTOR_LIMIT", 100)
+        assert counting_plan(auto, strategy) == "worker-tables"
+        assert counting_plan(flowing, strategy) == "tables"
+        monkeypatch.undo()
     assert main(["plan", str(config.path)]) == 0
     out = capsys.readouterr().out
     assert "counts marginal tables on the Dask workers, measured there group by group" in out
