@@ -204,7 +204,7 @@ def count_input(
     plan = counting_plan(config, strategy)
     source = open_source(config.data)
     fingerprint, partitions = _fingerprint(source), len(source.partitions)
-    if plan in ("tables", "worker-tables"):
+    if plan in TABLE_PLANS:
         sets = _tables_of(strategy)
         named = [tuple(config.domain.attributes[i] for i in attrs) for attrs in sets]
         on_workers = plan == "worker-tables"
