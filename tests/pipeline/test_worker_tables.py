@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from dpmm.audit import audit_release
 from dpmm.cli import main
 from dpmm.config import ReleaseConfig, load_config
 from dpmm.errors import ConfigError
@@ -31,7 +32,7 @@ from dpmm.pipeline.reconstruct_stage import reconstruct
 from dpmm.pipeline.strategy_stage import choose_strategy
 from dpmm.privacy.ledger import Ledger
 from dpmm.privacy.params import ZCDP
-from dpmm.release import audit_release, read_answers, read_measurements
+from dpmm.release import read_answers, read_measurements
 from dpmm.settings import ClusterSettings
 from tests.pipeline.conftest import write_config
 
@@ -167,8 +168,8 @@ def test_a_release_on_two_worker_processes_is_the_one_process_release(
 
 
 def _slow_tables(folder: Path) -> ReleaseConfig:
-    """All 3-way tables of 10 attributes of 16 values: 120 tables, 4.9·10⁵ answers."""
-    sizes = {f"x{i:02d}": 16 for i in range(10)}
+    """All 3-way tables of 7 attributes of 8 values: 35 tables, 17,920 answers."""
+    sizes = {f"x{i:02d}": 8 for i in range(7)}
     return _config(folder, "marginals", sizes=sizes, k=3)
 
 
@@ -182,7 +183,7 @@ def test_a_worker_killed_while_the_tables_are_measured_draws_nothing_twice(
     version audits."""
     from distributed import Client, LocalCluster
 
-    monkeypatch.setattr(chunked, "CHUNK_ANSWERS", 2**13)  # 60 chunks
+    monkeypatch.setattr(chunked, "CHUNK_ANSWERS", 2**9)  # a chunk per table: 35 chunks
     config = _slow_tables(tmp_path)
     outcome: dict[str, object] = {}
     with (
