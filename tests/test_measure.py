@@ -393,3 +393,12 @@ def test_a_rerun_gets_the_stored_record_and_its_fresh_reservation_back(ledger, s
     assert again == first
     assert ledger.status(rerun) == "cancelled"
     assert ledger.remaining(DATASET) == before
+
+
+def test_counts_too_large_for_exact_answers_are_refused_without_their_number() -> None:
+    from dpmm.measure.exact import exact_answers
+
+    counts = np.array([2**52, 2**52, 3], dtype=np.int64)
+    with pytest.raises(MeasurementError, match="could exceed 2") as refused:
+        exact_answers(analyze_strategy(Prefix(3)), counts)
+    assert str(int(counts.sum())) not in str(refused.value)  # no count of the data

@@ -261,7 +261,7 @@ class HelmertBlocks(Matrix):
                         growth[representative] = self._growth(representative)
                     if growth[representative] * records >= INT_LIMIT:
                         raise TooLargeError(
-                            f"the answers of residual set {mask} on {records:,} records could "
+                            f"the answers of residual set {mask} on this many records could "
                             "overflow int64; quantize with fewer bits"
                         )
                 for axis in range(1, stacked.ndim):

@@ -162,7 +162,7 @@ def exact_answers(strategy: ExactStrategy, x: np.ndarray) -> np.ndarray:
     total = int(x.sum(dtype=object)) if x.size else 0
     if strategy.entry_bound * total >= FLOAT_EXACT:
         raise MeasurementError(
-            f"the answers of {strategy.matrix!r} on {total} records could exceed 2**53, "
+            f"the answers of {strategy.matrix!r} on this many records could exceed 2**53, "
             "beyond exact float64 arithmetic; measuring them is not supported"
         )
     result = np.asarray(strategy.matrix @ x.astype(np.float64), dtype=np.float64).reshape(-1)
