@@ -41,6 +41,26 @@ EXAMPLES = sorted((ROOT / "config" / "examples").glob("*.yaml"))
 _EXAMPLE_RELEASES = [ROOT / "config" / "examples" / "releases", ROOT / "deploy" / "releases"]
 
 
+#: Each worker's memory limit in :func:`scheduler`: far below what Dask's defaults give, so
+#: its arrays spill rather than grow.
+WORKER_MEMORY = 600 * 2**20
+
+
+@pytest.fixture(scope="module")
+def scheduler() -> Iterator[str]:
+    """The address of a LocalCluster of two 1-thread worker processes (one per test module)."""
+    from distributed import LocalCluster
+
+    with LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        memory_limit=WORKER_MEMORY,
+        dashboard_address=":0",
+    ) as cluster:
+        yield cluster.scheduler_address
+
+
 def example_copy(name: str, folder: Path) -> Path:
     """Example config ``name`` copied with the files beside it into ``folder``: a plan saves
     its decision under the config's release root, which must not be the repository."""

@@ -11,7 +11,6 @@ declared margins cannot be rounded on the workers is refused by the plan.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,23 +48,6 @@ WORKLOAD = [
     {"name": "cdf", "kind": "prefix", "attribute": "a", "by": ["b"]},
     {"name": "people", "kind": "total"},
 ]
-#: Each worker's memory limit, as in tests/release/test_audit_on_cluster.py.
-WORKER_MEMORY = 600 * 2**20
-
-
-@pytest.fixture(scope="module")
-def scheduler() -> Iterator[str]:
-    """The address of a LocalCluster of two 1-thread worker processes."""
-    from distributed import LocalCluster
-
-    with LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        memory_limit=WORKER_MEMORY,
-        dashboard_address=":0",
-    ) as cluster:
-        yield cluster.scheduler_address
 
 
 def _config(folder: Path, seed: int, declared: str, cluster: dict[str, Any]) -> ReleaseConfig:

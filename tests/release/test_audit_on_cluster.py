@@ -10,7 +10,6 @@ answers' parts (their task logs show it), and a tampered part fails with its fil
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -33,24 +32,6 @@ BODY = (
     "  {name: b-c, kind: marginal, attributes: [b, c]}, {name: people, kind: total}]\n"
     "strategy: {method: hierarchical}\n"
 )
-#: Each worker's memory limit: far below what Dask's defaults give, so its arrays spill
-#: rather than grow.
-WORKER_MEMORY = 600 * 2**20
-
-
-@pytest.fixture(scope="module")
-def scheduler() -> Iterator[str]:
-    """The address of a LocalCluster of two 1-thread worker processes."""
-    from distributed import LocalCluster
-
-    with LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        memory_limit=WORKER_MEMORY,
-        dashboard_address=":0",
-    ) as cluster:
-        yield cluster.scheduler_address
 
 
 def _config(folder: Path, cluster: str) -> ReleaseConfig:
