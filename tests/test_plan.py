@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 import dpmm.plan
+import dpmm.strategy
 from dpmm.cli import format_plan
 from dpmm.config import load_config
 from dpmm.error import expected_error, identity_error, svd_bound
@@ -348,3 +349,33 @@ def test_the_released_error_is_under_the_discrete_noise_measured() -> None:
     assert fine.scale >= 2**14
     continuous = expected_error(W, Identity(8), privacy)
     assert released_error(W, fine, privacy) == pytest.approx(continuous, rel=1e-6)
+
+
+def test_beyond_the_vector_auto_searches_only_what_tables_can_release(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 2.7·10⁸ cells: a release counts marginal tables, so a Kronecker, eigen or OPT_+ strategy
+    # (which needs the data vector) is never searched for, only recorded as not tried.
+    def never(W, privacy):
+        raise AssertionError("a strategy the release cannot use was searched for")
+
+    for name in ("identity", "hierarchical", "wavelet", "hdmm_kron", "eigen", "hdmm_union"):
+        monkeypatch.setitem(dpmm.strategy.METHODS, name, never)
+    domain = {"a": 100, "b": 30, "c": 300, "d": 300}
+    workload = [
+        {"name": "ranges", "kind": "kron", "factors": {"a": "prefix", "b": "all_range"}},
+        {"name": "c", "kind": "prefix", "attribute": "c"},
+    ]
+    report = plan(load_config(write_config(tmp_path, "auto", domain=domain, workload=workload)))
+    assert report.chosen_method in ("marginals", "hdmm_marginals")
+    assert [c.method for c in report.candidates][:3] == ["marginals", "workload", "hdmm_marginals"]
+    assert sorted(c.method for c in report.candidates) == sorted(AUTO_CANDIDATES)
+    for candidate in report.candidates:
+        if candidate.method in ("identity", "hierarchical", "hdmm_kron", "eigen", "hdmm_union"):
+            assert candidate.skipped == (
+                "not tried: it needs the data vector, and 270,000,000 cells are more "
+                "than the 268,435,456 a release counts as a vector"
+            )
+            assert candidate.seconds == 0.0
+    text = format_plan(report)
+    assert "not tried: it needs the data vector" in text

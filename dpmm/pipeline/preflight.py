@@ -27,11 +27,11 @@ from dpmm.measure.exact import MeasurementError
 from dpmm.measure.mechanism import planned_record
 from dpmm.measure.tables import strategy_tables
 from dpmm.pipeline.chosen import ChosenStrategy
-from dpmm.pipeline.ingest_stage import counting_plan
+from dpmm.pipeline.ingest_stage import VECTOR_LIMIT, counting_plan
 from dpmm.pipeline.reconstruct_stage import check_reconstructable, reconstruct, wants_histogram
 from dpmm.pipeline.reconstruction import Reconstruction
 
-__all__ = ["Footprint", "Preflight", "footprint", "preflight"]
+__all__ = ["Footprint", "Preflight", "check_answers_fit", "footprint", "preflight"]
 
 #: Bytes a release holds per published answer: the estimate, the standard error and the
 #: variance temporaries, and the descriptions of the row group being written (a release of
@@ -90,12 +90,40 @@ def _counted_cells(config: ReleaseConfig, chosen: ChosenStrategy, counting: str)
     return sum(math.prod(shape[i] for i in attrs) for attrs in tables)
 
 
+def _answers(config: ReleaseConfig) -> int:
+    return sum(group.matrix.shape[0] for group in config.workload)
+
+
+def check_answers_fit(config: ReleaseConfig) -> None:
+    """Refuse, before any strategy is searched for, a config whose answers (and histogram)
+    alone exceed this machine's memory: whatever the strategy, the flow's process holds
+    them, unless a Kronecker strategy beyond the vector may keep its arrays on the workers
+    (``cluster.arrays: workers``, or a Kronecker method under ``auto`` arrays).
+
+    Raises:
+        ConfigError: names the number of answers, the memory they need and the machine's.
+    """
+    cells, arrays = config.domain.size, config.cluster.arrays
+    in_flow = arrays == "flow" or cells <= VECTOR_LIMIT or config.strategy_method == "auto"
+    memory = _physical_memory()
+    if arrays == "workers" or not in_flow or memory is None:
+        return
+    answers = _answers(config)
+    needs = answers * ANSWER_BYTES + (cells * 8 if wants_histogram(config) else 0)
+    if needs > memory:
+        raise ConfigError(
+            f"{config.path}: the workload's {answers:,} answers need about {_gib(needs)} of "
+            f"memory whatever the strategy, and this machine has {_gib(memory)}; answer "
+            "fewer queries (workload) or use a coarser domain"
+        )
+
+
 def footprint(config: ReleaseConfig, chosen: ChosenStrategy, counting: str) -> Footprint:
     """The release's peak memory (of the flow's process; for the ``chunked`` plan, of the
     workers together; for ``worker-tables``, of the flow's process, the tables being on
     the workers) and the bytes it writes, from public facts alone."""
     rows = chosen.quantized.integer.shape[0]
-    answers = sum(group.matrix.shape[0] for group in config.workload)
+    answers = _answers(config)
     histogram = config.domain.size if wants_histogram(config) else 0
     cells = _counted_cells(config, chosen, counting)
     if counting == "chunked":  # the workers hold the counts and estimate, not the rest
@@ -138,7 +166,7 @@ def check_footprint(config: ReleaseConfig, chosen: ChosenStrategy, needs: Footpr
     Raises:
         ConfigError: the estimate exceeds what is available (names the largest part).
     """
-    answers = sum(group.matrix.shape[0] for group in config.workload)
+    answers = _answers(config)
     where = f"{config.path}: the strategy {chosen.selected!r} cannot be released here: "
     memory = _physical_memory()
     on_workers = counting_plan(config, chosen) == "chunked"  # not this machine's memory

@@ -42,7 +42,7 @@ from dpmm.pipeline.budget_stage import with_budget
 from dpmm.pipeline.chosen import ChosenStrategy
 from dpmm.pipeline.ingest_stage import VECTOR_LIMIT
 from dpmm.pipeline.interval_stage import PlannedIntervals
-from dpmm.pipeline.preflight import preflight
+from dpmm.pipeline.preflight import check_answers_fit, preflight
 from dpmm.pipeline.target_weights import select_for_targets
 from dpmm.privacy.params import PrivacyParameter, privacy_from_config
 from dpmm.strategy import AUTO_CANDIDATES, METHODS, select_strategy
@@ -62,9 +62,10 @@ __all__ = [
 ]
 
 PLAN_FOLDER = ".plan"
-#: What ``auto`` falls back to above :data:`VECTOR_LIMIT` when none of its candidates is
-#: measured from marginal tables (the first must apply; the others may beat it).
-TABLE_METHODS = ("marginals", "hdmm_marginals", "marginal_optimal", "residual")
+#: What ``auto`` tries above :data:`VECTOR_LIMIT` unless the arrays are kept on the Dask
+#: workers: the methods whose strategies are measured from marginal tables (``workload``
+#: for a union of marginals). The first must apply; the others may beat it.
+TABLE_METHODS = ("marginals", "workload", "hdmm_marginals", "marginal_optimal", "residual")
 
 
 def _load(
@@ -134,11 +135,22 @@ def _unreleasable(
     if cells > VECTOR_LIMIT and not isinstance(candidate.strategy, TABLE_STRATEGIES):
         if workers is not None and _kron_on_workers(candidate.strategy, workers):
             return None
-        return (
-            f"not releasable: it needs the data vector, and {cells:,} cells are more than "
-            f"the {VECTOR_LIMIT:,} a release counts as a vector"
-        )
+        return f"not releasable: {_needs_vector(cells)}"
     return None
+
+
+def _needs_vector(cells: int) -> str:
+    return (
+        f"it needs the data vector, and {cells:,} cells are more than the {VECTOR_LIMIT:,} "
+        "a release counts as a vector"
+    )
+
+
+def _auto_candidates(cells: int, workers: tuple[int, ...] | None) -> tuple[str, ...]:
+    """What ``auto`` runs on a domain of ``cells`` cells: every candidate, or above the
+    vector limit with the arrays in the flow's process only :data:`TABLE_METHODS`; the
+    others' strategies could not be released there, so they are not searched for."""
+    return TABLE_METHODS if cells > VECTOR_LIMIT and workers is None else AUTO_CANDIDATES
 
 
 def _kron_on_workers(strategy: Matrix, shape: tuple[int, ...]) -> bool:
@@ -217,9 +229,12 @@ def select_releasable(
     ``method`` tries are ranked by exact expected error, the method's own choice first;
     those that a release cannot count on this domain or quantize to an exactly measurable
     integer strategy are passed over and marked with the reason in the returned
-    selection's candidates. When ``auto`` stopped at a proven optimum that cannot be
-    released, every other candidate is tried (on a domain counted as marginal tables, the
-    union-of-marginals methods). ``auto``'s searches stop after ``budget`` seconds in all.
+    selection's candidates. On a domain counted as marginal tables (beyond the vector
+    limit, without ``workers``) ``auto`` runs only :data:`TABLE_METHODS`, and records the
+    others as not tried: their strategies need the data vector. When ``auto`` stopped at a
+    proven optimum that cannot be released, every other candidate is tried (on a domain
+    counted as marginal tables, the table methods). ``auto``'s searches stop after
+    ``budget`` seconds in all.
     With ``workers`` (the domain's shape, when ``cluster.arrays: workers`` keeps the arrays
     on the Dask workers), a Kronecker strategy over the domain's attributes is releasable
     beyond the vector limit too.
@@ -243,7 +258,10 @@ def _select_releasable(
     workers: tuple[int, ...] | None,
 ) -> tuple[ChosenStrategy, Selection]:
     started = time.perf_counter()
-    selection = select_strategy(workload, method, privacy, progress=progress, budget=budget)
+    order = _auto_candidates(cells, workers)
+    selection = select_strategy(
+        workload, method, privacy, progress=progress, budget=budget, candidates=order
+    )
     found = _first_releasable(selection, cells, workers)
     if method == "auto" and found[0] is not selection.chosen:
         order = TABLE_METHODS if cells > VECTOR_LIMIT else AUTO_CANDIDATES
@@ -271,6 +289,13 @@ def _select_releasable(
     candidates = tuple(
         replace(c, skipped=reasons[id(c)]) if id(c) in reasons else c for c in selection.candidates
     )
+    if method == "auto":
+        tried = {c.method for c in candidates}
+        candidates += tuple(
+            Candidate(name, 0.0, skipped=f"not tried: {_needs_vector(cells)}")
+            for name in AUTO_CANDIDATES
+            if name not in tried
+        )
     return chosen, Selection(best, candidates)
 
 
@@ -283,6 +308,7 @@ def select_for_config(
         ConfigError: the method cannot build a releasable strategy for this workload (the
             message names the file, the key and the reason).
     """
+    check_answers_fit(config)  # before a search whose result could not be released
     method, privacy = config.strategy_method, config.measurement_privacy
     budget = config.strategy_time_budget
     deadline = time.monotonic() + budget  # for every round of a selection for targets

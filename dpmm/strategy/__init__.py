@@ -228,15 +228,17 @@ def select_strategy(
     *,
     progress: Progress | None = None,
     budget: float = math.inf,
+    candidates: Sequence[str] = AUTO_CANDIDATES,
 ) -> Selection:
     """The strategy ``method`` selects for ``W``, with the record of every candidate tried.
 
-    ``auto`` tries :data:`AUTO_CANDIDATES` and keeps the least exact expected error
-    (never worse than identity); for a union of marginals under Gaussian noise it runs
-    only the proven optimum ``marginal_optimal`` and identity, and records the others as
-    not tried (:data:`PROVEN_MARGINAL_OPTIMUM`). Any other method is one candidate.
+    ``auto`` tries ``candidates`` (by default :data:`AUTO_CANDIDATES`; the first is the
+    baseline) and keeps the least exact expected error (never worse than the baseline);
+    for a union of marginals under Gaussian noise it runs only the proven optimum
+    ``marginal_optimal`` and the baseline, and records the others as not tried
+    (:data:`PROVEN_MARGINAL_OPTIMUM`). Any other method is one candidate.
     ``progress`` is called with ``(candidates done, total, candidate name)``; ``auto``'s
-    candidates after identity search for at most ``budget`` seconds in all
+    candidates after the baseline search for at most ``budget`` seconds in all
     (:func:`dpmm.strategy.selection.select`).
 
     Raises:
@@ -244,8 +246,10 @@ def select_strategy(
     """
     if method == "auto":
         proven = _proven_optimum(W, privacy)
+        if proven is not None and proven.method not in candidates:
+            proven = None
         return select(
-            W, privacy, METHODS, AUTO_CANDIDATES, progress=progress, proven=proven, budget=budget
+            W, privacy, METHODS, candidates, progress=progress, proven=proven, budget=budget
         )
     if method not in METHODS:
         known = ", ".join(STRATEGY_METHODS)

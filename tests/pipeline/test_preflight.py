@@ -53,14 +53,22 @@ def _untouched(config: ReleaseConfig) -> None:
 def test_a_release_that_cannot_hold_its_answers_is_refused_by_the_plan_and_the_release(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(preflight_module, "_physical_memory", lambda: 64 * 2**30)
+    monkeypatch.setattr(preflight_module, "_physical_memory", lambda: 2**50)
     config = write_config(tmp_path, ALL_RECTANGLES, data=_data(tmp_path), budget=PureDP(2))
     needs = footprint(config, choose_strategy(config), "vector")
     assert needs.memory > 1_082_146_816 * 100  # the answers alone
-    with pytest.raises(ConfigError, match=r"of memory \(1,082,146,816 answers.* has 64.0 GiB"):
+    monkeypatch.setattr(preflight_module, "_physical_memory", lambda: 64 * 2**30)
+
+    def never(W, privacy):
+        raise AssertionError("a strategy was searched for answers that cannot be held")
+
+    # Refused before any strategy is searched for: the answers alone do not fit.
+    monkeypatch.setitem(strategy_stage.METHODS, "hierarchical", never)
+    refusal = r"1,082,146,816 answers need about 201.6 GiB of memory whatever the strategy"
+    with pytest.raises(ConfigError, match=refusal + r", and this machine has 64.0 GiB"):
         plan(config)
-    with pytest.raises(ConfigError, match=r"1,082,146,816 answers"):
-        run_release(config)
+    with pytest.raises(ConfigError, match=r"201.6 GiB of memory \(1,082,146,816 answers"):
+        run_release(config)  # the strategy its plan stored, checked again
     _untouched(config)
 
 
@@ -158,22 +166,31 @@ WIDE = ", ".join(f"a{i}: 10" for i in range(20))
 
 
 @pytest.mark.parametrize(
-    ("domain", "refusal"),
+    ("domain", "refusal", "memory"),
     [
-        # A Hierarchical(10¹⁰) candidate used to be built interval by interval.
-        ("{a: 10000000000, b: 10000000000}", r"cannot be released here: .* GiB of memory"),
-        # A marginals Gram over 2²⁰ subsets used to sum 3²⁰ terms.
+        # A Hierarchical(10¹⁰) candidate used to be built interval by interval; now the
+        # 10²⁰ answers are refused before any candidate is.
+        (
+            "{a: 10000000000, b: 10000000000}",
+            r"answers need about .* GiB of memory whatever the strategy",
+            None,
+        ),
+        # A marginals Gram over 2²⁰ subsets used to sum 3²⁰ terms (on a machine with the
+        # memory for the answers, the selection itself must refuse at once).
         pytest.param(
             f"{{{WIDE}}}",
             r"'auto' cannot build .* more than the limit of 8,388,608",
+            2**100,
             marks=pytest.mark.slow,
         ),
     ],
     ids=["two-attributes-of-1e10", "twenty-attributes-of-10"],
 )
 def test_a_domain_beyond_every_selector_is_refused_at_once_before_spending(
-    tmp_path: Path, domain: str, refusal: str
+    tmp_path: Path, domain: str, refusal: str, memory: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    if memory is not None:
+        monkeypatch.setattr(preflight_module, "_physical_memory", lambda: memory)
     body = (
         f"name: huge\ndomain: {domain}\nprivacy: {{epsilon: 1}}\n"
         "workload: [{name: cells, kind: identity}]\n"
