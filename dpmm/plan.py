@@ -306,8 +306,13 @@ def _whole_bound(
     a note saying which."""
     try:
         return svd_bound(W, privacy, dense_limit=DENSE_BOUND_CELLS**2), None
+    except TooLargeError:  # its message describes the solver's reduced workload
+        why = (
+            "the whole workload's singular values need a dense Gram wider than "
+            f"{DENSE_BOUND_CELLS:,} columns or rows"
+        )
     except UNAVAILABLE as error:
-        why = error
+        why = str(error)
     total = _sum([r.svd_bound for r in reports])
     if total is None:
         return None, f"whole workload: SVD bound: {why}"
