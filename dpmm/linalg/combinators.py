@@ -375,7 +375,9 @@ def _identity_plus_ones(terms: Sequence[Matrix]) -> tuple[float, float] | None:
 
     a = b = 0.0
     for term in terms:
-        weight, base = (term.weight, term.base) if isinstance(term, Weighted) else (1.0, term)
+        weight, base = 1.0, term
+        while isinstance(base, Weighted):  # the Gram of a weighted block is weighted twice
+            weight, base = weight * base.weight, base.base
         if type(base) is Identity:
             a += weight
         elif type(base) is Ones and base.shape[0] == base.shape[1]:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from dpmm.linalg import Identity, Kron, Matrix, Ones, trace_of_product
+from dpmm.linalg import Identity, Kron, Matrix, Ones, VStack, Weighted, trace_of_product
 from dpmm.linalg.kron import KronTerm, kron_terms
 from dpmm.linalg.spectral import row_space_projector
 from dpmm.strategy.time_budget import check_time
@@ -62,9 +62,10 @@ class _Attribute:
             self.distinct.setdefault(key, factor)
         self.term_slots = np.array([list(self.distinct).index(k) for k in keys])
         self.grams = {key: factor.gram() for key, factor in self.distinct.items()}
-        # Only identities and totals: the weighted Gram is aI + bJ, invariant under every
-        # permutation of the cells, so a convex problem's optimum is of the form I + cJ,
-        # which the fixed candidates (Identity, Total, Identity+Total) already span.
+        # Only identities and totals: the weighted Gram is aI + bJ. Under L2 its optimum has
+        # a closed form (:meth:`symmetric_optimum`); under L1 no fit is made: a p-Identity
+        # fit on such attributes took 20-80 s on the family's marginal workloads, where the
+        # fitted Kron was still 100-600× worse than OPT_M's weighted marginals.
         self.symmetric = all(key[0] in ("identity", "ones") for key in self.distinct)
         self.options: list[Matrix] = []
         self.traces: list[np.ndarray] = []  # per option: trace for every term
@@ -88,6 +89,27 @@ class _Attribute:
         per_factor = np.bincount(self.term_slots, weights=coefficients, minlength=len(self.grams))
         mix = per_factor / per_factor.sum()
         return (self._contents, tuple(float(f"{w:.12g}") for w in mix))
+
+    def symmetric_optimum(self, coefficients: np.ndarray) -> Matrix | None:
+        """Under L2, the best factor for a symmetric attribute's weighted Gram ``aI + bJ``.
+
+        ``[a^¼ I; β·1ᵀ]`` with ``β² = (√(a + nb) − √a) / n`` has the Gram ``(aI + bJ)^½``,
+        whose diagonal is constant, so it meets the attribute's SVD bound
+        ``(trace (aI + bJ)^½)² / n``: no factor does better. None without an identity
+        (``a = 0``: the Total candidate is optimal) or without a total (Identity is).
+        """
+        per_factor = np.bincount(self.term_slots, weights=coefficients, minlength=len(self.grams))
+        a = b = 0.0
+        for (kind, *shape), weight in zip(self.distinct, per_factor, strict=True):
+            if kind == "identity":
+                a += weight
+            else:  # Ones(m, n): Gram m·J
+                b += weight * shape[0]
+        n = next(iter(self.distinct.values())).shape[1]
+        if not (a > 0 and b > 0):
+            return None
+        total = math.sqrt((math.sqrt(a + n * b) - math.sqrt(a)) / n)
+        return VStack([Weighted(a**0.25, Identity(n)), Weighted(total, Ones(1, n))])
 
     def add(self, option: Matrix) -> int | None:
         """Add an option that supports every factor; its index, or None if it cannot answer."""
@@ -180,12 +202,18 @@ def best_kron_strategy(
             coefficients = weights * others
             c, cost = best_option(i, coefficients)
             attribute = attributes[i]
+            symmetric_l2 = optimizer is not None and attribute.symmetric and norm == 2
             key = (
                 None
-                if optimizer is None or attribute.symmetric
+                if optimizer is None or (attribute.symmetric and not symmetric_l2)
                 else attribute.gram_key(coefficients)
             )
-            if key is not None and key not in attribute.fitted:
+            if symmetric_l2 and key not in attribute.fitted:  # a closed form, not a fit
+                attribute.fitted.add(key)
+                optimum = attribute.symmetric_optimum(coefficients)
+                if optimum is not None and attribute.add(optimum) is not None:
+                    c, cost = best_option(i, coefficients)
+            elif key is not None and key not in attribute.fitted:
                 attribute.fitted.add(key)
                 if key not in fits:
                     fits[key] = optimizer(attribute.weighted_gram(coefficients), norm)[0]

@@ -63,3 +63,16 @@ def test_identity_plus_ones_is_inverted_in_closed_form(n, a, b):
     np.testing.assert_allclose(
         inverse.dense(), expected, rtol=0, atol=1e-8 * np.abs(expected).max()
     )
+
+
+def test_a_stack_of_weighted_identity_and_total_has_a_closed_form_inverse_gram():
+    # Its Gram is a sum of twice-weighted terms; at 10⁵ cells a dense inverse is refused.
+    from dpmm.linalg import Identity, Ones, Sum, VStack, Weighted, trace_of_product
+
+    n = 100_000
+    inverse = VStack([Weighted(2.0, Identity(n)), Weighted(0.5, Ones(1, n))]).gram().pinv()
+    assert isinstance(inverse, Sum)
+    a, b = 4.0, 0.25  # the Gram 4 I + 0.25 J
+    assert trace_of_product(Identity(n).gram(), inverse) == pytest.approx(
+        (n - 1) / a + 1 / (a + n * b), rel=1e-12
+    )

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from dpmm.error import expected_error
+from dpmm.error import expected_error, svd_bound
 from dpmm.linalg import AllRange, Identity, Kron, Ones, Prefix, VStack, Weighted
 from dpmm.privacy import ZCDP, PureDP
 from dpmm.strategy import kron_template as kron_template_module
@@ -95,3 +95,32 @@ def test_each_attribute_gram_is_fitted_once_per_run():
     assert expected_error(W, A, PureDP(1)) == pytest.approx(
         PureDP(1).noise_variance(1.0) * error, rel=1e-9
     )
+
+
+def test_under_rho_an_attribute_of_identities_and_totals_gets_its_optimal_factor():
+    # Attribute 0 is read whole by one product and totalled by two: its weighted Gram is
+    # aI + bJ, whose optimum [a^¼ I; β 1ᵀ] meets the attribute's SVD bound. The fixed
+    # choices (Identity, Total, Identity+Total) reach it only for one ratio b / a.
+    W = VStack(
+        [
+            Kron([Identity(40), Prefix(6)]),
+            Weighted(3.0, Kron([Ones(1, 40), AllRange(6)])),
+            Weighted(2.0, Kron([Ones(1, 40), Identity(6)])),
+        ]
+    )
+    privacy = ZCDP("1/2")
+    A, error = kron_template(W, 2)
+    first = A.factors[0]
+    assert isinstance(first, VStack) and [type(b.base) for b in first.blocks] == [Identity, Ones]
+    assert expected_error(W, A, privacy) == pytest.approx(
+        privacy.noise_variance(1.0) * error, rel=1e-9
+    )
+    _, fixed_error = best_kron_strategy(W, hdmm_factors, 2)  # the fixed choices only
+    assert error < 0.95 * fixed_error
+    # The attribute's own problem is solved exactly: with an identity on the other
+    # attribute in both products, the Kron meets the workload's SVD bound.
+    two = VStack(
+        [Kron([Identity(40), Identity(6)]), Weighted(5.0, Kron([Ones(1, 40), Identity(6)]))]
+    )
+    B, _ = kron_template(two, 2)
+    assert expected_error(two, B, privacy) == pytest.approx(svd_bound(two, privacy), rel=1e-6)
