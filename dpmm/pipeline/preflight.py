@@ -169,7 +169,16 @@ def check_footprint(config: ReleaseConfig, chosen: ChosenStrategy, needs: Footpr
     answers = _answers(config)
     where = f"{config.path}: the strategy {chosen.selected!r} cannot be released here: "
     memory = _physical_memory()
-    on_workers = counting_plan(config, chosen) == "chunked"  # not this machine's memory
+    on_workers = counting_plan(config, chosen) == "chunked"
+    cluster = config.cluster
+    local = cluster.address is None and cluster.cluster_class is None  # a LocalCluster here
+    if memory is not None and needs.memory > memory and on_workers and local:
+        raise ConfigError(
+            where + f"its Dask workers need about {_gib(needs.memory)} of memory together "
+            f"for {config.domain.size:,} cells, and they run on this machine, which has "
+            f"{_gib(memory)}; give cluster.address of a cluster with that memory, or use "
+            "a strategy read from marginal tables (cluster.arrays: auto)"
+        )
     if memory is not None and needs.memory > memory and not on_workers:
         raise ConfigError(
             where + f"it needs about {_gib(needs.memory)} of memory ({answers:,} answers, "

@@ -201,3 +201,26 @@ def test_a_domain_beyond_every_selector_is_refused_at_once_before_spending(
     with pytest.raises(ConfigError, match=refusal):
         run_release(config)
     _untouched(config)
+
+
+@pytest.mark.parametrize(
+    "cluster", ["{arrays: workers}", "{arrays: workers, address: 'tcp://10.0.0.7:8786'}"]
+)
+def test_a_local_cluster_shares_this_machines_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cluster: str
+) -> None:
+    # The 65,536 cells kept on the workers need ~2.5 MiB together: too much for a
+    # LocalCluster on a machine of 1 MiB; of a remote scheduler's workers this machine
+    # can tell nothing.
+    monkeypatch.setattr(preflight_module, "_physical_memory", lambda: 2**20)
+    body = GRID + PREFIX + f"cluster: {cluster}\n"
+    config = write_config(tmp_path, body, data=_data(tmp_path), budget=PureDP(2))
+    if "address" in cluster:
+        assert footprint(config, choose_strategy(config), "chunked").memory > 2**20
+        return
+    refusal = r"its Dask workers need about 0.0 GiB of memory together for 65,536 cells"
+    with pytest.raises(ConfigError, match=refusal + r".* this machine, which has 0.0 GiB"):
+        plan(config)
+    with pytest.raises(ConfigError, match=refusal):
+        run_release(config)
+    _untouched(config)
