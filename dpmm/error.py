@@ -8,6 +8,10 @@ covariance ``v · W (AᵀA)⁺ Wᵀ``. So (DESIGN.md §4, seed 000):
 * per-query variance   ``v · diag(W (AᵀA)⁺ Wᵀ)``,
 * with ``v = 2 ‖A‖₁² / ε²`` (Laplace, pure ε-DP) or ``v = ‖A‖₂² / (2ρ)`` (Gaussian, ρ-zCDP).
 
+A :class:`~dpmm.linalg.table_krons.TableKrons` strategy (OPT_+ on a large domain) is
+answered from its blocks' consistent tables instead, whose covariance
+(:mod:`dpmm.reconstruct.table_krons`) takes the place of ``(AᵀA)⁺``.
+
 The SVD bound ``v₁ · (Σ σᵢ(W))² / n`` (``v₁`` the variance at sensitivity 1)
 is the least total squared error any strategy can reach under Gaussian noise,
 and a lower bound under Laplace noise (Li & Miklau).
@@ -22,7 +26,9 @@ import numpy as np
 from dpmm.errors import UnsupportedQueryError
 from dpmm.linalg import DENSE_LIMIT, MarginalsGram, Matrix, query_variances, trace_of_product
 from dpmm.linalg.spectral import nuclear_norm, row_space_projector
+from dpmm.linalg.table_krons import TableKrons
 from dpmm.privacy import PrivacyParameter
+from dpmm.reconstruct.table_krons import answer_error, answer_variances
 
 __all__ = [
     "expected_error",
@@ -111,6 +117,9 @@ def expected_error(
         20.0
     """
     _check_shapes(W, A)
+    v = noise_variance(A, privacy) if variance is None else variance
+    if isinstance(A, TableKrons):  # answered from its consistent tables, not the stack's LS
+        return v * answer_error(W, A)
     workload_gram = W.gram()
     _check_supported(W, A, workload_gram)
     if A is W and A.known_full_column_rank:  # trace(WᵀW (WᵀW)⁻¹): no inverse needed
@@ -119,12 +128,14 @@ def expected_error(
         trace = _algebra_trace(workload_gram, A.gram(), -1)
     else:
         trace = trace_of_product(workload_gram, A.gram().pinv())
-    return (noise_variance(A, privacy) if variance is None else variance) * trace
+    return v * trace
 
 
 def per_query_variance(W: Matrix, A: Matrix, privacy: PrivacyParameter) -> np.ndarray:
     """The variance of each query's least-squares answer (one entry per row of ``W``)."""
     _check_shapes(W, A)
+    if isinstance(A, TableKrons):
+        return noise_variance(A, privacy) * answer_variances(W, A)
     _check_supported(W, A, W.gram())
     return noise_variance(A, privacy) * query_variances(W, A.gram().pinv())
 

@@ -38,7 +38,7 @@ from typing import Any, NoReturn
 import numpy as np
 import scipy.sparse as sp
 
-from dpmm.errors import DpmmError
+from dpmm.errors import DpmmError, UnsupportedQueryError
 from dpmm.linalg.base import Matrix
 from dpmm.linalg.combinators import (
     Dense,
@@ -58,6 +58,7 @@ from dpmm.linalg.kron import Kron
 from dpmm.linalg.marginals import Marginal, Marginals, MarginalsGram, mask_members, members_mask
 from dpmm.linalg.pidentity import PIdentity
 from dpmm.linalg.residual_general import ResidualBlockStrategy
+from dpmm.linalg.table_krons import TableKrons
 
 __all__ = [
     "FORMAT",
@@ -197,6 +198,16 @@ _ENCODERS: dict[type, _Encode] = {
             if isinstance(block, np.ndarray)
             else {"attributes": mask_members(mask), "scalar": float(block).hex()}
             for mask, block in m.blocks.items()
+        ],
+    },
+    TableKrons: lambda m, e: {
+        "tables": [
+            {
+                "attributes": list(t.attributes),
+                "factors": e.nodes(list(t.factors)),
+                "weight": float(t.weight).hex(),
+            }
+            for t in m.tables
         ],
     },
     HelmertBlocks: lambda m, e: {
@@ -392,6 +403,24 @@ def _decode_helmert_blocks(node: Node, d: _Decoder, where: str) -> HelmertBlocks
     return HelmertBlocks(d.integers(d.field(node, "domain", where), f"{where}.domain"), integers)
 
 
+def _decode_table_krons(node: Node, d: _Decoder, where: str) -> TableKrons:
+    entries = d.field(node, "tables", where)
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        d.fail(f"{where}.tables must be a list of tables")
+    tables = [
+        (
+            d.integers(d.field(entry, "attributes", at), f"{at}.attributes"),
+            d.children(entry, "factors", at),
+            d.number(d.field(entry, "weight", at), f"{at}.weight"),
+        )
+        for at, entry in ((f"{where}.tables[{i}]", e) for i, e in enumerate(entries))
+    ]
+    try:
+        return TableKrons(d.integers(d.field(node, "domain", where), f"{where}.domain"), tables)
+    except (ValueError, UnsupportedQueryError) as error:
+        d.fail(f"{where}: {error}")
+
+
 def _decode_sparse(node: Node, d: _Decoder, where: str) -> Sparse:
     shape = d.integers(d.field(node, "shape", where), f"{where}.shape")
     matrix = sp.csr_array(
@@ -466,6 +495,7 @@ _DECODERS: dict[str, _Decode] = {
     ),
     "ResidualBlockStrategy": _decode_residual_blocks,
     "HelmertBlocks": _decode_helmert_blocks,
+    "TableKrons": _decode_table_krons,
 }
 
 

@@ -41,7 +41,6 @@ import numpy as np
 from dpmm.durable import atomic_write
 from dpmm.linalg import Kron, Marginals, Matrix
 from dpmm.linalg.chunked_kron import ChunkedKron
-from dpmm.linalg.helmert_blocks import HelmertBlocks
 from dpmm.measure import record as records
 from dpmm.measure.chunk_files import (
     ValueChunk,
@@ -54,7 +53,13 @@ from dpmm.measure.chunk_files import (
 )
 from dpmm.measure.exact import FLOAT_EXACT, ExactStrategy, MeasurementError, MeasurementMismatch
 from dpmm.measure.noise import add_noise
-from dpmm.measure.tables import TableGroups, check_exact, strategy_part, table_answers
+from dpmm.measure.tables import (
+    TableGroups,
+    TableStrategy,
+    check_exact,
+    strategy_part,
+    table_answers,
+)
 from dpmm.privacy.ledger import Ledger, Reservation
 
 __all__ = [
@@ -166,7 +171,7 @@ def _table_blocks(
     import dask
 
     matrix = exact.matrix
-    groups = table_groups(matrix) if isinstance(matrix, Marginals | HelmertBlocks) else None
+    groups = table_groups(matrix) if isinstance(matrix, TableStrategy) else None
     if groups is None or tuple(tables.domain_shape) != tuple(matrix.domain_shape):
         raise MeasurementError(
             f"marginal tables on a cluster are measured by a union of marginals or residual "
@@ -186,7 +191,7 @@ def _table_blocks(
     return blocks, bounds, [int(matrix.offsets[bound]) for bound in bounds]
 
 
-def table_groups(matrix: Marginals | HelmertBlocks) -> list[tuple[int, int]]:
+def table_groups(matrix: TableStrategy) -> list[tuple[int, int]]:
     """The chunks of a strategy read from tables: ``[start, stop)`` of its blocks (one
     table each) in block order, whole tables of about :data:`CHUNK_ANSWERS` answers.
 
@@ -262,7 +267,7 @@ def _row_bounds(rows: tuple[int, ...]) -> list[int]:
 
 def answer_chunks(matrix: Matrix) -> tuple[int, ...]:
     """How many answers each chunk of a measurement of ``matrix`` on the cluster holds."""
-    if isinstance(matrix, Marginals | HelmertBlocks):
+    if isinstance(matrix, TableStrategy):
         offsets = np.asarray(matrix.offsets, dtype=np.int64)
         return tuple(int(offsets[stop] - offsets[start]) for start, stop in table_groups(matrix))
     rows = tuple(int(f.shape[0]) for f in _factors(matrix))

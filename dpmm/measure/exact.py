@@ -31,6 +31,7 @@ import numpy as np
 from dpmm.errors import DomainError, DpmmError, NotIntegerError, TooLargeError
 from dpmm.linalg import Kron, Marginals, Matrix
 from dpmm.linalg.helmert_blocks import HelmertBlocks
+from dpmm.linalg.table_krons import TableKrons
 
 __all__ = [
     "ExactStrategy",
@@ -96,6 +97,8 @@ class ExactStrategy:
         rows, cols = self.matrix.shape
         if isinstance(self.matrix, HelmertBlocks):  # its integers are its identity
             return self.matrix.digest()
+        if isinstance(self.matrix, TableKrons):
+            return self._tables_fingerprint()
         if isinstance(self.matrix, Marginals) and cols > PROBE_LIMIT:
             return self._structural_fingerprint()
         if type(self.matrix) is Kron and rows > PROBE_ROWS:
@@ -116,6 +119,16 @@ class ExactStrategy:
         digest = hashlib.sha256(f"kron;{self._facts()}".encode())
         for factor in self.matrix.factors:
             digest.update(analyze_strategy(factor).fingerprint().encode())
+        return digest.hexdigest()
+
+    def _tables_fingerprint(self) -> str:
+        """sha256 of the facts, the domain and every block's table, weight and factors."""
+        A = self.matrix
+        digest = hashlib.sha256(f"tables;{self._facts()}domain={list(A.domain_shape)};".encode())
+        for table in A.tables:
+            digest.update(f"{list(table.attributes)}:{int(table.weight)};".encode())
+            for factor in table.factors:
+                digest.update(analyze_strategy(factor).fingerprint().encode())
         return digest.hexdigest()
 
     def _structural_fingerprint(self) -> str:
@@ -183,8 +196,9 @@ def exact_answers(strategy: ExactStrategy, x: np.ndarray) -> np.ndarray:
     return integers
 
 
-def helmert_answers(matrix: HelmertBlocks, tables: dict) -> np.ndarray:
-    """The exact int64 answers of an integer residual strategy from its marginal tables.
+def helmert_answers(matrix: HelmertBlocks | TableKrons, tables: dict) -> np.ndarray:
+    """The exact int64 answers of an integer residual or per-table Kronecker strategy from
+    its marginal tables.
 
     Raises:
         MeasurementError: a table is missing or invalid, or an answer could overflow int64.

@@ -62,6 +62,7 @@ from dpmm.linalg.helmert_blocks import HelmertBlocks, helmert_row_norms
 from dpmm.linalg.marginals import mask_members
 from dpmm.linalg.pidentity import PIdentity
 from dpmm.linalg.residual_general import ResidualBlockStrategy
+from dpmm.linalg.table_krons import TableKrons
 from dpmm.measure.exact import MeasurementError, analyze_strategy
 
 __all__ = [
@@ -108,7 +109,7 @@ class QuantizedStrategy:
         """The quantized strategy ``A_q = integer / scale`` (a residual block strategy for
         integer residual blocks, so its Gram keeps the residual structure). One object per
         strategy, so that what it computes once (its Gram's inverse) is computed once."""
-        if isinstance(self.integer, HelmertBlocks):
+        if isinstance(self.integer, HelmertBlocks | TableKrons):
             return self.integer.divided(self.scale)
         return self.integer if self.scale == 1 else Weighted(1 / self.scale, self.integer)
 
@@ -176,6 +177,8 @@ def _quantize(A: Matrix, bits: int) -> tuple[Matrix, int]:
         return Kron([part for part, _ in parts]), sum(exponent for _, exponent in parts)
     if isinstance(A, Marginals):
         return _quantize_marginals(A, bits)
+    if isinstance(A, TableKrons):
+        return _quantize_table_krons(A, bits)
     if isinstance(A, VStack):
         return _quantize_stack(A, bits)
     if isinstance(A, ResidualBlockStrategy):
@@ -260,6 +263,20 @@ def _quantize_stack(A: VStack, bits: int) -> tuple[Matrix, int]:
         for part, exponent in parts
     ]
     return VStack(blocks), common
+
+
+def _quantize_table_krons(A: TableKrons, bits: int) -> tuple[Matrix, int]:
+    """Each block's factors and weight rounded, then brought to the finest grid by integer
+    (power-of-two) weights, as :func:`_quantize_stack` does: still one table per block."""
+    rounded = []
+    for table in A.tables:
+        factors = [_quantize(factor, bits) for factor in table.factors]
+        weight, exponent = _round_weight(table.weight, bits)
+        exponent += sum(e for _, e in factors)
+        rounded.append((table.attributes, [f for f, _ in factors], weight, exponent))
+    common = max((exponent for *_, exponent in rounded), default=0)
+    tables = [(s, f, w * (1 << (common - e))) for s, f, w, e in rounded]
+    return TableKrons(A.domain_shape, tables), common
 
 
 def _quantize_marginals(A: Marginals, bits: int) -> tuple[Matrix, int]:

@@ -36,11 +36,13 @@ from dpmm.errors import DomainError
 from dpmm.linalg import Marginals
 from dpmm.linalg.helmert_blocks import HelmertBlocks, checked_table
 from dpmm.linalg.marginals import mask_members
+from dpmm.linalg.table_krons import TableKrons
 from dpmm.measure.exact import FLOAT_EXACT, ExactStrategy, MeasurementError, helmert_answers
 
 __all__ = [
     "MarginalCounts",
     "TableGroups",
+    "TableStrategy",
     "count_marginals",
     "marginal_answers",
     "strategy_part",
@@ -149,9 +151,14 @@ def count_marginals(
     return MarginalCounts(shape, tables)
 
 
-def strategy_tables(A: Marginals | HelmertBlocks) -> list[tuple[int, ...]]:
+#: Strategies answered from marginal tables: a union of marginals, and the types that
+#: compute their own answers from the tables (``table_sets``, ``table_answers``, ``part``).
+TableStrategy = Marginals | HelmertBlocks | TableKrons
+
+
+def strategy_tables(A: TableStrategy) -> list[tuple[int, ...]]:
     """The marginal tables a strategy's answers are computed from, in its block order."""
-    if isinstance(A, HelmertBlocks):
+    if isinstance(A, HelmertBlocks | TableKrons):
         return A.table_sets()
     return [tuple(mask_members(mask)) for mask in A.weights]
 
@@ -166,7 +173,7 @@ def marginal_answers(strategy: ExactStrategy, counts: MarginalCounts) -> np.ndar
             exceed exact arithmetic.
     """
     A = strategy.matrix
-    if not isinstance(A, Marginals | HelmertBlocks):
+    if not isinstance(A, TableStrategy):
         raise MeasurementError(
             f"answers from marginal tables need a Marginals strategy, got {A!r:.120}"
         )
@@ -175,7 +182,7 @@ def marginal_answers(strategy: ExactStrategy, counts: MarginalCounts) -> np.ndar
             f"the tables are over a domain of shape {tuple(counts.domain_shape)}, the strategy "
             f"over {tuple(A.domain_shape)}"
         )
-    if isinstance(A, HelmertBlocks):
+    if isinstance(A, HelmertBlocks | TableKrons):
         return helmert_answers(A, dict(counts.tables))
     answers, total = _weighted_tables(A, counts.tables)
     check_exact(strategy, total)
@@ -217,23 +224,23 @@ def _weighted_tables(
     return np.concatenate(answers), totals.pop()
 
 
-def strategy_part(A: Marginals | HelmertBlocks, start: int, stop: int) -> Marginals | HelmertBlocks:
+def strategy_part(A: TableStrategy, start: int, stop: int) -> TableStrategy:
     """The blocks ``[start, stop)`` of a strategy answered from tables, as a strategy."""
+    if isinstance(A, TableKrons):
+        return A.part(start, stop)
     if isinstance(A, HelmertBlocks):
         return HelmertBlocks(A.domain_shape, {m: A.integers[m] for m in A.sets[start:stop]})
     masks = list(A.weights)[start:stop]
     return Marginals(A.domain_shape, {tuple(mask_members(m)): A.weights[m] for m in masks})
 
 
-def table_answers(
-    A: Marginals | HelmertBlocks, tables: Mapping[tuple[int, ...], np.ndarray]
-) -> np.ndarray:
+def table_answers(A: TableStrategy, tables: Mapping[tuple[int, ...], np.ndarray]) -> np.ndarray:
     """``A x`` as int64 from ``A``'s tables (a part of a strategy, on the worker holding
     them: :func:`strategy_part`); whether they fit exact arithmetic is the caller's check.
 
     Raises:
         MeasurementError: A table is missing or invalid, or the tables disagree on the total.
     """
-    if isinstance(A, HelmertBlocks):
+    if isinstance(A, HelmertBlocks | TableKrons):
         return helmert_answers(A, dict(tables))
     return _weighted_tables(A, tables)[0]

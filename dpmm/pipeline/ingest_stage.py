@@ -32,6 +32,7 @@ from dpmm.errors import ConfigError
 from dpmm.linalg import Marginals
 from dpmm.linalg.chunked_kron import axis_factors
 from dpmm.linalg.helmert_blocks import HelmertBlocks
+from dpmm.linalg.table_krons import TableKrons
 from dpmm.measure.chunked import table_groups
 from dpmm.measure.tables import MarginalCounts, TableGroups, strategy_tables
 from dpmm.pipeline.chosen import ChosenStrategy
@@ -126,7 +127,7 @@ def _flow_counting(config: ReleaseConfig, strategy: ChosenStrategy) -> str:
     """:func:`counting_plan` but for where the tables are counted."""
     cells = config.domain.size
     integer = strategy.quantized.integer
-    if isinstance(integer, HelmertBlocks):
+    if isinstance(integer, HelmertBlocks | TableKrons):  # never the vector
         return "tables"
     arrays = config.cluster.arrays
     kron = axis_factors(integer, tuple(config.domain.shape)) is not None

@@ -49,6 +49,7 @@ from dpmm.config import ReleaseConfig
 from dpmm.linalg import Identity, Matrix, VStack, Weighted
 from dpmm.linalg.chunked_kron import axis_factors
 from dpmm.linalg.helmert_blocks import HelmertBlocks
+from dpmm.linalg.table_krons import TableKrons
 from dpmm.measure.mechanism import NoiseModel, record_fields
 from dpmm.measure.tables import strategy_tables
 from dpmm.pipeline.chosen import ChosenStrategy
@@ -96,6 +97,8 @@ def group_multisets(
     if isinstance(integer, HelmertBlocks):
         rows = block_noise_coefficients(integer, group.matrix, ROW_WORK)
         return None if rows is None else Multisets.of_rows(rows)
+    if isinstance(integer, TableKrons):  # every answer mixes whole tables' noise
+        return None
     if plan == "chunked":  # the factors only: nothing the size of the domain
         return _kron_multisets(group.matrix, strategy.quantized.matrix, shape, scale)
     if plan == "vector":

@@ -23,6 +23,7 @@ from dpmm.config import ReleaseConfig
 from dpmm.errors import ConfigError, UnsupportedQueryError
 from dpmm.linalg import MarginalsGram, query_variances
 from dpmm.linalg.helmert_blocks import HelmertBlocks
+from dpmm.linalg.table_krons import TableKrons
 from dpmm.measure.measurement import Measurement
 from dpmm.measure.record import MeasurementRecord
 from dpmm.measure.tables import strategy_tables
@@ -51,6 +52,7 @@ from dpmm.reconstruct import (
     MarginalMeasurement,
     covariance_factor,
     marginal_tables,
+    table_krons,
 )
 from dpmm.reconstruct.answers import REPLICATES
 from dpmm.reconstruct.choice import EXACT, solve_answers
@@ -112,6 +114,15 @@ def check_reconstructable(config: ReleaseConfig, strategy: ChosenStrategy, plan:
                 raise ConfigError(
                     f"{config.path}: workload group {group.name!r} cannot be answered from the "
                     f"residual strategy {strategy.selected!r}: {error}"
+                ) from None
+    elif isinstance(integer, TableKrons):
+        for group in config.workload:
+            try:
+                table_krons.check_answerable(group.matrix, integer)
+            except UnsupportedQueryError as error:
+                raise ConfigError(
+                    f"{config.path}: workload group {group.name!r} cannot be answered from the "
+                    f"per-product tables of {strategy.selected!r}: {error}"
                 ) from None
     elif plan == "vector":
         covariance_factor(strategy.quantized.matrix, None)
@@ -212,6 +223,29 @@ def _from_tables(
         return {a: t.values for a, t in marginal_tables(shape, measurements, sets).items()}
 
     return groups, tables
+
+
+def _from_table_krons(
+    config: ReleaseConfig, strategy: ChosenStrategy, y: np.ndarray, std: float, progress: Progress
+) -> tuple[list[GroupAnswers], TableSource]:
+    """Answers from the per-block tables made consistent
+    (:mod:`dpmm.reconstruct.table_krons`), with their exact standard errors, and the source
+    of any table (for integer output): a marginal of the consistent tables."""
+    A = strategy.quantized.matrix  # the blocks' answers are in its units
+    blocks = [y[start:stop] for _, start, stop in A._spans()]
+    tables = table_krons.consistent_tables(A, blocks)
+    groups = []
+    for done, group in enumerate(config.workload):
+        progress(done, len(config.workload), group.name)
+        values = table_krons.workload_answers(group.matrix, tables)
+        variances = std**2 * table_krons.answer_variances(group.matrix, A)
+        groups.append(_answers(config, group, values, np.sqrt(np.maximum(variances, 0.0)), True))
+    progress(len(config.workload), len(config.workload), "")
+
+    def marginals(sets: list[tuple[int, ...]]) -> dict[tuple[int, ...], np.ndarray]:
+        return {s: table_krons.table_marginal(tables, s) for s in sets}
+
+    return groups, marginals
 
 
 def _on_cluster(
@@ -329,6 +363,11 @@ def reconstruct(
             groups, histogram, tables = _from_blocks(
                 config, strategy.quantized.integer, record, progress
             )
+        elif isinstance(strategy.quantized.integer, TableKrons):
+            groups, tables = _from_table_krons(
+                config, strategy, measured.answers, measured.noise_std, progress
+            )
+            histogram = None
         elif plan in TABLE_PLANS:
             groups, tables = _from_tables(
                 config, strategy, measured.answers, measured.noise_std, progress

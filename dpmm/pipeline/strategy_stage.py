@@ -35,6 +35,7 @@ from dpmm.linalg.chunked_kron import axis_factors
 from dpmm.linalg.kron import factor_gram_pinv
 from dpmm.linalg.residual_general import ResidualBlockStrategy
 from dpmm.linalg.serialize import SerializationError, load_matrix, matrix_digest, save_matrix
+from dpmm.linalg.table_krons import TableKrons
 from dpmm.measure.exact import MeasurementError
 from dpmm.measure.mechanism import planned_noise_variance
 from dpmm.measure.quantize import QuantizedStrategy, measurable
@@ -64,8 +65,16 @@ __all__ = [
 PLAN_FOLDER = ".plan"
 #: What ``auto`` tries above :data:`VECTOR_LIMIT` unless the arrays are kept on the Dask
 #: workers: the methods whose strategies are measured from marginal tables (``workload``
-#: for a union of marginals). The first must apply; the others may beat it.
-TABLE_METHODS = ("marginals", "workload", "hdmm_marginals", "marginal_optimal", "residual")
+#: for a union of marginals, ``hdmm_union`` one table per product). The first must apply;
+#: the others may beat it.
+TABLE_METHODS = (
+    "marginals",
+    "workload",
+    "hdmm_marginals",
+    "marginal_optimal",
+    "residual",
+    "hdmm_union",
+)
 
 
 def _load(
@@ -119,7 +128,7 @@ def _store(folder: Path, stem: str, chosen: ChosenStrategy, **facts: Any) -> Non
 
 
 #: Strategies measured from marginal tables, on any domain: never the data vector.
-TABLE_STRATEGIES = (Marginals, ResidualBlockStrategy)
+TABLE_STRATEGIES = (Marginals, ResidualBlockStrategy, TableKrons)
 
 
 def _unreleasable(

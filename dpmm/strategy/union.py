@@ -10,17 +10,22 @@ Answering each ``W_k`` from its own block costs ``Σ_k e_k / α_k²``:
 * Gaussian (L2): the squared sensitivity is at most ``Σ α_k²``; minimizing
   ``(Σ α_k²) Σ e_k/α_k²`` gives ``α_k² ∝ √e_k`` and error ``(Σ √e_k)²``.
 
-Least squares on the whole stack is never worse than the per-block answers,
-and :func:`dpmm.error.expected_error` reports its exact error — which needs the
-stack's Gram densely, so OPT_+ applies to domains up to √DENSE_LIMIT cells.
+Up to √DENSE_LIMIT cells the stack is answered by least squares, never worse than the
+per-block answers, and :func:`dpmm.error.expected_error` reports its exact error from the
+stack's dense Gram. On a larger domain each product's block reads only the marginal table
+of the attributes it does not total, so the stack is a
+:class:`~dpmm.linalg.table_krons.TableKrons`: each table is estimated from its own block and
+the tables are made consistent, with an exact error from per-attribute traces whatever
+the domain's size (:mod:`dpmm.reconstruct.table_krons`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from dpmm.errors import TooLargeError, UnsupportedQueryError
+from dpmm.errors import UnsupportedQueryError
 from dpmm.linalg import DENSE_LIMIT, Kron, Matrix, VStack, Weighted
+from dpmm.linalg.table_krons import TableKrons, read_attributes
 from dpmm.privacy import PrivacyParameter
 from dpmm.strategy.kron_template import kron_template
 from dpmm.strategy.product import KronTerm, kron_terms
@@ -62,11 +67,8 @@ def select_union(W: Matrix, privacy: PrivacyParameter) -> Matrix:
             f"Workload {W!r} has one attribute: its parts' Grams add up to one workload, "
             "which hdmm_kron fits whole"
         )
-    if W.shape[1] ** 2 > DENSE_LIMIT:  # checked before any fitting: nothing else can apply
-        raise TooLargeError(
-            f"OPT_+'s exact error needs the stacked strategy's dense Gram, and {W!r} has "
-            f"{W.shape[1]:,} cells"
-        )
+    if W.shape[1] ** 2 > DENSE_LIMIT:
+        return _table_union(terms, privacy)
     parts = []
     errors = []
     for term in terms:
@@ -75,3 +77,27 @@ def select_union(W: Matrix, privacy: PrivacyParameter) -> Matrix:
         errors.append(error)
     alphas = budget_split(np.array(errors), privacy.norm)
     return VStack([Weighted(float(a), part) for a, part in zip(alphas, parts, strict=True)])
+
+
+def _table_union(terms: list[KronTerm], privacy: PrivacyParameter) -> TableKrons:
+    """OPT_+ with each product's block on the table of the attributes it reads."""
+    tables = []
+    errors = []
+    for term in terms:
+        read = read_attributes(term.factors)
+        if not read:  # the total alone: measured as it is
+            tables.append(((), (), 1.0))
+            errors.append(term.weight**2)
+            continue
+        read_term = KronTerm(term.weight, tuple(term.factors[i] for i in read))
+        strategy, error = kron_template(_as_matrix(read_term), privacy.norm)
+        while isinstance(strategy, Weighted):  # its weight cancels at unit sensitivity
+            strategy = strategy.base
+        factors = strategy.factors if isinstance(strategy, Kron) else (strategy,)
+        tables.append((read, tuple(factors), 1 / strategy.sensitivity(privacy.norm)))
+        errors.append(error)
+    alphas = budget_split(np.array(errors), privacy.norm)
+    shape = tuple(f.shape[1] for f in terms[0].factors)
+    return TableKrons(
+        shape, [(s, f, float(a) * w) for (s, f, w), a in zip(tables, alphas, strict=True)]
+    )

@@ -52,6 +52,7 @@ from dpmm.linalg.serialize import (
     matrix_to_spec,
     save_matrix,
 )
+from dpmm.linalg.table_krons import TableKrons
 from dpmm.measure.exact import analyze_strategy
 from dpmm.measure.quantize import measurable
 from dpmm.privacy import ZCDP, PureDP
@@ -124,6 +125,14 @@ CATALOGUE: dict[str, Callable[[], Matrix]] = {
     ),
     "helmert blocks": lambda: HelmertBlocks(
         (2, 3, 4), {0: np.array([5]), 0b010: np.array([[3, 1], [0, 2]]), 0b101: np.arange(1, 4)}
+    ),
+    "table krons": lambda: TableKrons(
+        (2, 3, 4),
+        [
+            ((0, 2), (Identity(2), VStack([Identity(4), Weighted(0.25, Ones(1, 4))])), 0.4),
+            ((1,), (Prefix(3),), 1 / 3),
+            ((), (), 0.1),
+        ],
     ),
     "nested": lambda: Kron(
         [

@@ -1,0 +1,177 @@
+"""Kronecker strategies that each read one marginal table: HDMM's OPT_+ on any domain.
+
+Block b measures ``α_b (⊗_{i∈S_b} B_{b,i}) M_{S_b} x``: a Kronecker product of factors
+``B_{b,i}`` over the attributes S_b of one marginal table, and the total ``1ᵀ`` on every
+other attribute. Its answers are those of the stacked Kronecker blocks (a
+:class:`~dpmm.linalg.VStack`), but such a strategy is not answered by least squares on the
+whole stack, whose Gram is a sum of Kronecker products with no structured inverse: each
+table is estimated from its own block, and the tables are made consistent
+(:mod:`dpmm.reconstruct.table_krons`), so the covariance of every answer is an exact sum of
+Kronecker products whatever the domain's size.
+
+Example:
+    >>> from dpmm.linalg import Identity, Prefix
+    >>> tables = [((0,), (Prefix(3),), 0.5), ((0, 2), (Identity(3), Identity(4)), 0.5)]
+    >>> A = TableKrons((3, 2, 4), tables)
+    >>> A.shape, [table.attributes for table in A.tables]
+    ((15, 24), [(0,), (0, 2)])
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpmm.errors import DomainError, NotIntegerError, TooLargeError, UnsupportedQueryError
+from dpmm.linalg.base import Matrix, elementwise_norm_combiner
+from dpmm.linalg.combinators import VStack, Weighted
+from dpmm.linalg.elementary import Ones
+from dpmm.linalg.helmert_blocks import checked_table
+from dpmm.linalg.kron import Kron
+from dpmm.linalg.marginals import members_mask
+
+#: Integers float64 holds exactly (as :data:`dpmm.measure.exact.FLOAT_EXACT`): every answer
+#: and partial sum of an integer block stays below it, so its float products are exact.
+FLOAT_EXACT = 2**53
+
+__all__ = ["KronTable", "TableKrons", "read_attributes"]
+
+
+def read_attributes(factors: Sequence[Matrix]) -> tuple[int, ...]:
+    """The positions of a product's factors that are not the total ``Ones(1, n)``."""
+    return tuple(i for i, f in enumerate(factors) if not (isinstance(f, Ones) and f.shape[0] == 1))
+
+
+@dataclass(frozen=True, eq=False)
+class KronTable:
+    """One block: ``weight · ⊗ factors`` on the marginal table of ``attributes`` (sorted)."""
+
+    attributes: tuple[int, ...]
+    factors: tuple[Matrix, ...]
+    weight: float
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The table's shape."""
+        return tuple(factor.shape[1] for factor in self.factors)
+
+    def gram_pinvs(self) -> list[np.ndarray]:
+        """``(B_iᵀ B_i)⁻¹`` per factor, dense: the per-attribute covariance of the table's
+        least-squares estimate at unit noise variance (before the weight)."""
+        return [np.linalg.inv(factor.gram().dense()) for factor in self.factors]
+
+
+class TableKrons(VStack):
+    """Kronecker blocks each reading one marginal table of a domain of ``domain_shape``.
+
+    Args:
+        domain_shape: The attribute sizes.
+        tables: ``(attributes, factors, weight)`` per block; the factors (one per attribute,
+            in attribute order) must have full column rank, so each table is identified by
+            its block alone.
+    """
+
+    def __init__(
+        self,
+        domain_shape: Sequence[int],
+        tables: Sequence[tuple[Sequence[int], Sequence[Matrix], float]],
+    ) -> None:
+        self.domain_shape = tuple(int(n) for n in domain_shape)
+        self.tables = tuple(self._table(attrs, factors, w) for attrs, factors, w in tables)
+        super().__init__([self._block(table) for table in self.tables])
+
+    def _table(
+        self, attributes: Sequence[int], factors: Sequence[Matrix], weight: float
+    ) -> KronTable:
+        order = sorted(range(len(attributes)), key=lambda p: attributes[p])
+        attributes = tuple(int(attributes[p]) for p in order)
+        factors = tuple(factors[p] for p in order)
+        if len(set(attributes)) != len(attributes) or len(factors) != len(attributes):
+            raise ValueError(f"A table needs one factor per distinct attribute, got {attributes}")
+        for i, factor in zip(attributes, factors, strict=True):
+            n = self.domain_shape[i]
+            if factor.shape[1] != n:
+                raise ValueError(f"Factor {factor!r} of attribute {i} needs {n} columns")
+            if np.linalg.matrix_rank(factor.gram().dense()) < n:
+                raise UnsupportedQueryError(
+                    f"Factor {factor!r} of attribute {i} does not have full column rank, so "
+                    "its table could not be estimated from its block alone"
+                )
+        return KronTable(attributes, factors, float(weight))
+
+    def _block(self, table: KronTable) -> Matrix:
+        by_attribute = dict(zip(table.attributes, table.factors, strict=True))
+        factors = [by_attribute.get(i, Ones(1, n)) for i, n in enumerate(self.domain_shape)]
+        return Weighted(table.weight, factors[0] if len(factors) == 1 else Kron(factors))
+
+    def divided(self, scale: int) -> TableKrons:
+        """The same blocks with every weight divided by ``scale`` (a quantized strategy)."""
+        return TableKrons(
+            self.domain_shape,
+            [(t.attributes, t.factors, t.weight / scale) for t in self.tables],
+        )
+
+    def part(self, start: int, stop: int) -> TableKrons:
+        """The blocks ``[start, stop)`` as a strategy of their own."""
+        return TableKrons(
+            self.domain_shape,
+            [(t.attributes, t.factors, t.weight) for t in self.tables[start:stop]],
+        )
+
+    def table_sets(self) -> list[tuple[int, ...]]:
+        """The marginal table each block reads, in block order."""
+        return [table.attributes for table in self.tables]
+
+    def table_answers(self, tables: Mapping[tuple[int, ...], np.ndarray]) -> np.ndarray:
+        """The exact int64 answers of an integer strategy from its counted tables.
+
+        Each block applies its factors axis by axis in float64, exact because every
+        partial sum is at most the records times the factors' largest row sums, checked
+        below 2**53 first.
+
+        Raises:
+            DomainError: a table is missing, of the wrong shape or type, or negative, or
+                the tables disagree on the number of records.
+            TooLargeError: an answer could leave exact float64 arithmetic.
+        """
+        answers = []
+        totals: set[int] = set()
+        for table in self.tables:
+            counts = checked_table(tables, members_mask(table.attributes), table.shape)
+            totals.add(int(counts.sum(dtype=np.int64)))
+            if len(totals) > 1:
+                raise DomainError("the marginal tables disagree on the number of records")
+            growth = abs(table.weight) * math.prod(
+                float(np.abs(f.dense()).sum(axis=1).max(initial=0)) for f in table.factors
+            )
+            if growth * max(totals) >= FLOAT_EXACT:
+                raise TooLargeError(
+                    f"the answers of {self!r} on this many records could exceed 2**53, beyond "
+                    "exact float64 arithmetic"
+                )
+            values = counts.astype(np.float64)
+            for axis, factor in enumerate(table.factors):
+                values = np.moveaxis(
+                    np.tensordot(factor.dense(), values, axes=([1], [axis])), 0, axis
+                )
+            values = table.weight * values.reshape(-1)
+            rounded = np.rint(values)
+            if not np.array_equal(values, rounded):
+                raise NotIntegerError(f"{self!r} is not an integer strategy")
+            answers.append(rounded.astype(np.int64))
+        return np.concatenate(answers) if answers else np.zeros(0, np.int64)
+
+    def __repr__(self) -> str:
+        return f"TableKrons({len(self.tables)} tables over {math.prod(self.domain_shape):,} cells)"
+
+    def sensitivity(self, p: float = 1) -> float:
+        """The stack's largest column norm; where a block's columns differ in norm, the
+        blocks' largest combined (an upper bound: the domain's columns are never listed)."""
+        uniform = self.uniform_column_norm(p)
+        if uniform is not None:
+            return uniform
+        parts = [np.array([block.sensitivity(p)]) for block in self.blocks]
+        return float(elementwise_norm_combiner(p)(parts)[0])
