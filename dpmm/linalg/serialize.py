@@ -209,6 +209,9 @@ _ENCODERS: dict[type, _Encode] = {
             }
             for t in m.tables
         ],
+        "coefficients": None
+        if m.coefficients is None
+        else [[[list(s), float(c).hex()] for s, c in block.items()] for block in m.coefficients],
     },
     HelmertBlocks: lambda m, e: {
         "blocks": [
@@ -415,8 +418,22 @@ def _decode_table_krons(node: Node, d: _Decoder, where: str) -> TableKrons:
         )
         for at, entry in ((f"{where}.tables[{i}]", e) for i, e in enumerate(entries))
     ]
+    given = node.get("coefficients")
+    if given is not None and not isinstance(given, list):
+        d.fail(f"{where}.coefficients must be a list per table")
+    coefficients = None
+    if given is not None:
+        coefficients = [
+            {
+                tuple(d.integers(pair[0], at)): d.number(pair[1], at)
+                for pair in block
+                if isinstance(pair, list) and len(pair) == 2
+            }
+            for at, block in ((f"{where}.coefficients[{i}]", b) for i, b in enumerate(given))
+        ]
     try:
-        return TableKrons(d.integers(d.field(node, "domain", where), f"{where}.domain"), tables)
+        domain = d.integers(d.field(node, "domain", where), f"{where}.domain")
+        return TableKrons(domain, tables, coefficients)
     except (ValueError, UnsupportedQueryError) as error:
         d.fail(f"{where}: {error}")
 

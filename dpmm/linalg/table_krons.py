@@ -19,9 +19,11 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -37,12 +39,24 @@ from dpmm.linalg.marginals import members_mask
 #: and partial sum of an integer block stays below it, so its float products are exact.
 FLOAT_EXACT = 2**53
 
-__all__ = ["KronTable", "TableKrons", "read_attributes"]
+__all__ = ["KronTable", "TableKrons", "read_attributes", "subsets"]
 
 
 def read_attributes(factors: Sequence[Matrix]) -> tuple[int, ...]:
-    """The positions of a product's factors that are not the total ``Ones(1, n)``."""
-    return tuple(i for i, f in enumerate(factors) if not (isinstance(f, Ones) and f.shape[0] == 1))
+    """The positions of a product's factors that are not the total (``Ones(1, n)``, or one
+    row of ones however it is stored)."""
+    return tuple(i for i, f in enumerate(factors) if not _is_total(f))
+
+
+def _is_total(factor: Matrix) -> bool:
+    if isinstance(factor, Ones):
+        return factor.shape[0] == 1
+    return factor.shape[0] == 1 and bool(np.all(factor.dense() == 1.0))
+
+
+def subsets(attributes: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Every subset of ``attributes`` (sorted), smallest first."""
+    return [s for k in range(len(attributes) + 1) for s in itertools.combinations(attributes, k)]
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,10 +72,11 @@ class KronTable:
         """The table's shape."""
         return tuple(factor.shape[1] for factor in self.factors)
 
-    def gram_pinvs(self) -> list[np.ndarray]:
+    @cached_property
+    def gram_pinvs(self) -> tuple[np.ndarray, ...]:
         """``(B_iᵀ B_i)⁻¹`` per factor, dense: the per-attribute covariance of the table's
         least-squares estimate at unit noise variance (before the weight)."""
-        return [np.linalg.inv(factor.gram().dense()) for factor in self.factors]
+        return tuple(np.linalg.inv(factor.gram().dense()) for factor in self.factors)
 
 
 class TableKrons(VStack):
@@ -69,18 +84,27 @@ class TableKrons(VStack):
 
     Args:
         domain_shape: The attribute sizes.
-        tables: ``(attributes, factors, weight)`` per block; the factors (one per attribute,
-            in attribute order) must have full column rank, so each table is identified by
-            its block alone.
+        tables: ``(attributes, factors, weight)`` per block, one block per attribute set;
+            the factors (one per attribute, in attribute order) must have full column rank,
+            so each table is identified by its block alone.
+        coefficients: per block, ``{subset T of its attributes: c_{b,T}}``, how the tables
+            are made consistent: coordinate T is ``Σ_b c_{b,T} φ_{b,T}`` over the blocks
+            holding it, so the ``c_{b,T}`` of a T sum to 1
+            (:mod:`dpmm.reconstruct.table_krons`); None for the default weights.
     """
 
     def __init__(
         self,
         domain_shape: Sequence[int],
         tables: Sequence[tuple[Sequence[int], Sequence[Matrix], float]],
+        coefficients: Sequence[Mapping[tuple[int, ...], float]] | None = None,
     ) -> None:
         self.domain_shape = tuple(int(n) for n in domain_shape)
         self.tables = tuple(self._table(attrs, factors, w) for attrs, factors, w in tables)
+        sets = [table.attributes for table in self.tables]
+        if len(set(sets)) != len(sets):
+            raise ValueError(f"Each table may be read by one block only, got {sets}")
+        self.coefficients = None if coefficients is None else self._checked(coefficients)
         super().__init__([self._block(table) for table in self.tables])
 
     def _table(
@@ -102,6 +126,36 @@ class TableKrons(VStack):
                 )
         return KronTable(attributes, factors, float(weight))
 
+    def _checked(
+        self, coefficients: Sequence[Mapping[tuple[int, ...], float]]
+    ) -> tuple[dict[tuple[int, ...], float], ...]:
+        if len(coefficients) != len(self.tables):
+            raise ValueError(f"{self!r} needs coefficients for {len(self.tables)} blocks")
+        sums: dict[tuple[int, ...], float] = {}
+        checked = []
+        for table, given in zip(self.tables, coefficients, strict=True):
+            block = {tuple(sorted(s)): float(c) for s, c in given.items()}
+            if set(block) != set(subsets(table.attributes)):
+                raise ValueError(
+                    f"The table on {list(table.attributes)} needs one coefficient per subset"
+                )
+            for subset, value in block.items():
+                sums[subset] = sums.get(subset, 0.0) + value
+            checked.append(block)
+        wrong = [s for s, total in sums.items() if not math.isclose(total, 1.0, abs_tol=1e-9)]
+        if wrong:
+            raise ValueError(f"The coefficients of the subsets {wrong[:3]} do not sum to 1")
+        return tuple(checked)
+
+    def with_coefficients(
+        self, coefficients: Sequence[Mapping[tuple[int, ...], float]] | None
+    ) -> TableKrons:
+        """The same blocks made consistent with ``coefficients``."""
+        return TableKrons(self.domain_shape, self._entries(), coefficients)
+
+    def _entries(self) -> list[tuple[tuple[int, ...], tuple[Matrix, ...], float]]:
+        return [(t.attributes, t.factors, t.weight) for t in self.tables]
+
     def _block(self, table: KronTable) -> Matrix:
         by_attribute = dict(zip(table.attributes, table.factors, strict=True))
         factors = [by_attribute.get(i, Ones(1, n)) for i, n in enumerate(self.domain_shape)]
@@ -112,10 +166,12 @@ class TableKrons(VStack):
         return TableKrons(
             self.domain_shape,
             [(t.attributes, t.factors, t.weight / scale) for t in self.tables],
+            self.coefficients,
         )
 
     def part(self, start: int, stop: int) -> TableKrons:
-        """The blocks ``[start, stop)`` as a strategy of their own."""
+        """The blocks ``[start, stop)`` as a strategy of their own (to answer them; how the
+        whole strategy's tables are made consistent is not theirs)."""
         return TableKrons(
             self.domain_shape,
             [(t.attributes, t.factors, t.weight) for t in self.tables[start:stop]],

@@ -276,7 +276,7 @@ def _quantize_table_krons(A: TableKrons, bits: int) -> tuple[Matrix, int]:
         rounded.append((table.attributes, [f for f, _ in factors], weight, exponent))
     common = max((exponent for *_, exponent in rounded), default=0)
     tables = [(s, f, w * (1 << (common - e))) for s, f, w, e in rounded]
-    return TableKrons(A.domain_shape, tables), common
+    return TableKrons(A.domain_shape, tables, A.coefficients), common
 
 
 def _quantize_marginals(A: Marginals, bits: int) -> tuple[Matrix, int]:

@@ -72,6 +72,7 @@ class _Part:
     sizes: tuple[int, ...]  # n_i for i ∈ S (the stored coordinate's shape)
     rows: np.ndarray  # row of each table's S in the store of its size class
     outside: float  # n_{a∖S}, equal for the whole group
+    scales: np.ndarray  # each table's weight in the average of S: w_a / n_{a∖S} by default
 
 
 @dataclass
@@ -91,6 +92,10 @@ class TableLayout:
         sizes: ``{sorted attribute tuple: table shape}`` (validated by the caller).
         weights: one positive weight per table (same keys).
         total: a known total, or None to estimate it with the other shared coordinates.
+        coordinate_weights: ``{table: {subset S: weight}}`` to average each shared
+            coordinate ``φ_S`` with its own weights instead of ``w_a / n_{a∖S}`` (the
+            tables' errors need not be alike on every coordinate); the projection is then
+            orthogonal in the inner product these weights define, not in :meth:`inner`'s.
     """
 
     def __init__(
@@ -98,6 +103,7 @@ class TableLayout:
         sizes: Mapping[tuple[int, ...], tuple[int, ...]],
         weights: Mapping[tuple[int, ...], float],
         total: float | None = None,
+        coordinate_weights: Mapping[tuple[int, ...], Mapping[tuple[int, ...], float]] | None = None,
     ) -> None:
         self.total = total
         by_sizes: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
@@ -134,13 +140,20 @@ class TableLayout:
                 # A table whose S is not shared still gets a (private) row: it averages
                 # with itself only, which leaves it unchanged.
                 rows = np.array([self._row(s, kept, counts) for s in subsets], dtype=np.int64)
-                parts.append(_Part(positions, kept, rows, outside))
+                scales = (
+                    w / outside
+                    if coordinate_weights is None
+                    else np.array(
+                        [coordinate_weights[k][s] for k, s in zip(keys, subsets, strict=True)]
+                    )
+                )
+                parts.append(_Part(positions, kept, rows, outside, scales))
             self.groups.append(_Group(shape, keys, w, parts))
         self.class_sizes = dict(counts)
         self.denominators = {shape: np.zeros(n) for shape, n in counts.items()}
         for group in self.groups:
             for part in group.parts:
-                np.add.at(self.denominators[part.sizes], part.rows, group.weights / part.outside)
+                np.add.at(self.denominators[part.sizes], part.rows, part.scales)
 
     def _row(self, subset: tuple[int, ...], kept: tuple[int, ...], counts: dict) -> int:
         if subset in self.rows:
@@ -195,7 +208,7 @@ class TableLayout:
             phis = self._coordinates(group, stack)
             coordinates.append(phis)
             for part, phi in zip(group.parts, phis, strict=True):
-                scaled = phi * (group.weights / part.outside).reshape(-1, *[1] * len(part.sizes))
+                scaled = phi * part.scales.reshape(-1, *[1] * len(part.sizes))
                 np.add.at(numerators[part.sizes], part.rows, scaled)
         consensus = {
             shape: numerators[shape] / self.denominators[shape].reshape(-1, *[1] * len(shape))

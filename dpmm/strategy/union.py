@@ -15,8 +15,10 @@ per-block answers, and :func:`dpmm.error.expected_error` reports its exact error
 stack's dense Gram. On a larger domain each product's block reads only the marginal table
 of the attributes it does not total, so the stack is a
 :class:`~dpmm.linalg.table_krons.TableKrons`: each table is estimated from its own block and
-the tables are made consistent, with an exact error from per-attribute traces whatever
-the domain's size (:mod:`dpmm.reconstruct.table_krons`).
+the tables are made consistent (by the coefficients least in the workload's error), with an
+exact error from per-attribute traces whatever the domain's size
+(:mod:`dpmm.reconstruct.table_krons`). Products that read the same table share one block,
+fitted by OPT_⊗ to them all.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dpmm.errors import UnsupportedQueryError
 from dpmm.linalg import DENSE_LIMIT, Kron, Matrix, VStack, Weighted
 from dpmm.linalg.table_krons import TableKrons, read_attributes
 from dpmm.privacy import PrivacyParameter
+from dpmm.reconstruct.table_krons import optimal_coefficients
 from dpmm.strategy.kron_template import kron_template
 from dpmm.strategy.product import KronTerm, kron_terms
 
@@ -68,7 +71,7 @@ def select_union(W: Matrix, privacy: PrivacyParameter) -> Matrix:
             "which hdmm_kron fits whole"
         )
     if W.shape[1] ** 2 > DENSE_LIMIT:
-        return _table_union(terms, privacy)
+        return _table_union(W, terms, privacy)
     parts = []
     errors = []
     for term in terms:
@@ -79,18 +82,26 @@ def select_union(W: Matrix, privacy: PrivacyParameter) -> Matrix:
     return VStack([Weighted(float(a), part) for a, part in zip(alphas, parts, strict=True)])
 
 
-def _table_union(terms: list[KronTerm], privacy: PrivacyParameter) -> TableKrons:
-    """OPT_+ with each product's block on the table of the attributes it reads."""
-    tables = []
-    errors = []
+def _table_union(W: Matrix, terms: list[KronTerm], privacy: PrivacyParameter) -> TableKrons:
+    """OPT_+ with one block per marginal table: OPT_⊗ on the products that read it, the
+    tables made consistent with the coefficients least in W's error."""
+    readers: dict[tuple[int, ...], list[KronTerm]] = {}
     for term in terms:
         read = read_attributes(term.factors)
+        readers.setdefault(read, []).append(
+            KronTerm(term.weight, tuple(term.factors[i] for i in read))
+        )
+    tables = []
+    errors = []
+    for read, products in readers.items():
         if not read:  # the total alone: measured as it is
             tables.append(((), (), 1.0))
-            errors.append(term.weight**2)
+            errors.append(sum(term.weight**2 for term in products))
             continue
-        read_term = KronTerm(term.weight, tuple(term.factors[i] for i in read))
-        strategy, error = kron_template(_as_matrix(read_term), privacy.norm)
+        union = [_as_matrix(term) for term in products]
+        strategy, error = kron_template(
+            union[0] if len(union) == 1 else VStack(union), privacy.norm
+        )
         while isinstance(strategy, Weighted):  # its weight cancels at unit sensitivity
             strategy = strategy.base
         factors = strategy.factors if isinstance(strategy, Kron) else (strategy,)
@@ -98,6 +109,7 @@ def _table_union(terms: list[KronTerm], privacy: PrivacyParameter) -> TableKrons
         errors.append(error)
     alphas = budget_split(np.array(errors), privacy.norm)
     shape = tuple(f.shape[1] for f in terms[0].factors)
-    return TableKrons(
+    A = TableKrons(
         shape, [(s, f, float(a) * w) for (s, f, w), a in zip(tables, alphas, strict=True)]
     )
+    return A.with_coefficients(optimal_coefficients(W, A))

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dpmm.audit import audit_release
-from dpmm.config import ReleaseConfig
+from dpmm.config import ReleaseConfig, load_config
 from dpmm.linalg.serialize import load_matrix
 from dpmm.linalg.table_krons import TableKrons
 from dpmm.pipeline import run_release
@@ -90,5 +90,33 @@ def test_opt_plus_is_released_from_per_product_tables_as_planned(case) -> None:
     assert np.sqrt(np.mean(errors**2)) == pytest.approx(planned, rel=0.05)
     covered = np.abs(estimates - exact) <= answers.column("half_width").to_numpy()
     assert covered.mean() >= 0.8
+    audit = audit_release(result.path)
+    assert audit.ok, audit.failed
+
+
+def test_integer_output_rounds_the_consistent_tables(tmp_path: Path) -> None:
+    """``release.output: integer``: every answer an integer, the tables consistent and
+    non-negative, and the audit recomputes them."""
+    rng = np.random.default_rng(8)
+    rows = np.stack([rng.integers(0, n, RECORDS) for n in SHAPE], axis=1)
+    (tmp_path / "data").mkdir()
+    pq.write_table(
+        pa.table({name: rows[:, i] for i, name in enumerate(NAMES)}),
+        tmp_path / "data" / "part-0.parquet",
+    )
+    domain = ", ".join(f"{name}: {n}" for name, n in zip(NAMES, SHAPE, strict=True))
+    text = f"name: union-integer\ndomain: {{{domain}}}\nprivacy: {{rho: 1/2}}\n{WORKLOAD}"
+    config = write_config(tmp_path, text, data=tmp_path / "data", budget=ZCDP(1))
+    yaml = config.path.read_text().replace("reconstruction: least_squares", "output: integer")
+    config.path.write_text(yaml)
+    config = load_config(config.path)
+    result = run_release(config)
+    answers = read_answers(result.path / "answers.parquet")
+    estimates = answers.column("estimate").to_numpy()
+    assert np.array_equal(estimates, np.round(estimates)) and np.all(estimates >= 0)
+    truth = np.bincount(np.ravel_multi_index(rows.T, SHAPE), minlength=int(np.prod(SHAPE)))
+    exact = np.concatenate([group.matrix @ truth for group in config.workload])
+    errors = answers.column("standard_error").to_numpy()
+    assert np.sqrt(np.mean((estimates - exact) ** 2)) < 3 * np.sqrt(np.mean(errors**2))
     audit = audit_release(result.path)
     assert audit.ok, audit.failed

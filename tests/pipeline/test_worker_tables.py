@@ -37,6 +37,12 @@ from dpmm.settings import ClusterSettings
 from tests.pipeline.conftest import write_config
 
 SIZES = {"a": 4, "b": 3, "c": 5, "d": 6, "e": 2}
+#: Beyond 16,384 cells, where hdmm_union's blocks each read one marginal table.
+UNION_SIZES = {"a": 20, "b": 12, "c": 10, "d": 8}
+
+
+def _sizes(method: str) -> dict[str, int]:
+    return UNION_SIZES if method == "hdmm_union" else SIZES
 
 
 def _body(method: str, sizes: dict[str, int] = SIZES, k: int = 2) -> str:
@@ -72,7 +78,10 @@ def _gathered(tables: TableGroups, client) -> dict[tuple[int, ...], np.ndarray]:
     return found
 
 
-@pytest.mark.parametrize(("method", "flow"), [("marginals", "vector"), ("residual", "tables")])
+@pytest.mark.parametrize(
+    ("method", "flow"),
+    [("marginals", "vector"), ("residual", "tables"), ("hdmm_union", "tables")],
+)
 def test_the_plan_says_the_tables_are_counted_and_measured_on_the_workers(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -80,7 +89,7 @@ def test_the_plan_says_the_tables_are_counted_and_measured_on_the_workers(
     method: str,
     flow: str,
 ) -> None:
-    config = _config(tmp_path / "workers", method)
+    config = _config(tmp_path / "workers", method, sizes=_sizes(method))
     strategy = choose_strategy(config)
     assert counting_plan(config, strategy) == "worker-tables"
     flowing = dataclasses.replace(config, cluster=ClusterSettings(arrays="flow"))
@@ -114,7 +123,7 @@ def test_what_the_workers_cannot_do_fails_in_the_plan(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["marginals", "residual"])
+@pytest.mark.parametrize("method", ["marginals", "residual", "hdmm_union"])
 def test_a_release_on_two_worker_processes_is_the_one_process_release(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: str
 ) -> None:
@@ -125,8 +134,8 @@ def test_a_release_on_two_worker_processes_is_the_one_process_release(
     from distributed import Client, LocalCluster
 
     monkeypatch.setattr(chunked, "CHUNK_ANSWERS", 60)
-    config = _config(tmp_path / "cluster", method)
-    alone = _config(tmp_path / "alone", method)
+    config = _config(tmp_path / "cluster", method, sizes=_sizes(method))
+    alone = _config(tmp_path / "alone", method, sizes=_sizes(method))
     strategy = choose_strategy(config)
     sets = strategy_tables(strategy.quantized.integer)
     names = [tuple(alone.domain.attributes[i] for i in attrs) for attrs in sets]

@@ -14,6 +14,7 @@ from dpmm.reconstruct.table_krons import (
     answer_error,
     answer_variances,
     consistent_tables,
+    optimal_coefficients,
     workload_answers,
 )
 
@@ -31,8 +32,8 @@ def _strategy() -> TableKrons:
         [
             ((0,), (Prefix(3),), 0.4),
             ((2, 0), (_identity_total(4), Dense(rng.random((5, 3)) + np.eye(5, 3))), 0.3),
-            ((0, 2), (Identity(3), AllRange(4)), 0.2),
             ((1, 2), (Identity(2), Prefix(4)), 0.5),
+            ((1,), (AllRange(2),), 0.2),
         ],
     )
 
@@ -83,6 +84,45 @@ def test_a_product_no_table_holds_is_refused() -> None:
     A = TableKrons(SHAPE, [((0,), (Identity(3),), 1.0), ((1,), (Identity(2),), 1.0)])
     with pytest.raises(UnsupportedQueryError, match=r"attributes \[0, 1\]"):
         answer_error(Kron([Identity(3), Identity(2), Ones(1, 4)]), A)
+
+
+@pytest.mark.parametrize("optimal", [False, True])
+def test_any_coefficients_give_the_stated_error(optimal: bool) -> None:
+    A, W = _strategy(), _workload()
+    if optimal:
+        A = A.with_coefficients(optimal_coefficients(W, A))
+    units = np.eye(A.shape[0])
+    estimator = np.stack(
+        [workload_answers(W, consistent_tables(A, _split(A, unit))) for unit in units], axis=1
+    )
+    assert answer_error(W, A) == pytest.approx(np.sum(estimator**2), rel=1e-9)
+
+
+def test_the_optimal_coefficients_are_least_in_error() -> None:
+    A, W = _strategy(), _workload()
+    best = A.with_coefficients(optimal_coefficients(W, A))
+    assert answer_error(W, best) <= answer_error(W, A)  # A: inverse-variance weights
+    rng = np.random.default_rng(2)
+    holders: dict[tuple, list[int]] = {}
+    for b, block in enumerate(best.coefficients):
+        for subset in block:
+            holders.setdefault(subset, []).append(b)
+    for _ in range(30):  # any feasible step (each shared coordinate's sum kept at 1)
+        moved = [dict(block) for block in best.coefficients]
+        for subset, blocks in holders.items():
+            if len(blocks) > 1:
+                step = rng.normal(size=len(blocks)) * 0.05
+                for b, delta in zip(blocks, step - step.mean(), strict=True):
+                    moved[b][subset] += delta
+        assert answer_error(W, best) <= answer_error(W, A.with_coefficients(moved)) * (1 + 1e-12)
+
+
+def test_one_block_per_table_and_coefficients_that_sum_to_one() -> None:
+    with pytest.raises(ValueError, match="one block only"):
+        TableKrons(SHAPE, [((0,), (Identity(3),), 1.0), ((0,), (Prefix(3),), 1.0)])
+    A = TableKrons(SHAPE, [((0,), (Identity(3),), 1.0), ((0, 1), (Identity(3), Identity(2)), 1)])
+    with pytest.raises(ValueError, match="do not sum to 1"):
+        A.with_coefficients([{(): 0.5, (0,): 0.5}, {(): 0.6, (0,): 0.5, (1,): 1, (0, 1): 1}])
 
 
 def test_a_rank_deficient_factor_is_refused() -> None:
