@@ -28,11 +28,11 @@ from functools import cached_property
 import numpy as np
 
 from dpmm.errors import DomainError, NotIntegerError, TooLargeError, UnsupportedQueryError
-from dpmm.linalg.base import Matrix, elementwise_norm_combiner
+from dpmm.linalg.base import INT_LIMIT, IntegerNorms, Matrix, elementwise_norm_combiner
 from dpmm.linalg.combinators import VStack, Weighted
 from dpmm.linalg.elementary import Ones
 from dpmm.linalg.helmert_blocks import checked_table
-from dpmm.linalg.kron import Kron
+from dpmm.linalg.kron import NORMS_PER_COLUMN_LIMIT, Kron
 from dpmm.linalg.marginals import members_mask
 
 #: Integers float64 holds exactly (as :data:`dpmm.measure.exact.FLOAT_EXACT`): every answer
@@ -119,7 +119,8 @@ class TableKrons(VStack):
             n = self.domain_shape[i]
             if factor.shape[1] != n:
                 raise ValueError(f"Factor {factor!r} of attribute {i} needs {n} columns")
-            if np.linalg.matrix_rank(factor.gram().dense()) < n:
+            full = factor.known_full_column_rank
+            if not full and np.linalg.matrix_rank(factor.gram().dense()) < n:
                 raise UnsupportedQueryError(
                     f"Factor {factor!r} of attribute {i} does not have full column rank, so "
                     "its table could not be estimated from its block alone"
@@ -224,10 +225,26 @@ class TableKrons(VStack):
         return f"TableKrons({len(self.tables)} tables over {math.prod(self.domain_shape):,} cells)"
 
     def sensitivity(self, p: float = 1) -> float:
-        """The stack's largest column norm; where a block's columns differ in norm, the
-        blocks' largest combined (an upper bound: the domain's columns are never listed)."""
+        """The stack's largest column norm: exact up to :data:`NORMS_PER_COLUMN_LIMIT`
+        columns or where every block's columns agree, else the blocks' largest combined (an
+        upper bound: the domain's columns are never listed)."""
         uniform = self.uniform_column_norm(p)
-        if uniform is not None:
-            return uniform
+        if uniform is not None or self.shape[1] <= NORMS_PER_COLUMN_LIMIT:
+            return super().sensitivity(p)
         parts = [np.array([block.sensitivity(p)]) for block in self.blocks]
         return float(elementwise_norm_combiner(p)(parts)[0])
+
+    def _integer_column_norms(self) -> IntegerNorms:
+        """Per column up to :data:`NORMS_PER_COLUMN_LIMIT` columns; beyond, the sum of the
+        blocks' largest, as :meth:`sensitivity` bounds them."""
+        if self.shape[1] <= NORMS_PER_COLUMN_LIMIT:
+            return super()._integer_column_norms()
+        l1, l2_squared, bound = 0, 0, 1
+        for block in self.blocks:
+            b_l1, b_l2, b_bound = block.integer_column_norms()
+            l1 += int(b_l1.max(initial=0))
+            l2_squared += int(b_l2.max(initial=0))
+            bound = max(bound, b_bound)
+        if max(l1, l2_squared) >= INT_LIMIT:
+            raise TooLargeError(f"the column norms of {self!r} are too large to hold exactly")
+        return np.array([l1], np.int64), np.array([l2_squared], np.int64), bound

@@ -117,19 +117,6 @@ def test_the_optimal_coefficients_are_least_in_error() -> None:
         assert answer_error(W, best) <= answer_error(W, A.with_coefficients(moved)) * (1 + 1e-12)
 
 
-def test_one_block_per_table_and_coefficients_that_sum_to_one() -> None:
-    with pytest.raises(ValueError, match="one block only"):
-        TableKrons(SHAPE, [((0,), (Identity(3),), 1.0), ((0,), (Prefix(3),), 1.0)])
-    A = TableKrons(SHAPE, [((0,), (Identity(3),), 1.0), ((0, 1), (Identity(3), Identity(2)), 1)])
-    with pytest.raises(ValueError, match="do not sum to 1"):
-        A.with_coefficients([{(): 0.5, (0,): 0.5}, {(): 0.6, (0,): 0.5, (1,): 1, (0, 1): 1}])
-
-
-def test_a_rank_deficient_factor_is_refused() -> None:
-    with pytest.raises(UnsupportedQueryError, match="full column rank"):
-        TableKrons(SHAPE, [((0,), (Ones(1, 3),), 1.0)])
-
-
 def test_measured_coverage_of_the_standard_errors() -> None:
     """Gaussian noise, 2,000 draws: the answers' variances are the stated ones, and ±1.96
     standard errors cover 95 % of them (a simulation, so a seeded generator)."""
