@@ -53,13 +53,25 @@ from dpmm.strategy.gaussian_optimal import MAX_SIZE as MAX_GAUSSIAN_SIZE
 from dpmm.strategy.gaussian_optimal import nonsingular
 from dpmm.strategy.hdmm import TEMPLATES, select_hdmm
 from dpmm.strategy.lrm import select_lrm
-from dpmm.strategy.marginal_optimal import marginal_optimal, workload_marginals
+from dpmm.strategy.marginal_optimal import (
+    marginal_optimal,
+    marginal_strategies_bound,
+    workload_marginals,
+)
 from dpmm.strategy.product import best_kron_strategy, kron_terms
 from dpmm.strategy.residual import residual_strategy
-from dpmm.strategy.selection import Candidate, Progress, ProvenOptimum, Selection, select
+from dpmm.strategy.selection import (
+    Candidate,
+    ClassBound,
+    Progress,
+    ProvenOptimum,
+    Selection,
+    select,
+)
 
 __all__ = [
     "AUTO_CANDIDATES",
+    "CLASS_BOUNDS",
     "METHODS",
     "PROVEN_MARGINAL_OPTIMUM",
     "PROVEN_ONE_ATTRIBUTE_OPTIMUM",
@@ -168,6 +180,17 @@ AUTO_CANDIDATES = (
 )
 
 
+_MARGINAL_ALGEBRA = ClassBound(
+    marginal_strategies_bound,
+    "the least error of any strategy in the marginal algebra (the SVD bound of the "
+    "workload's projection onto it)",
+)
+
+#: Candidates whose strategies all lie in a class with a floor on their error: ``auto``
+#: skips them when the floor is no lower than the best error found before them.
+CLASS_BOUNDS = {"marginals": _MARGINAL_ALGEBRA, "hdmm_marginals": _MARGINAL_ALGEBRA}
+
+
 #: Recorded for every other candidate where ``marginal_optimal`` is the proven optimum.
 PROVEN_MARGINAL_OPTIMUM = (
     "not tried: marginal_optimal is the proven optimum for marginal workloads under "
@@ -249,7 +272,14 @@ def select_strategy(
         if proven is not None and proven.method not in candidates:
             proven = None
         return select(
-            W, privacy, METHODS, candidates, progress=progress, proven=proven, budget=budget
+            W,
+            privacy,
+            METHODS,
+            candidates,
+            progress=progress,
+            proven=proven,
+            budget=budget,
+            bounds=CLASS_BOUNDS,
         )
     if method not in METHODS:
         known = ", ".join(STRATEGY_METHODS)

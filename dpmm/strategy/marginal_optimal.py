@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpmm.errors import TooLargeError, UnsupportedQueryError
-from dpmm.linalg import Identity, Marginal, Marginals, Matrix, Ones, VStack
+from dpmm.linalg import Identity, Marginal, Marginals, MarginalsGram, Matrix, Ones, VStack
 from dpmm.linalg.kron import kron_terms
 from dpmm.linalg.marginals import _submasks
 from dpmm.linalg.residual_general import ResidualBlockStrategy
@@ -39,6 +39,7 @@ __all__ = [
     "check_gaussian",
     "marginal_optimal",
     "marginal_projection",
+    "marginal_strategies_bound",
     "sum_variance_optimum",
     "workload_marginals",
 ]
@@ -65,6 +66,32 @@ class MarginalOptimum:
         return ResidualBlockStrategy(
             self.shape, {s: math.sqrt(x) for s, x in self.squared_weights.items()}
         )
+
+
+def marginal_strategies_bound(W: Matrix, privacy: PrivacyParameter) -> float | None:
+    """A floor under the error on W of every strategy in the marginal algebra (the
+    ``marginals``, ``hdmm_marginals`` and ``marginal_optimal`` candidates), or None where W
+    cannot be projected onto the algebra.
+
+    Such a strategy's ``(AᵀA)⁺`` lies in the algebra, so ``trace(WᵀW (AᵀA)⁺)`` is
+    ``trace(P (AᵀA)⁺)`` with P the projection of ``WᵀW`` onto the algebra (HDMM's marginals
+    approximation): its error on W is its error on a workload of Gram P, at least that
+    workload's SVD bound ``v₁ (Σ_b mult(b) √λ_b(P))² / n``. P is positive semi-definite (a
+    conditional expectation of ``WᵀW``), its eigenvalues the algebra's closed form. Unlike
+    W's own SVD bound, which no strategy beats, this one can exceed the error of a strategy
+    outside the algebra (a hierarchy on range queries): then none of these candidates can
+    win, and the selection skips them.
+    """
+    try:
+        shape, coefficients = workload_marginals(W, repeated_totals=True, approximate=True)
+    except (UnsupportedQueryError, TooLargeError):
+        return None
+    projected = MarginalsGram(shape, coefficients)
+    roots = math.fsum(
+        projected.multiplicity(mask) * math.sqrt(max(value, 0.0))
+        for mask, value in projected.eigenvalues().items()
+    )
+    return privacy.noise_variance(1.0) * roots**2 / math.prod(shape)
 
 
 def workload_marginals(

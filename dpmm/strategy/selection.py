@@ -14,6 +14,10 @@ Where one candidate is a proven optimum for the workload and the noise (a
 :class:`ProvenOptimum`), no other can have a smaller expected error: it is run
 first, the baseline after it for reference, and every other candidate is
 recorded as not tried, with the reason.
+
+A candidate whose strategies all lie in a class with a known floor on their error (a
+:class:`ClassBound`) is skipped, with the reason, when that floor is no lower than the
+best error found before it: nothing it could build would be kept.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from dpmm.linalg import Matrix
 from dpmm.privacy import PrivacyParameter
 from dpmm.strategy.time_budget import time_budget
 
-__all__ = ["Candidate", "ProvenOptimum", "Selection", "select"]
+__all__ = ["Candidate", "ClassBound", "ProvenOptimum", "Selection", "select"]
 
 logger = logging.getLogger("dpmm.strategy")
 
@@ -85,6 +89,44 @@ class Selection:
         if self.chosen.strategy is None:  # pragma: no cover - select() never chooses one
             raise DpmmError("The chosen candidate has no strategy")
         return self.chosen.strategy
+
+
+@dataclass(frozen=True)
+class ClassBound:
+    """A floor under the error of every strategy some candidates build (computed once per
+    selection, when the first of them is reached), and what it is, for the plan."""
+
+    floor: Callable[[Matrix, PrivacyParameter], float | None]
+    what: str
+
+
+def _beaten(
+    name: str,
+    bounds: Mapping[str, ClassBound],
+    floors: dict[int, float | None],
+    tried: Iterable[Candidate],
+    W: Matrix,
+    privacy: PrivacyParameter,
+) -> Candidate | None:
+    """``name`` skipped, if its class's floor is no lower than the best error so far."""
+    bound = bounds.get(name)
+    applied = [candidate for candidate in tried if candidate.error is not None]
+    if bound is None or not applied:
+        return None
+    start = time.perf_counter()
+    if id(bound) not in floors:
+        try:
+            floors[id(bound)] = bound.floor(W, privacy)
+        except DpmmError:
+            floors[id(bound)] = None
+    floor, best = floors[id(bound)], _best(applied)
+    if floor is None or floor < best.error:
+        return None
+    reason = (
+        f"skipped: none of its strategies can beat {best.method} ({best.error:.6g}): "
+        f"{bound.what} is {floor:.6g}"
+    )
+    return Candidate(name, time.perf_counter() - start, skipped=reason)
 
 
 #: Called with (candidates done, candidates in total, the candidate being tried or chosen).
@@ -151,6 +193,7 @@ def select(
     progress: Progress | None = None,
     proven: ProvenOptimum | None = None,
     budget: float = math.inf,
+    bounds: Mapping[str, ClassBound] | None = None,
 ) -> Selection:
     """Run ``methods[name]`` for every name in ``order`` and keep the least expected error.
 
@@ -167,6 +210,9 @@ def select(
     of the selection have passed; one still searching then is recorded as stopped, and
     those after it as not tried (the first, and a proven optimum, always run to their end).
 
+    With ``bounds``, a named candidate is skipped when its :class:`ClassBound`'s floor is
+    no lower than the least error of those before it.
+
     Raises:
         DpmmError: the first method does not apply to ``W`` (and no proven optimum
             applies), or ``proven.method`` is not in ``order``.
@@ -176,6 +222,7 @@ def select(
     started = time.monotonic()
     tried: dict[str, Candidate] = {}
     run, done, total, reason = list(order), 0, len(order), None
+    floors: dict[int, float | None] = {}
     if proven is not None:
         if proven.method not in order:
             raise DpmmError(f"The proven optimum '{proven.method}' is not a candidate")
@@ -194,8 +241,11 @@ def select(
         if progress is not None:
             progress(count, total, _trying(name, tried.values(), W))
         bounded = math.inf if name == order[0] else budget  # the baseline always runs
+        beaten = _beaten(name, bounds or {}, floors, tried.values(), W, privacy)
         if name in tried:
             candidate = tried[name]
+        elif beaten is not None:
+            candidate = beaten
         elif time.monotonic() < started + bounded:
             candidate = _attempt(name, methods[name], W, privacy, bounded, started)
         else:

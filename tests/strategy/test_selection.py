@@ -2,7 +2,7 @@ from itertools import combinations
 
 import pytest
 
-from dpmm.error import expected_error
+from dpmm.error import expected_error, svd_bound
 from dpmm.errors import DpmmError, UnsupportedQueryError
 from dpmm.linalg import (
     AllRange,
@@ -19,12 +19,14 @@ from dpmm.linalg import (
 from dpmm.privacy import ZCDP, PureDP
 from dpmm.strategy import (
     AUTO_CANDIDATES,
+    CLASS_BOUNDS,
     METHODS,
     PROVEN_MARGINAL_OPTIMUM,
     PROVEN_ONE_ATTRIBUTE_OPTIMUM,
     optimize,
     select_strategy,
 )
+from dpmm.strategy.marginal_optimal import marginal_strategies_bound
 from dpmm.strategy.product import best_kron_strategy
 from dpmm.strategy.selection import ProvenOptimum, select
 
@@ -232,3 +234,42 @@ def test_a_singular_one_attribute_gram_is_not_a_certified_optimum():
     W = Kron([Ones(1, 8)])  # one query: the Gram has rank 1
     selection = select_strategy(VStack([W, Weighted(2.0, W)]), "auto", ZCDP(1))
     assert all(c.skipped != PROVEN_ONE_ATTRIBUTE_OPTIMUM for c in selection.candidates)
+
+
+@pytest.mark.parametrize(
+    "W",
+    [
+        AllRange(256),
+        Prefix(512),
+        Kron([Prefix(16), Identity(8)]),
+        VStack([Kron([AllRange(12), Ones(1, 5)]), Kron([Identity(12), Prefix(5)])]),
+    ],
+    ids=repr,
+)
+@pytest.mark.parametrize("privacy", [PureDP(1), ZCDP(1)], ids=["laplace", "gaussian"])
+def test_the_marginal_algebra_floor_is_below_every_marginal_strategy(W, privacy) -> None:
+    floor = marginal_strategies_bound(W, privacy)
+    assert floor is not None and floor >= svd_bound(W, privacy) * (1 - 1e-9)
+    for name in ("marginals", "hdmm_marginals"):
+        assert expected_error(W, METHODS[name](W, privacy), privacy) >= floor * (1 - 1e-9)
+
+
+def test_marginal_candidates_are_skipped_where_their_floor_is_beaten() -> None:
+    """On prefix queries a hierarchy beats every marginal strategy's floor: auto skips
+    them (their methods would raise), with the reason, and keeps the same choice."""
+    W, privacy = Prefix(1024), PureDP(1)
+
+    def never(W, privacy):
+        raise AssertionError("a candidate whose floor was beaten ran")
+
+    methods = {**METHODS, "marginals": never, "hdmm_marginals": never}
+    order = ("identity", "hierarchical", "marginals", "hdmm_marginals")
+    selection = select(W, privacy, methods, order, bounds=CLASS_BOUNDS)
+    skipped = {c.method: c.skipped for c in selection.candidates}
+    assert skipped["marginals"].startswith("skipped: none of its strategies can beat hierarchical")
+    assert "marginal algebra" in skipped["hdmm_marginals"]
+    assert selection.chosen.method == "hierarchical"
+    # Where no earlier candidate beats the floor, the candidates run.
+    union = VStack([Kron([Identity(6), Ones(1, 5)]), Kron([Ones(1, 6), Identity(5)])])
+    ran = select(union, privacy, METHODS, ("identity", "marginals"), bounds=CLASS_BOUNDS)
+    assert ran.candidates[1].error is not None
