@@ -222,7 +222,8 @@ class TableKrons(VStack):
         return np.concatenate(answers) if answers else np.zeros(0, np.int64)
 
     def __repr__(self) -> str:
-        return f"TableKrons({len(self.tables)} tables over {math.prod(self.domain_shape):,} cells)"
+        """The tables read, as ``Marginals`` lists them: ``TableKrons([0, 2], [1])``."""
+        return f"TableKrons({', '.join(str(list(t.attributes)) for t in self.tables)})"
 
     def sensitivity(self, p: float = 1) -> float:
         """The stack's largest column norm: exact up to :data:`NORMS_PER_COLUMN_LIMIT`

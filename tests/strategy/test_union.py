@@ -5,6 +5,7 @@ from scipy.optimize import minimize
 from dpmm.error import expected_error
 from dpmm.errors import UnsupportedQueryError
 from dpmm.linalg import AllRange, Identity, Kron, Ones, Prefix, VStack
+from dpmm.linalg.table_krons import TableKrons
 from dpmm.privacy import ZCDP, PureDP
 from dpmm.strategy.kron_template import kron_template
 from dpmm.strategy.union import budget_split, select_union
@@ -64,3 +65,29 @@ def test_a_single_product_is_not_a_union():
 def test_a_union_over_one_attribute_is_left_to_opt_0():
     with pytest.raises(UnsupportedQueryError, match="one attribute: its parts' Grams add up"):
         select_union(VStack([Prefix(8), AllRange(8)]), PureDP(1))
+
+
+@pytest.mark.parametrize("privacy", [PureDP(1), ZCDP(1)], ids=["laplace", "gaussian"])
+def test_beyond_the_dense_stack_each_table_gets_one_block(privacy):
+    """20,000 cells: a TableKrons, one block per table the products read (two products on
+    one table share it), at sensitivity 1, its exact error below the per-product bound."""
+    shape = (50, 20, 20)
+    parts = [
+        Kron([Prefix(50), Ones(1, 20), Ones(1, 20)]),
+        Kron([AllRange(50), Ones(1, 20), Ones(1, 20)]),
+        Kron([Ones(1, 50), Identity(20), Prefix(20)]),
+    ]
+    W = VStack(parts)
+    A = select_union(W, privacy)
+    assert isinstance(A, TableKrons) and A.domain_shape == shape
+    assert [table.attributes for table in A.tables] == [(0,), (1, 2)]
+    assert A.sensitivity(privacy.norm) == pytest.approx(1.0)
+    per_table = [
+        kron_template(VStack([Prefix(50), AllRange(50)]), privacy.norm)[1],
+        kron_template(Kron([Identity(20), Prefix(20)]), privacy.norm)[1],
+    ]
+    bound = privacy.noise_variance(1.0) * (
+        np.cbrt(per_table).sum() ** 3 if privacy.norm == 1 else np.sqrt(per_table).sum() ** 2
+    )
+    # The tables share only their total, which the consistent estimate averages.
+    assert expected_error(W, A, privacy) <= bound * 1.01
