@@ -12,11 +12,14 @@ The estimate:
 
 In the coordinates ``φ_{b,T} = Q_T marg_T t_b`` (``Q_i = I − J/n_i``, T ⊆ S_b) the projection
 is a weighted average per T, ``φ̄_T = Σ_{b ⊇ T} c_{b,T} φ_{b,T}`` with ``c_{b,T}`` summing
-to one over the blocks holding T and proportional to the inverse of the mean variance of
-``φ_{b,T}``'s entries, ``α_b² / (Π_{i∈T} mean diag Q K_{b,i} Q · Π_{i∈S_b∖T} 1ᵀ K_{b,i} 1)``:
-a block's errors can be far larger on some coordinates than on others (a prefix factor's
-sums, say), so one weight per table could let a poor estimate of one coordinate spoil a good
-one (on the SF1 tables, a 330× larger RMSE than the blocks' own answers). The consistent
+to one over the blocks holding T. The strategy carries them: OPT_+ chooses those least in
+the workload's error (:func:`optimal_coefficients`), and by default they are proportional to
+the inverse of the mean variance of ``φ_{b,T}``'s entries,
+``α_b² / (Π_{i∈T} mean diag Q K_{b,i} Q · Π_{i∈S_b∖T} 1ᵀ K_{b,i} 1)``. A block's errors can
+be far larger on some coordinates than on others (a prefix factor's sums, say), and its
+coordinates are correlated, so one weight per table let a poor estimate of one coordinate
+spoil a good one (on the SF1 tables, a 330× larger RMSE than the blocks' own answers). The
+consistent
 tables are the marginals of ``x̂ = Σ_T φ̄_T`` broadcast ``/ n_{[d]∖T}``. So a workload term
 ``w ⊗_{i∈R} W_i`` (the total on every other attribute) is answered by
 ``w (⊗_{i∈R} W_i) marg_R x̂ = Σ_b Σ_{T ⊆ R∩S_b} c_{b,T} L_{b,T} t̂_b`` with, per attribute,
@@ -51,7 +54,7 @@ import numpy as np
 from dpmm.errors import UnsupportedQueryError
 from dpmm.linalg import Dense, Matrix, query_variances, trace_of_product
 from dpmm.linalg.kron import KronTerm, kron_rows, kron_terms
-from dpmm.linalg.table_krons import TableKrons, read_attributes, subsets
+from dpmm.linalg.table_krons import KronTable, TableKrons, read_attributes, subsets
 from dpmm.reconstruct.consistent_projection import TableLayout
 
 __all__ = [
@@ -93,7 +96,7 @@ def coordinate_weights(A: TableKrons) -> list[dict[Attributes, float]]:
     return weights
 
 
-def _block_estimate(table, answers: np.ndarray) -> np.ndarray:
+def _block_estimate(table: KronTable, answers: np.ndarray) -> np.ndarray:
     """``B_b⁺ y_b / α_b``, one factor's pseudo-inverse applied along each axis."""
     estimate = np.asarray(answers, dtype=np.float64).reshape(
         [factor.shape[0] for factor in table.factors]
