@@ -30,6 +30,7 @@ import numpy as np
 from dpmm.errors import DomainError, NotIntegerError, TooLargeError, UnsupportedQueryError
 from dpmm.linalg.base import INT_LIMIT, IntegerNorms, Matrix, elementwise_norm_combiner
 from dpmm.linalg.combinators import VStack, Weighted
+from dpmm.linalg.eigen_strategy import kron_apply
 from dpmm.linalg.elementary import Ones
 from dpmm.linalg.helmert_blocks import checked_table
 from dpmm.linalg.kron import NORMS_PER_COLUMN_LIMIT, Kron
@@ -209,11 +210,7 @@ class TableKrons(VStack):
                     f"the answers of {self!r} on this many records could exceed 2**53, beyond "
                     "exact float64 arithmetic"
                 )
-            values = counts.astype(np.float64)
-            for axis, factor in enumerate(table.factors):
-                values = np.moveaxis(
-                    np.tensordot(factor.dense(), values, axes=([1], [axis])), 0, axis
-                )
+            values = kron_apply([f.dense() for f in table.factors], counts.astype(np.float64))
             values = table.weight * values.reshape(-1)
             rounded = np.rint(values)
             if not np.array_equal(values, rounded):

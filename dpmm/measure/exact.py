@@ -171,7 +171,7 @@ def exact_answers(strategy: ExactStrategy, x: np.ndarray) -> np.ndarray:
         MeasurementError: The counts are too large for exact float64 arithmetic.
     """
     if isinstance(strategy.matrix, HelmertBlocks):  # exact int64 from its tables
-        return helmert_answers(strategy.matrix, strategy.matrix.marginal_tables(x))
+        return own_answers(strategy.matrix, strategy.matrix.marginal_tables(x))
     total = int(x.sum(dtype=object)) if x.size else 0
     if strategy.entry_bound * total >= FLOAT_EXACT:
         raise MeasurementError(
@@ -196,9 +196,9 @@ def exact_answers(strategy: ExactStrategy, x: np.ndarray) -> np.ndarray:
     return integers
 
 
-def helmert_answers(matrix: HelmertBlocks | TableKrons, tables: dict) -> np.ndarray:
-    """The exact int64 answers of an integer residual or per-table Kronecker strategy from
-    its marginal tables.
+def own_answers(matrix: HelmertBlocks | TableKrons, tables: dict) -> np.ndarray:
+    """The exact int64 answers of a strategy that computes its own from its marginal tables
+    (integer residual blocks, per-table Kronecker blocks).
 
     Raises:
         MeasurementError: a table is missing or invalid, or an answer could overflow int64.

@@ -37,7 +37,7 @@ from dpmm.linalg import Marginals
 from dpmm.linalg.helmert_blocks import HelmertBlocks, checked_table
 from dpmm.linalg.marginals import mask_members
 from dpmm.linalg.table_krons import TableKrons
-from dpmm.measure.exact import FLOAT_EXACT, ExactStrategy, MeasurementError, helmert_answers
+from dpmm.measure.exact import FLOAT_EXACT, ExactStrategy, MeasurementError, own_answers
 
 __all__ = [
     "MarginalCounts",
@@ -183,7 +183,7 @@ def marginal_answers(strategy: ExactStrategy, counts: MarginalCounts) -> np.ndar
             f"over {tuple(A.domain_shape)}"
         )
     if isinstance(A, HelmertBlocks | TableKrons):
-        return helmert_answers(A, dict(counts.tables))
+        return own_answers(A, dict(counts.tables))
     answers, total = _weighted_tables(A, counts.tables)
     check_exact(strategy, total)
     return answers
@@ -242,5 +242,5 @@ def table_answers(A: TableStrategy, tables: Mapping[tuple[int, ...], np.ndarray]
         MeasurementError: A table is missing or invalid, or the tables disagree on the total.
     """
     if isinstance(A, HelmertBlocks | TableKrons):
-        return helmert_answers(A, dict(tables))
+        return own_answers(A, dict(tables))
     return _weighted_tables(A, tables)[0]

@@ -53,6 +53,7 @@ import numpy as np
 
 from dpmm.errors import UnsupportedQueryError
 from dpmm.linalg import Dense, Matrix, query_variances, trace_of_product
+from dpmm.linalg.eigen_strategy import kron_apply
 from dpmm.linalg.kron import KronTerm, kron_rows, kron_terms
 from dpmm.linalg.table_krons import KronTable, TableKrons, read_attributes, subsets
 from dpmm.reconstruct.consistent_projection import TableLayout
@@ -98,13 +99,9 @@ def coordinate_weights(A: TableKrons) -> list[dict[Attributes, float]]:
 
 def _block_estimate(table: KronTable, answers: np.ndarray) -> np.ndarray:
     """``B_b⁺ y_b / α_b``, one factor's pseudo-inverse applied along each axis."""
-    estimate = np.asarray(answers, dtype=np.float64).reshape(
-        [factor.shape[0] for factor in table.factors]
-    )
-    for axis, factor in enumerate(table.factors):
-        inverse = np.linalg.pinv(factor.dense())
-        estimate = np.moveaxis(np.tensordot(inverse, estimate, axes=([1], [axis])), 0, axis)
-    return estimate / table.weight
+    shape = [factor.shape[0] for factor in table.factors]
+    inverses = [np.linalg.pinv(factor.dense()) for factor in table.factors]
+    return kron_apply(inverses, np.reshape(answers, shape)) / table.weight
 
 
 def coefficients(A: TableKrons) -> tuple[dict[Attributes, float], ...]:
