@@ -41,7 +41,8 @@ WORKLOAD = (
 PRIVACY = {"epsilon": ("epsilon: 1", PureDP(3)), "rho": ("rho: 1/2", ZCDP("3/2"))}
 
 
-@pytest.fixture(params=sorted(PRIVACY))
+# Under rho in the default suite; under epsilon (its Laplace bounds) with the slow tests.
+@pytest.fixture(params=[pytest.param("epsilon", marks=pytest.mark.slow), "rho"])
 def case(request, tmp_path: Path) -> tuple[ReleaseConfig, np.ndarray]:
     """A config (budget for three releases) and the true count vector."""
     rng = np.random.default_rng(5)
@@ -94,6 +95,7 @@ def test_opt_plus_is_released_from_per_product_tables_as_planned(case) -> None:
     assert audit.ok, audit.failed
 
 
+@pytest.mark.slow
 def test_integer_output_rounds_the_consistent_tables(tmp_path: Path) -> None:
     """``release.output: integer``: every answer an integer, the tables consistent and
     non-negative, and the audit recomputes them."""
