@@ -6,7 +6,9 @@ Each case runs in a fresh Python process and is timed there (imports excluded):
   :func:`dpmm.strategy.select_strategy`, inside :func:`dpmm.blas_threads.blas_limit` as
   the plan and the release select;
 * ``plan <config>``: ``dpmm plan`` of every ``config/examples/*.yaml``, on a copy of the
-  examples folder (a plan writes its decision beside the config).
+  examples folder (a plan writes its decision beside the config);
+* ``reference``: a pure-Python loop with no BLAS at all, the baseline: what the competitor
+  costs any one-thread job on this machine, which no thread limit can give back.
 
 Every case is run quiet, then with a competing process — numpy multiplying 2000 × 2000
 matrices in a loop with its default BLAS threads — each with dpmm's thread limit off
@@ -21,24 +23,25 @@ is at most about 2 with the limit on. Run from the repository root::
 The machine's other load is not controlled: run it on an otherwise idle machine, and note
 the load average printed at the start and the end. A run that times out shows as ``inf``.
 
-On the 2-core development host with its other jobs mostly idle (load average 0.42 at the
-start; they resumed during the run, 5.6 at the end), ``--repeat 2 --timeout 120`` printed
-(seconds, medians; an earlier run at load average 7 gave the same picture, the selection
-49 s without the limit and 8 s with it)::
+On the 2-core development host (load average 2.32 at the start, 2.98 at the end; the
+host's other jobs were idle), ``--repeat 3 --timeout 120`` printed (seconds, medians)::
 
-    case             quiet, off  quiet, on  contended, off  contended, on  off ratio  on ratio
-    select                 1.27       1.57           27.29           2.12       21.5       1.4
-    adult-3way             7.68       8.03           24.64          20.89        3.2       2.6
-    adult-marginals       10.41       1.92            9.57           5.68        0.9       3.0
-    census-sf1            19.16       2.65           28.77           8.38        1.5       3.2
-    income-sums-svt        0.47       0.43            1.32           1.10        2.8       2.6
-    income-sums            0.44       0.41            1.23           1.36        2.8       3.3
-    ranges-1d              6.81       6.65           19.31          18.44        2.8       2.8
+    case           quiet s, off  quiet s, on  contended s, off  contended s, on  off ratio  on ratio
+    reference              1.14         1.00              1.32             2.13       1.2      2.1
+    select                 1.73         1.67              8.31             2.71       4.8      1.6
+    adult-3way             6.20         4.77              9.32             9.78       1.5      2.1
+    adult-marginals        1.40         1.19              2.52             2.19       1.8      1.8
+    adult-targets          6.51         5.84              9.56            11.01       1.5      1.9
+    census-sf1             5.55         5.87             16.90            11.50       3.0      2.0
+    income-sums-svt        0.43         0.45              0.88             0.81       2.1      1.8
+    income-sums            0.45         0.47              0.87             0.80       1.9      1.7
+    ranges-1d              5.39         4.86              9.97             8.46       1.8      1.7
 
-Beside the competitor the limit cuts the selection 13× and census-sf1's plan 3.4×
-(adult-marginals 1.7×; adult-3way, ranges-1d and the sums are not BLAS-bound and barely
-change). What remains of the competitor's cost for the plans (2.6–3.3×) is the CPU time
-its two threads take from the plan's one, which no thread count gives back.
+Beside the competitor the limit cuts the selection 3.1× and census-sf1's plan 1.5×. With
+the limit on, every case costs at most what the competitor costs the reference, a loop
+that uses no BLAS at all (its two columns differ only by the machine's noise: 1.2 and
+2.1): that remainder is the CPU time the competitor's two threads take from the one the
+case runs on, which no thread count gives back.
 """
 
 from __future__ import annotations
@@ -77,6 +80,15 @@ with blas_limit():
 print(time.perf_counter() - started)
 """
 
+REFERENCE = """
+import time
+started = time.perf_counter()
+total = 0
+for i in range(10_000_000):
+    total += i * i
+print(time.perf_counter() - started)
+"""
+
 PLAN = """
 import contextlib, io, sys, time
 from dpmm.cli import main
@@ -91,7 +103,7 @@ print(time.perf_counter() - started)
 
 def cases() -> dict[str, tuple[str, list[str]]]:
     """Case name → (child program, its arguments)."""
-    found = {"select": (SELECT, [])}
+    found = {"reference": (REFERENCE, []), "select": (SELECT, [])}
     for config in sorted(EXAMPLES.glob("*.yaml")):
         found[config.stem] = (PLAN, [config.name])
     return found
