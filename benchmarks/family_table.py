@@ -80,9 +80,12 @@ def _run_methods(
 ) -> None:
     """Child process: ``repeat`` rounds of one run per method, each result sent when known.
 
+    Every run is inside :func:`dpmm.blas_threads.blas_limit`, as ``dpmm plan`` selects.
+
     Every run builds the workload afresh, so no run reuses what an earlier one cached on it.
     A method whose first run raises a DpmmError is not run again.
     """
+    from dpmm.blas_threads import blas_limit
     from dpmm.error import expected_error
     from dpmm.errors import DpmmError
     from dpmm.strategy import METHODS, select_strategy
@@ -95,11 +98,13 @@ def _run_methods(
             W = workload.build()
             start = time.perf_counter()
             try:
-                if name == "auto":
-                    chosen = select_strategy(W, "auto", privacy).chosen
-                    method, error = chosen.method, chosen.error
-                else:
-                    method, error = name, expected_error(W, METHODS[name](W, privacy), privacy)
+                with blas_limit():
+                    if name == "auto":
+                        chosen = select_strategy(W, "auto", privacy).chosen
+                        method, error = chosen.method, chosen.error
+                    else:
+                        strategy = METHODS[name](W, privacy)
+                        method, error = name, expected_error(W, strategy, privacy)
             except DpmmError as reason:
                 failed.add(name)
                 out.put((name, None, f"{short_reason(reason)}\t{reason}", 0.0))

@@ -1,17 +1,18 @@
 """dpmm's strategy selection against the measured anchors, in one table.
 
 For every row of ../shared/anchors/hdmm.md (pure ε = 1, Laplace) and
-../shared/anchors/residualplanner.md (ρ = 1 zCDP, Gaussian, sum of cell
-variances), and for hdmm.md's 1-D and Kron workloads under Gaussian noise,
-``dpmm.strategy.select_strategy(W, "auto", privacy)`` runs every candidate
-method in a fresh process; the table shows the best method, its exact total
-squared error, the ratio to the anchor's measured error (goal ≤ 1.00 for
-HDMM, ≤ 1.001 for ResidualPlanner) or to the SVD bound (goal ≤ 1.05 for the
-Gaussian rows), the ratio to the SVD bound, the time to build the workload,
-the whole ``auto`` selection time (wall clock, and the process's CPU time,
-which a machine shared with other jobs inflates less) and the best method's
-own time, the anchor's selection time, and the process's peak RSS. With
-``--repeat N`` every time is the median of N fresh processes.
+../shared/anchors/residualplanner.md (ρ = 1 zCDP, Gaussian, sum of cell variances), and
+for hdmm.md's 1-D and Kron workloads under Gaussian noise,
+``dpmm.strategy.select_strategy(W, "auto", privacy)`` runs every candidate method in a
+fresh process, inside :func:`dpmm.blas_threads.blas_limit` as ``dpmm plan`` and the
+release select (BLAS threads that fit the cores not busy elsewhere); the table shows the
+best method, its exact total squared error, the ratio to the anchor's measured error
+(goal ≤ 1.00 for HDMM, ≤ 1.001 for ResidualPlanner) or to the SVD bound (goal ≤ 1.05 for
+the Gaussian rows), the ratio to the SVD bound, the time to build the workload, the
+whole ``auto`` selection time (wall clock, and the process's CPU time, which a machine
+shared with other jobs inflates less) and the best method's own time, the anchor's
+selection time, and the process's peak RSS. With ``--repeat N`` every time is the median
+of N fresh processes.
 
 ``--family`` instead runs dpmm's own workload family (random unions of 1- to
 3-way Kron products over 3–15 attributes, 10⁴–10¹⁸ cells; :mod:`kron_unions`)
@@ -46,6 +47,7 @@ ROWS = HDMM_ROWS + GAUSSIAN_ROWS + RP_ROWS
 
 
 def _run_row(name: str, queue: mp.Queue) -> None:
+    from dpmm.blas_threads import blas_limit
     from dpmm.error import svd_bound
     from dpmm.strategy import select_strategy
 
@@ -54,7 +56,8 @@ def _run_row(name: str, queue: mp.Queue) -> None:
     W = row.build()
     build_seconds = time.perf_counter() - start
     start, cpu_start = time.perf_counter(), time.process_time()
-    selection = select_strategy(W, "auto", row.privacy)
+    with blas_limit():
+        selection = select_strategy(W, "auto", row.privacy)
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     bound = svd_bound(W, row.privacy)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
