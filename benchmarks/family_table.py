@@ -198,8 +198,8 @@ class Row:
 
     @property
     def within_spread(self) -> bool:
-        """Auto is over the best template but no further than that template's own runs
-        spread: auto ran the same stochastic method, and another run of it was luckier."""
+        """Auto is over the best template, but by no more than that template's runs differ
+        among themselves: auto ran the same stochastic method, and another run was luckier."""
         ratio, best = self.ratio
         spread = self.cells[best].spread if best else None
         return (
