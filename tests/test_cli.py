@@ -204,6 +204,7 @@ def test_installed_console_script_runs_plan(tmp_path: Path) -> None:
     assert_plan_keys(data)
 
 
+@pytest.mark.slow  # test_python_dash_m_runs_the_command runs the package in a subprocess too
 def test_module_runs_as_a_script(tmp_path: Path) -> None:
     path = write(tmp_path, {**SMALL, "privacy": {"epsilon": 0}})
     result = subprocess.run(

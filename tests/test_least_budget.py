@@ -256,7 +256,17 @@ strategy: {method: residual}
 }
 
 
-@pytest.mark.parametrize("counting", sorted(PUBLISHED))
+#: Countings whose release runs with the slow tests (the default suite's time bar).
+SLOW_COUNTINGS = {"workers", "residual"}
+
+
+@pytest.mark.parametrize(
+    "counting",
+    [
+        pytest.param(name, marks=pytest.mark.slow) if name in SLOW_COUNTINGS else name
+        for name in sorted(PUBLISHED)
+    ],
+)
 def test_the_published_half_widths_meet_the_target_the_plan_derived(
     tmp_path: Path, capsys, monkeypatch, counting: str
 ) -> None:

@@ -218,7 +218,9 @@ def test_an_hdmm_kron_strategy_releases_on_the_workers(tmp_path: Path) -> None:
     assert audit_release(result.path).ok
 
 
-@pytest.mark.parametrize("method", ["hierarchical", "hdmm_kron"])
+@pytest.mark.parametrize(
+    "method", [pytest.param("hierarchical", marks=pytest.mark.slow), "hdmm_kron"]
+)
 def test_a_kron_strategy_beyond_the_vector_is_planned_on_the_workers(tmp_path, method) -> None:
     """2²⁹ cells, past the vector's 2²⁸: selection passed Kronecker strategies over as
     needing the vector although cluster.arrays: workers holds their arrays there; with

@@ -110,7 +110,7 @@ def test_the_workers_exact_intervals_cover_their_level(tmp_path: Path, privacy: 
     _coverage(f"workers, tree, {privacy}", errors, widths, law)
 
 
-@pytest.mark.parametrize("rho", [1, 10**4])
+@pytest.mark.parametrize("rho", [1, pytest.param(10**4, marks=pytest.mark.slow)])
 def test_residual_blocks_exact_intervals_cover_their_level(tmp_path: Path, rho: int) -> None:
     config, result = _released(tmp_path, RESIDUAL.format(rho=rho), (4, 5, 6))
     version = result.path
