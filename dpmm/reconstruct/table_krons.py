@@ -116,12 +116,14 @@ def coefficients(A: TableKrons) -> tuple[dict[Attributes, float], ...]:
     return tuple({s: value / totals[s] for s, value in block.items()} for block in weights)
 
 
-def optimal_coefficients(W: Matrix, A: TableKrons) -> tuple[dict[Attributes, float], ...]:
-    """The coefficients that minimize W's total error (:func:`pair_errors`' quadratic form)
-    under ``Σ_b c_{b,T} = 1`` per shared coordinate T: one KKT system, as large as the
-    blocks' coordinates. A coordinate W does not read keeps (nearly) its inverse-variance
-    weight, by a ridge 10⁻⁹ of the form's scale."""
-    pairs = pair_errors(W, A)
+def optimal_coefficients(
+    W: Matrix, A: TableKrons, pairs: Sequence[dict[Pair, float]] | None = None
+) -> tuple[dict[Attributes, float], ...]:
+    """The coefficients that minimize W's total error (:func:`pair_errors`' quadratic form,
+    computed unless ``pairs`` gives it) under ``Σ_b c_{b,T} = 1`` per shared coordinate T:
+    one KKT system, as large as the blocks' coordinates. A coordinate W does not read keeps
+    (nearly) its inverse-variance weight, by a ridge 10⁻⁹ of the form's scale."""
+    pairs = pair_errors(W, A) if pairs is None else pairs
     holders: dict[Attributes, list[int]] = {}
     for b, table in enumerate(A.tables):
         for subset in subsets(table.attributes):

@@ -10,6 +10,13 @@ Answering each ``W_k`` from its own block costs ``Σ_k e_k / α_k²``:
 * Gaussian (L2): the squared sensitivity is at most ``Σ α_k²``; minimizing
   ``(Σ α_k²) Σ e_k/α_k²`` gives ``α_k² ∝ √e_k`` and error ``(Σ √e_k)²``.
 
+Beyond the dense stack (below), each table's share of W's error is no longer its ``e_k``,
+since the tables are made consistent: under Laplace noise the split is then made again by
+the shares, and the coefficients chosen again, for :data:`SPLIT_ROUNDS` rounds. Every block's
+columns have one L1 norm, so the stack's sensitivity is ``Σ α_k`` and W's error is
+``Σ_k share_k(c)/α_k²``: the coefficients minimize it at fixed weights and the split at fixed
+coefficients, so no round raises it.
+
 Up to √DENSE_LIMIT cells the stack is answered by least squares, never worse than the
 per-block answers, and :func:`dpmm.error.expected_error` reports its exact error from the
 stack's dense Gram. On a larger domain each product's block reads only the marginal table
@@ -23,13 +30,15 @@ fitted by OPT_⊗ to them all.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from dpmm.errors import UnsupportedQueryError
 from dpmm.linalg import DENSE_LIMIT, Kron, Matrix, VStack, Weighted
 from dpmm.linalg.table_krons import TableKrons, read_attributes
 from dpmm.privacy import PrivacyParameter
-from dpmm.reconstruct.table_krons import optimal_coefficients
+from dpmm.reconstruct.table_krons import optimal_coefficients, pair_errors
 from dpmm.strategy.kron_template import SWEEP_STARTS, kron_template
 from dpmm.strategy.product import KronTerm, kron_terms
 
@@ -38,6 +47,11 @@ __all__ = ["RESTARTED_SHARE", "budget_split", "select_union"]
 #: Beyond the dense stack, the tables whose error shares add up to this fraction of the
 #: whole (the largest first) get OPT_⊗'s further sweep starts.
 RESTARTED_SHARE = 0.5
+
+#: Rounds of splitting the budget again by each table's share of W's error once the tables
+#: are made consistent. On the family's w5 (pure ε; six tables, three of 10⁶ cells) the
+#: error fell 0.27 %, 0.29 % and 0.29 % after rounds 1–3 (10⁻⁶ more after round 4).
+SPLIT_ROUNDS = 2
 
 
 def budget_split(errors: np.ndarray, norm: int) -> np.ndarray:
@@ -124,10 +138,38 @@ def _table_union(W: Matrix, terms: list[KronTerm], privacy: PrivacyParameter) ->
         again = _table_fit(readers[read], privacy, starts=SWEEP_STARTS - 1)
         fits[read] = min(fits[read], again, key=lambda fit: fit[1])
     tables = [(read, *block) for read, (block, _) in fits.items()]
-    errors = [error for _, error in fits.values()]
-    alphas = budget_split(np.array(errors), privacy.norm)
+    errors = np.array([error for _, error in fits.values()])
     shape = tuple(f.shape[1] for f in terms[0].factors)
-    A = TableKrons(
-        shape, [(s, f, float(a) * w) for (s, f, w), a in zip(tables, alphas, strict=True)]
+
+    def split(alphas: np.ndarray) -> TableKrons:
+        return TableKrons(
+            shape, [(s, f, float(a) * w) for (s, f, w), a in zip(tables, alphas, strict=True)]
+        )
+
+    alphas = budget_split(errors, privacy.norm)
+    A = split(alphas)
+    if privacy.norm != 1:  # the Gaussian split moved W's error by 10⁻⁴ (SPLIT_ROUNDS)
+        return A.with_coefficients(optimal_coefficients(W, A))
+    # Each block's pair errors scale as its weight⁻²: one evaluation serves every round.
+    unit = [
+        {pair: value * a**2 for pair, value in block.items()}
+        for block, a in zip(pair_errors(W, A), alphas, strict=True)
+    ]
+    for round_ in range(SPLIT_ROUNDS + 1):
+        if round_:
+            shares = np.array([_share(b, c) for b, c in zip(unit, A.coefficients, strict=True)])
+            if not np.all(np.isfinite(shares) & (shares > 0)):
+                break
+            alphas = budget_split(shares, privacy.norm)
+            A = split(alphas)
+        pairs = [{k: v / a**2 for k, v in b.items()} for b, a in zip(unit, alphas, strict=True)]
+        A = A.with_coefficients(optimal_coefficients(W, A, pairs))
+    return A
+
+
+def _share(unit_pairs: dict, coefficients: dict) -> float:
+    """A block's part of W's error at unit weight, with the tables made consistent."""
+    return math.fsum(
+        coefficients[left] * coefficients[right] * value
+        for (left, right), value in unit_pairs.items()
     )
-    return A.with_coefficients(optimal_coefficients(W, A))
