@@ -590,6 +590,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dpmm: error: {where}{_one_line(error.strerror or str(error))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except MemoryError as error:
+        if args.verbose:
+            raise
         print(f"dpmm: error: out of memory ({_one_line(str(error))})", file=sys.stderr)
         return EXIT_OUT_OF_MEMORY
     finally:

@@ -61,6 +61,7 @@ from typing import Any, NoReturn
 from dpmm.domain import Domain
 from dpmm.errors import ConfigError, describe_value
 from dpmm.linalg import Matrix
+from dpmm.linalg.elementary import PREFIX_GRAM_LIMIT
 from dpmm.targets import Target, parse_target
 from dpmm.workload import builders
 from dpmm.workload.attributes import attribute_name, attribute_names, spread
@@ -142,7 +143,22 @@ def _weight(value: object, path: str) -> float:
     return float(value)
 
 
-def _factor(kind: str, n: int, intervals: list[list[int]] | None = None) -> Matrix:
+#: Most values an ``all_range`` is built over: its n(n+1)/2 intervals and its Gram are
+#: formed as arrays (at 32,768 values, 5.4·10⁸ intervals: 17 GiB before the Gram's 8 GiB).
+ALL_RANGE_LIMIT = math.isqrt(PREFIX_GRAM_LIMIT)
+
+
+def _factor(
+    kind: str, domain: Domain, attribute: str, path: str, intervals: list[list[int]] | None = None
+) -> Matrix:
+    n = domain[attribute].size
+    if kind == "all_range" and n > ALL_RANGE_LIMIT:
+        _fail(
+            path,
+            f"asks for all {n * (n + 1) // 2:,} ranges over the {n:,} values of '{attribute}'; "
+            f"dpmm builds all ranges over at most {ALL_RANGE_LIMIT:,} values: use a coarser "
+            "attribute, or list the ranges needed (kind 'ranges')",
+        )
     if kind == "ranges":
         return builders.ranges(n, intervals)
     return {
@@ -159,8 +175,8 @@ def _one_d(entry: Mapping, kind: str, domain: Domain, path: str) -> tuple[Matrix
             _fail(f"{path}.attribute", f"is required for kind '{kind}'")
         if "by" in entry:
             _fail(f"{path}.by", "needs 'attribute' (without it the group covers every attribute)")
-        whole = zip(domain.attributes, domain.shape, strict=True)
-        return spread(domain, {attribute: _factor(kind, n) for attribute, n in whole}), {}
+        factors = {a: _factor(kind, domain, a, path) for a in domain.attributes}
+        return spread(domain, factors), {}
     attribute = attribute_name(domain, entry["attribute"], f"{path}.attribute")
     spec: dict[str, Any] = {"attribute": attribute}
     intervals = None
@@ -175,7 +191,7 @@ def _one_d(entry: Mapping, kind: str, domain: Domain, path: str) -> tuple[Matrix
         if attribute in by:
             _fail(f"{path}.by", f"contains '{attribute}', the group's own attribute")
         spec["by"] = by
-    factor = _factor(kind, domain[attribute].size, intervals)
+    factor = _factor(kind, domain, attribute, path, intervals)
     return spread(domain, {attribute: factor}, by), spec
 
 
@@ -238,14 +254,14 @@ def _kron(entry: Mapping, domain: Domain, path: str) -> tuple[Matrix, dict]:
     for key, value in factors.items():
         key_path = f"{path}.factors.{key}"
         attribute = attribute_name(domain, key, key_path)
-        size = domain[attribute].size
         if isinstance(value, str):
             if value not in KRON_FACTORS:
                 _fail(key_path, f"unknown factor '{value}' ({expected})")
-            chosen[attribute], normalized[attribute] = _factor(value, size), value
+            chosen[attribute] = _factor(value, domain, attribute, key_path)
+            normalized[attribute] = value
         elif isinstance(value, Mapping) and list(value) == ["ranges"]:
             intervals = _intervals(value["ranges"], domain, attribute, f"{key_path}.ranges")
-            chosen[attribute] = _factor("ranges", size, intervals)
+            chosen[attribute] = _factor("ranges", domain, attribute, key_path, intervals)
             normalized[attribute] = {"ranges": intervals}
         else:
             _fail(key_path, f"is not a factor, got {describe_value(value)} ({expected})")

@@ -527,3 +527,25 @@ def test_prefix_sum_with_a_private_threshold_is_untruncated_until_theta_is_drawn
         {"kind": "prefix_sum", "attribute": "income", "truncation": {"threshold": 30}}, INCOME
     )
     assert private_truncation(public.spec) is None
+
+
+@pytest.mark.parametrize(
+    "entry, path",
+    [
+        ({"kind": "all_range", "attribute": "income"}, "workload[0]"),
+        ({"kind": "kron", "factors": {"income": "all_range"}}, "workload[0].factors.income"),
+    ],
+)
+def test_all_ranges_beyond_the_limit_are_refused_before_anything_is_built(entry, path):
+    """32,768 values: 5.4·10⁸ intervals, which took the machine's memory before the plan
+    could say anything; a prefix over as many values stays a workload."""
+    wide = Domain.from_dict({"income": 32_768, "sex": 2})
+    with pytest.raises(ConfigError) as caught:
+        from_config([entry], wide)
+    assert str(caught.value) == (
+        f"{path}: asks for all 536,887,296 ranges over the 32,768 values of 'income'; dpmm "
+        "builds all ranges over at most 16,384 values: use a coarser attribute, or list the "
+        "ranges needed (kind 'ranges')"
+    )
+    (group,) = from_config([{"kind": "prefix", "attribute": "income"}], wide)
+    assert group.matrix.shape == (32_768, 65_536)
