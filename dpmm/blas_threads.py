@@ -24,25 +24,26 @@ which sizes the pools from:
   is, ``off`` leaves the pools as the libraries set them.
 
 Nested :func:`blas_limit` blocks reuse the outermost decision. Limits set inside one
-still apply: the template optimizers' ``threadpool_limits(limits=1)`` around thousands of
-tiny solves, and ``limits=None`` (large Gaussian factors of OPT_⊗), which keeps this one.
+still apply: the template optimizers' ``pool_limit(1)`` around thousands of
+tiny solves, and ``pool_limit(None)`` (large Gaussian factors of OPT_⊗), which keeps this one.
 OpenBLAS has one thread count per process, so threads of one process that run stages at
 once (a Dask worker's threads in the flow's process) share the last count set.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import statistics
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from dpmm.errors import ConfigError, describe_value
 
@@ -54,6 +55,7 @@ __all__ = [
     "cgroup_cores",
     "dask_worker_threads",
     "owned_cores",
+    "pool_limit",
     "search_threads",
 ]
 
@@ -221,6 +223,32 @@ def blas_threads() -> int | None:
     return max(1, free // sharing) if sharing else free
 
 
+@functools.cache
+def _pools() -> ThreadpoolController:
+    """The process's BLAS/OpenMP pools, listed once. ``threadpool_limits`` lists them again
+    on every call by walking every loaded library: 0.8 ms in a bare interpreter, ~2 ms in
+    dpmm's, and the template optimizers enter a one-thread limit hundreds of times per
+    selection (290 times in OPT_+ on SF1, 0.6 s of its 4.6 s). NumPy and SciPy, which each
+    bring an OpenBLAS, are loaded first, so both pools are listed."""
+    import numpy  # noqa: F401
+    import scipy.linalg  # noqa: F401
+
+    return ThreadpoolController()
+
+
+def pool_limit(limits: int | None) -> AbstractContextManager:
+    """At most ``limits`` threads in every BLAS/OpenMP pool for the block (None: as they
+    are), as ``threadpoolctl.threadpool_limits`` but without listing the pools again.
+
+    Example:
+        >>> from threadpoolctl import threadpool_info
+        >>> with pool_limit(1):
+        ...     {pool["num_threads"] for pool in threadpool_info()}
+        {1}
+    """
+    return _pools().limit(limits=limits)
+
+
 @contextmanager
 def blas_limit() -> Iterator[int | None]:
     """Run the block with :func:`blas_threads` BLAS/OpenMP threads (threadpoolctl); yields
@@ -248,7 +276,7 @@ def blas_limit() -> Iterator[int | None]:
         return
     token = _decided.set(threads)
     try:
-        with threadpool_limits(limits=threads):
+        with pool_limit(threads):
             yield threads
     finally:
         _decided.reset(token)

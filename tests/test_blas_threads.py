@@ -148,6 +148,22 @@ def test_the_limit_applies_inside_and_is_undone_after(monkeypatch: pytest.Monkey
     assert _pool_threads() == before
 
 
+def test_the_optimizers_one_thread_limit_covers_every_pool_and_none_keeps_the_stages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``pool_limit`` lists the pools once: NumPy's and SciPy's OpenBLAS both obey it."""
+    monkeypatch.setenv(bt.ENVIRONMENT_VARIABLE, "3")
+    with bt.blas_limit():
+        with bt.pool_limit(1):
+            assert _pool_threads() == {1}
+            assert {pool["prefix"] for pool in threadpool_info()} == {
+                pool["prefix"] for pool in bt._pools().info()
+            }
+        with bt.pool_limit(None):
+            assert _pool_threads() == {3}
+        assert _pool_threads() == {3}
+
+
 def test_outside_a_dask_worker() -> None:
     assert bt.dask_worker_threads() is None
 

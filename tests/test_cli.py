@@ -225,7 +225,7 @@ def test_readme_opens_with_the_two_commands() -> None:
     venv = "python3 -m venv .venv && . .venv/bin/activate"
     assert blocks[:2] == [
         f"{venv} && pip install . && dpmm demo",
-        f'{venv} && pip install -e ".[test]" && pytest',
+        f'{venv} && pip install -e ".[test]" && pytest -n auto',
     ]
     before = readme[: readme.index("```sh")]
     assert before.strip() == "# dpmm"

@@ -47,9 +47,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.linalg.blas import dsyrk
 from scipy.linalg.lapack import dpotrf, dtrtrs
-from threadpoolctl import threadpool_limits
 
-from dpmm.blas_threads import blas_limit
+from dpmm.blas_threads import blas_limit, pool_limit
 from dpmm.errors import ArgumentError, UnsupportedQueryError
 from dpmm.local.baselines import baseline_strategies
 from dpmm.local.mechanism import as_dense_workload, per_user_variance_from_gram
@@ -489,7 +488,7 @@ def optimize_strategy(
         )
     generator = restart_generator(rng)
     started = time.perf_counter()
-    with threadpool_limits(limits=1) if n < THREADED_SIZE else blas_limit():
+    with pool_limit(1) if n < THREADED_SIZE else blas_limit():
         gram_W = W.T @ W
         objective = Objective.from_gram(gram_W)
         # Start strictly inside the feasible z range: Σz = (1 + e^{-ε}) / 2.

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
+from dpmm.blas_threads import pool_limit
 from dpmm.linalg import Identity, Matrix, Ones, VStack
 from dpmm.privacy import PrivacyParameter
 from dpmm.strategy.gaussian_optimal import MAX_SIZE as MAX_GAUSSIAN_SIZE
@@ -29,7 +29,7 @@ RESTARTS = 3
 SWEEP_STARTS = 3
 
 #: Attributes from this size up solve their Gaussian optimum with every BLAS thread the
-#: caller allows (``limits=None`` keeps the stage's :func:`dpmm.blas_threads.blas_limit`).
+#: caller allows (``pool_limit(None)`` keeps the stage's :func:`dpmm.blas_threads.blas_limit`).
 THREADED_GAUSSIAN_SIZE = 512
 
 #: Largest attribute a p-Identity is fitted to (its Gram is a dense n × n array).
@@ -56,14 +56,14 @@ def _fit_factor(gram: np.ndarray, norm: int) -> tuple[Matrix, float]:
         # A few dense n × n eigendecompositions: BLAS threads help once n is large.
         threads = None if gram.shape[0] >= THREADED_GAUSSIAN_SIZE else 1
         try:
-            with threadpool_limits(limits=threads):
+            with pool_limit(threads):
                 optimum = optimal_gaussian_factor(gram / scale)
             return optimum.strategy, optimum.error * scale
         except ValueError:  # a singular Gram: fit a p-Identity instead
             pass
     # The sweeps' weighted Grams span many orders of magnitude; the fit sees unit trace.
     # One BLAS thread: the fit makes thousands of small solves, which threads only slow.
-    with threadpool_limits(limits=1):
+    with pool_limit(1):
         strategy, loss = optimize_pidentity(gram / scale, norm=norm, restarts=RESTARTS)
     loss *= scale
     return (strategy, loss) if np.isfinite(loss) and loss > 0 else (Identity(gram.shape[0]), np.inf)

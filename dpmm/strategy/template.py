@@ -20,9 +20,8 @@ from typing import Protocol
 
 import numpy as np
 import scipy.optimize
-from threadpoolctl import threadpool_limits
 
-from dpmm.blas_threads import search_threads
+from dpmm.blas_threads import pool_limit, search_threads
 from dpmm.errors import ArgumentError, DpmmError
 from dpmm.strategy.projected_lbfgs import minimize_bounded
 from dpmm.strategy.restarts import restart_generator
@@ -114,7 +113,7 @@ def descend(template: Template, start: np.ndarray, iterations: int) -> tuple[np.
     """
     bounds = template.bounds()
     if np.size(start) >= LARGE_PROBLEM:
-        with threadpool_limits(limits=1):
+        with pool_limit(1):
             return minimize_bounded(
                 template.loss_and_grad,
                 start,
@@ -124,7 +123,7 @@ def descend(template: Template, start: np.ndarray, iterations: int) -> tuple[np.
                 relative_tolerance=RELATIVE_TOLERANCE,
             )
     # One BLAS thread: thousands of small products, which threads only slow down.
-    with threadpool_limits(limits=1):
+    with pool_limit(1):
         result = scipy.optimize.minimize(
             _checking_time(template.loss_and_grad),
             start,
@@ -158,7 +157,7 @@ def _descend_each(
         return [descend(template, start, iterations) for start in starts]
     # One BLAS thread around the pool too: the descents' own limits then restore 1, not the
     # stage's count, whichever ends first.
-    with threadpool_limits(limits=1), ThreadPoolExecutor(workers) as pool:
+    with pool_limit(1), ThreadPoolExecutor(workers) as pool:
         # Each thread runs in a copy of this context: the selection's time budget holds there.
         futures = [
             pool.submit(contextvars.copy_context().run, descend, template, start, iterations)
