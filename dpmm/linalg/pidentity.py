@@ -97,8 +97,9 @@ def woodbury_solve(theta: np.ndarray) -> np.ndarray:
         if info == 0:
             inverse, info = scipy.linalg.lapack.dpotri(factor, lower=False)
         if info == 0:  # otherwise rounding made M look indefinite: take the QR below
-            inverse = np.triu(inverse) + np.triu(inverse, 1).T  # dpotri fills one triangle
-            return inverse @ theta
+            # dpotri fills the upper triangle, which dsymm reads as the symmetric whole;
+            # as Θᵀ M⁻¹ from the right, so that Θᵀ and the result need no copy to C order.
+            return scipy.linalg.blas.dsymm(1.0, inverse, theta.T, side=1, lower=0).T
     return scipy.linalg.cho_solve(woodbury_factor(theta), theta, check_finite=False)
 
 
