@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
@@ -235,13 +236,25 @@ class TreeGramInverse(Symmetric, Matrix):
         self.gram_matrix = gram
         self.corrections = _corrections(n, gram.tree.branching)
 
-    # O(k · n · depth) for k columns.
+    @cached_property
+    def _stacked(self) -> tuple[sp.csr_array, sp.csr_array, np.ndarray]:
+        """``(Q, Qᵀ, c)``: the corrections' vectors as the columns of one sparse ``n × v``
+        matrix (n · depth entries) and their coefficients, so ``Σ_v c_v q_v q_vᵀ = Q C Qᵀ``."""
+        rows = np.concatenate([np.arange(c.low, c.low + c.q.size) for c in self.corrections])
+        columns = np.repeat(np.arange(len(self.corrections)), [c.q.size for c in self.corrections])
+        values = np.concatenate([c.q for c in self.corrections])
+        Q = sp.csr_array((values, (rows, columns)), shape=(self.shape[0], len(self.corrections)))
+        coefficients = np.array([c.coefficient for c in self.corrections])
+        return Q, sp.csr_array(Q.T), coefficients
+
+    # O(k · n · depth) for k columns, in two sparse products: one Python loop over the
+    # nodes took 1 s for 4,096 columns of a 4,096-cell tree.
     def _matmat(self, X: np.ndarray) -> np.ndarray:
-        result = np.array(X, dtype=np.float64, copy=True)
-        for c in self.corrections:
-            block = slice(c.low, c.low + c.q.size)
-            result[block] -= np.outer(c.q, c.coefficient * (c.q @ X[block]))
-        return result
+        X = np.asarray(X, dtype=np.float64)
+        if not self.corrections:  # one cell: the identity
+            return X.copy()
+        Q, Q_transposed, coefficients = self._stacked
+        return X - Q @ (coefficients[:, None] * (Q_transposed @ X))
 
     def pinv(self) -> TreeGram:
         return self.gram_matrix
