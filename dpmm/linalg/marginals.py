@@ -368,6 +368,14 @@ class MarginalsGram(Symmetric, Matrix):
             raise ValueError("MarginalsGram has an attribute set outside the domain")
         super().__init__((self._sizes.cells, self._sizes.cells))
 
+    @functools.cached_property
+    def membership(self) -> np.ndarray:
+        """Which attributes each set a holds: one boolean row per coefficient, in the
+        order of ``coefficients`` (for sums over every a at once)."""
+        dims = len(self.domain_shape)
+        rows = [[a >> i & 1 for i in range(dims)] for a in self.coefficients]
+        return np.array(rows, dtype=bool).reshape(len(rows), dims)
+
     # O(k · N · |support|): sum out the attributes outside a, broadcast back.
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         columns = X.shape[1]

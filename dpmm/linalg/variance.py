@@ -73,14 +73,14 @@ def _single_factor(M: Matrix) -> Matrix:
 
 
 def _marginal_variance(W: Marginal, P: MarginalsGram) -> float:
-    # M_S C(a) M_Sᵀ = ⊗_{i∈S} (I or J) · Π_{i∉S} (n_i if i∈a else n_i²): its diagonal is constant.
-    total = 0.0
-    for a, u in P.coefficients.items():
-        outside = math.prod(
-            n if a >> i & 1 else n * n for i, n in enumerate(W.domain_shape) if not W.mask >> i & 1
-        )
-        total += u * outside
-    return total
+    # M_S C(a) M_Sᵀ = ⊗_{i∈S} (I or J) · Π_{i∉S} (n_i if i∈a else n_i²): its diagonal is
+    # constant. All a at once, one attribute at a time: a loop over the a's took 2 s of the
+    # 364 three-way marginals of the Adult domain.
+    weights = np.fromiter(P.coefficients.values(), dtype=np.float64, count=len(P.coefficients))
+    for i, n in enumerate(W.domain_shape):
+        if not W.mask >> i & 1:
+            weights = weights * np.where(P.membership[:, i], float(n), float(n) * n)
+    return math.fsum(weights)
 
 
 def _interval_variances(W: RangeQueries, P: Matrix) -> np.ndarray:
