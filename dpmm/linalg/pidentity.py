@@ -14,6 +14,8 @@ scaling) and ``X = I + ΘᵀΘ``:
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import scipy.linalg
 
@@ -74,6 +76,12 @@ def woodbury_factor(theta: np.ndarray) -> tuple[np.ndarray, bool]:
 CHOLESKY_CONDITION_LIMIT = 1e8
 
 
+@functools.lru_cache(maxsize=64)
+def _strictly_lower(p: int) -> tuple[np.ndarray, np.ndarray]:
+    """The indices below the diagonal of a p × p array (the fits ask for a few p, often)."""
+    return np.tril_indices(p, -1)
+
+
 def woodbury_solve(theta: np.ndarray) -> np.ndarray:
     """``M⁻¹ Θ`` for ``M = I_p + ΘΘᵀ`` (which is also ``Θ (I + ΘᵀΘ)⁻¹``).
 
@@ -97,9 +105,9 @@ def woodbury_solve(theta: np.ndarray) -> np.ndarray:
         if info == 0:
             inverse, info = scipy.linalg.lapack.dpotri(factor, lower=False)
         if info == 0:  # otherwise rounding made M look indefinite: take the QR below
-            # dpotri fills the upper triangle, which dsymm reads as the symmetric whole;
-            # as Θᵀ M⁻¹ from the right, so that Θᵀ and the result need no copy to C order.
-            return scipy.linalg.blas.dsymm(1.0, inverse, theta.T, side=1, lower=0).T
+            lower = _strictly_lower(p)  # dpotri fills the upper triangle only
+            inverse[lower] = inverse.T[lower]
+            return inverse @ theta
     return scipy.linalg.cho_solve(woodbury_factor(theta), theta, check_finite=False)
 
 
