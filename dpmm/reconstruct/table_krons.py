@@ -61,6 +61,7 @@ from dpmm.reconstruct.consistent_projection import TableLayout
 __all__ = [
     "answer_error",
     "answer_variances",
+    "block_errors",
     "check_answerable",
     "coefficients",
     "consistent_tables",
@@ -301,14 +302,20 @@ def pair_errors(W: Matrix, A: TableKrons) -> list[dict[Pair, float]]:
     return pairs
 
 
+def block_errors(
+    pairs: Sequence[dict[Pair, float]], coefficients: Sequence[dict[Attributes, float]]
+) -> list[float]:
+    """Each block's part of W's total variance: its :func:`pair_errors` quadratic form at
+    the coefficients."""
+    return [
+        math.fsum(c[left] * c[right] * value for (left, right), value in block.items())
+        for block, c in zip(pairs, coefficients, strict=True)
+    ]
+
+
 def answer_error(W: Matrix, A: TableKrons) -> float:
     """The total variance of W's answers at unit noise variance: ``trace(W Σ Wᵀ)``."""
-    c = coefficients(A)
-    return math.fsum(
-        c[b][left] * c[b][right] * value
-        for b, block in enumerate(pair_errors(W, A))
-        for (left, right), value in block.items()
-    )
+    return math.fsum(block_errors(pair_errors(W, A), coefficients(A)))
 
 
 def answer_variances(W: Matrix, A: TableKrons) -> np.ndarray:

@@ -30,15 +30,13 @@ fitted by OPT_⊗ to them all.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from dpmm.errors import UnsupportedQueryError
 from dpmm.linalg import DENSE_LIMIT, Kron, Matrix, VStack, Weighted
 from dpmm.linalg.table_krons import TableKrons, read_attributes
 from dpmm.privacy import PrivacyParameter
-from dpmm.reconstruct.table_krons import optimal_coefficients, pair_errors
+from dpmm.reconstruct.table_krons import block_errors, optimal_coefficients, pair_errors
 from dpmm.strategy.kron_template import SWEEP_STARTS, kron_template
 from dpmm.strategy.product import KronTerm, kron_terms
 
@@ -155,21 +153,16 @@ def _table_union(W: Matrix, terms: list[KronTerm], privacy: PrivacyParameter) ->
         {pair: value * a**2 for pair, value in block.items()}
         for block, a in zip(pair_errors(W, A), alphas, strict=True)
     ]
-    for round_ in range(SPLIT_ROUNDS + 1):
-        if round_:
-            shares = np.array([_share(b, c) for b, c in zip(unit, A.coefficients, strict=True)])
-            if not np.all(np.isfinite(shares) & (shares > 0)):
-                break
-            alphas = budget_split(shares, privacy.norm)
-            A = split(alphas)
+
+    def consistent(alphas: np.ndarray) -> TableKrons:
         pairs = [{k: v / a**2 for k, v in b.items()} for b, a in zip(unit, alphas, strict=True)]
-        A = A.with_coefficients(optimal_coefficients(W, A, pairs))
+        split_A = split(alphas)
+        return split_A.with_coefficients(optimal_coefficients(W, split_A, pairs))
+
+    A = consistent(alphas)
+    for _ in range(SPLIT_ROUNDS):
+        shares = np.array(block_errors(unit, A.coefficients))
+        if not np.all(np.isfinite(shares) & (shares > 0)):
+            break
+        A = consistent(budget_split(shares, privacy.norm))
     return A
-
-
-def _share(unit_pairs: dict, coefficients: dict) -> float:
-    """A block's part of W's error at unit weight, with the tables made consistent."""
-    return math.fsum(
-        coefficients[left] * coefficients[right] * value
-        for (left, right), value in unit_pairs.items()
-    )
