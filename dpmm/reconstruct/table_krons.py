@@ -61,6 +61,7 @@ from dpmm.reconstruct.consistent_projection import TableLayout
 __all__ = [
     "answer_error",
     "answer_variances",
+    "attribute_grams",
     "block_errors",
     "check_answerable",
     "coefficients",
@@ -239,21 +240,28 @@ Pair = tuple[Attributes, Attributes]
 
 
 def _pieces(
-    A: TableKrons, term: KronTerm
+    A: TableKrons, term: KronTerm, blocks: Sequence[int] | None = None
 ) -> Iterator[tuple[int, Pair, float, dict[int, tuple[object, np.ndarray]], float]]:
-    """Per block b and subsets T, T' ⊆ R∩S_b: b, (T, T'), ``w² / α_b²``, per read attribute
-    i a cache key and ``F_{i,T} K_{b,i} F_{i,T'}ᵀ`` (symmetrized), and the product of
-    ``1ᵀ K_{b,i} 1`` over the attributes of S_b the term totals."""
+    """Per block b (of ``blocks``, default all) and subsets T, T' ⊆ R∩S_b: b, (T, T'),
+    ``w² / α_b²``, per read attribute i a cache key and ``F_{i,T} K_{b,i} F_{i,T'}ᵀ``
+    (symmetrized), and the product of ``1ᵀ K_{b,i} 1`` over the attributes of S_b the term
+    totals."""
     read = read_attributes(term.factors)
     _check_covered(A, read, term)
     shape = A.domain_shape
-    broadcast = {i: (i, np.full((shape[i], shape[i]), 1.0 / shape[i] ** 2)) for i in read}
-    for b, table in enumerate(A.tables):
+    broadcasts: dict[int, tuple[object, np.ndarray]] = {}
+    for b in range(len(A.tables)) if blocks is None else blocks:
+        table = A.tables[b]
         covariances = dict(zip(table.attributes, table.gram_pinvs, strict=True))
         shared = tuple(i for i in read if i in covariances)
         summed = math.prod(float(K.sum()) for i, K in covariances.items() if i not in read)
         kinds = {i: _kinds(covariances[i]) for i in shared}
         scale = term.weight**2 / table.weight**2
+        broadcast = {
+            i: broadcasts.setdefault(i, (i, np.full((shape[i],) * 2, 1.0 / shape[i] ** 2)))
+            for i in read
+            if i not in covariances
+        }
         within = subsets(shared)
         for left, right in itertools.product(within, within):
             matrices = dict(broadcast)
@@ -311,6 +319,45 @@ def block_errors(
         math.fsum(c[left] * c[right] * value for (left, right), value in block.items())
         for block, c in zip(pairs, coefficients, strict=True)
     ]
+
+
+def attribute_grams(
+    W: Matrix, A: TableKrons, b: int, attributes: Sequence[int] | None = None
+) -> dict[int, np.ndarray]:
+    """Per attribute i of block ``b`` (of ``attributes``, default all): the matrix ``G_i``
+    with the block's part of W's total variance (unit noise, A's coefficients) equal to
+    ``trace(G_i K_{b,i})``, every other factor of the block fixed.
+
+    Each of the block's pieces (:func:`pair_errors`) holds ``K_{b,i}`` once: as
+    ``trace(G F_T K F_{T'})`` where the term reads attribute i (G its factor's Gram) and as
+    ``1ᵀ K 1`` where it totals it. So ``G_i`` sums ``sym(F_{T'} G F_T)``, or ``J``, times the
+    rest of each piece: a refit of that factor against ``G_i`` is one attribute's problem,
+    as in OPT_⊗'s sweeps.
+    """
+    c = coefficients(A)
+    table = A.tables[b]
+    own = dict(zip(table.attributes, table.gram_pinvs, strict=True))
+    wanted = table.attributes if attributes is None else tuple(attributes)
+    result = {i: np.zeros(own[i].shape) for i in wanted}
+    for term in kron_terms(W):
+        factors = _term_factors(term)
+        grams = {j: f.gram() for j, f in factors.items()}
+        kinds = {i: _kinds(grams[i].dense()) for i in wanted if i in factors}
+        traces: dict[object, float] = {}
+        for _, (left, right), scale, matrices, summed in _pieces(A, term, [b]):
+            per_attribute = {}
+            for j, (key, matrix) in matrices.items():
+                if key not in traces:
+                    traces[key] = trace_of_product(grams[j], Dense(matrix))
+                per_attribute[j] = traces[key]
+            weight = c[b][left] * c[b][right] * scale
+            for i in wanted:
+                rest = weight * math.prod(t for j, t in per_attribute.items() if j != i)
+                if i in kinds:
+                    result[i] += rest * summed * kinds[i][(i in left, i in right)]
+                else:  # the term totals attribute i: 1ᵀ K 1 = trace(J K)
+                    result[i] += rest * summed / float(own[i].sum())
+    return result
 
 
 def answer_error(W: Matrix, A: TableKrons) -> float:

@@ -14,13 +14,14 @@ import numpy as np
 
 from dpmm.blas_threads import pool_limit
 from dpmm.linalg import Identity, Matrix, Ones, VStack
+from dpmm.linalg.pidentity import PIdentity
 from dpmm.privacy import PrivacyParameter
 from dpmm.strategy.gaussian_optimal import MAX_SIZE as MAX_GAUSSIAN_SIZE
 from dpmm.strategy.gaussian_optimal import optimal_gaussian_factor
 from dpmm.strategy.pidentity import optimize_pidentity
 from dpmm.strategy.product import best_kron_strategy, kron_terms
 
-__all__ = ["hdmm_factors", "kron_template", "select_kron_template"]
+__all__ = ["fit_factor", "hdmm_factors", "kron_template", "select_kron_template"]
 
 #: Random restarts of each p-Identity fit (HDMM's anchors are the best of 3).
 RESTARTS = 3
@@ -43,11 +44,14 @@ def hdmm_factors(n: int) -> Sequence[Matrix]:
     return [Identity(n), Ones(1, n), VStack([Identity(n), Ones(1, n)])]
 
 
-def _fit_factor(gram: np.ndarray, norm: int) -> tuple[Matrix, float]:
+def fit_factor(
+    gram: np.ndarray, norm: int, start: Matrix | None = None, restarts: int = RESTARTS
+) -> tuple[Matrix, float]:
     """The best factor fitted to ``gram``, or Identity with an infinite loss where none is fitted.
 
     Under L2 the attribute's problem is convex and solved to a certified optimum
-    (:mod:`dpmm.strategy.gaussian_optimal`); under L1 HDMM's p-Identity is fitted.
+    (:mod:`dpmm.strategy.gaussian_optimal`); under L1 HDMM's p-Identity is fitted, from
+    ``restarts`` random starts and ``start`` if it is a p-Identity.
     """
     scale = float(np.trace(gram))
     if gram.shape[0] < 2 or gram.shape[0] > MAX_PIDENTITY_SIZE or not scale > 0:
@@ -64,7 +68,10 @@ def _fit_factor(gram: np.ndarray, norm: int) -> tuple[Matrix, float]:
     # The sweeps' weighted Grams span many orders of magnitude; the fit sees unit trace.
     # One BLAS thread: the fit makes thousands of small solves, which threads only slow.
     with pool_limit(1):
-        strategy, loss = optimize_pidentity(gram / scale, norm=norm, restarts=RESTARTS)
+        starts = [start] if isinstance(start, PIdentity) else []
+        strategy, loss = optimize_pidentity(
+            gram / scale, norm=norm, restarts=restarts, starts=starts
+        )
     loss *= scale
     return (strategy, loss) if np.isfinite(loss) and loss > 0 else (Identity(gram.shape[0]), np.inf)
 
@@ -96,5 +103,5 @@ def kron_template(W: Matrix, norm: int, starts: int = SWEEP_STARTS) -> tuple[Mat
     """
     single = len(kron_terms(W)[0].factors) == 1
     runs = 1 if single or norm != 1 else starts
-    found = (best_kron_strategy(W, hdmm_factors, norm, optimizer=_fit_factor) for _ in range(runs))
+    found = (best_kron_strategy(W, hdmm_factors, norm, optimizer=fit_factor) for _ in range(runs))
     return min(found, key=lambda strategy_and_error: strategy_and_error[1])  # ties: the first

@@ -21,6 +21,8 @@ which are recognized from the dense array or taken from a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import scipy.linalg
 import scipy.optimize
@@ -237,6 +239,7 @@ def optimize_pidentity(
     p: int | None = None,
     restarts: int = 3,
     rng: np.random.Generator | None = None,
+    starts: Sequence[PIdentity] = (),
 ) -> tuple[PIdentity, float]:
     """The p-Identity strategy minimizing ``trace(G (AᵀA)⁻¹)`` at sensitivity 1, and that loss.
 
@@ -252,6 +255,8 @@ def optimize_pidentity(
             seen is kept. A large fit takes at most as many as run side by side (at least
             two), and those run to the total without screening.
         rng: Random generator for the starts (a fresh OS-seeded one when None).
+        starts: Strategies to start from as well (those with p extra queries; others
+            are left out), such as an earlier fit to a nearby Gram.
 
     Returns:
         The strategy and its loss (its expected total squared error divided by the
@@ -286,13 +291,17 @@ def optimize_pidentity(
     large = p * n >= LARGE_PROBLEM
     if large:  # one wave of starts side by side (see LARGE_ITERATIONS)
         restarts = min(restarts, max(2, search_threads()))
-    if restarts == 1 or (large and restarts <= search_threads()):
-        result = optimize_template(template, restarts=restarts, rng=rng, max_iterations=iterations)
+    given = [start.theta.reshape(-1) for start in starts if start.theta.shape == (p, n)]
+    if restarts + len(given) == 1 or (large and restarts + len(given) <= search_threads()):
+        result = optimize_template(
+            template, restarts=restarts, rng=rng, starts=given, max_iterations=iterations
+        )
         return PIdentity(result.params.reshape(p, n), norm), result.loss
     result = optimize_template(
         template,
         restarts=restarts,
         rng=rng,
+        starts=given,
         max_iterations=screen,
         then_iterations=iterations - screen,
     )

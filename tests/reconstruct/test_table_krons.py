@@ -13,8 +13,12 @@ from dpmm.linalg.table_krons import TableKrons
 from dpmm.reconstruct.table_krons import (
     answer_error,
     answer_variances,
+    attribute_grams,
+    block_errors,
+    coefficients,
     consistent_tables,
     optimal_coefficients,
+    pair_errors,
     workload_answers,
 )
 
@@ -138,3 +142,31 @@ def test_measured_coverage_of_the_standard_errors() -> None:
     assert np.all(np.abs(draws.mean(axis=0)) <= 4 * np.sqrt(stated / len(draws)))  # unbiased
     coverage = (np.abs(draws) <= 1.959964 * np.sqrt(stated)).mean()
     assert 0.94 <= coverage <= 0.96
+
+
+@pytest.mark.parametrize("optimal", [False, True])
+def test_each_attribute_gram_gives_its_blocks_share_and_its_slope(optimal: bool) -> None:
+    """``trace(G_i K_{b,i})`` is block b's share of W's error, and the share moves with
+    ``K_{b,i}`` by ``G_i`` alone: another factor there changes it by ``trace(G_i ΔK)``."""
+    A, W = _strategy(), _workload()
+    if optimal:
+        A = A.with_coefficients(optimal_coefficients(W, A))
+    shares = block_errors(pair_errors(W, A), A.coefficients or coefficients(A))
+    rng = np.random.default_rng(11)
+    for b, table in enumerate(A.tables):
+        grams = attribute_grams(W, A, b)
+        assert set(grams) == set(table.attributes)
+        for pos, i in enumerate(table.attributes):
+            G = grams[i]
+            assert np.allclose(G, G.T)
+            assert np.sum(G * table.gram_pinvs[pos]) == pytest.approx(shares[b], rel=1e-10)
+            n = SHAPE[i]
+            other = Dense(rng.random((n + 2, n)) + np.eye(n + 2, n))
+            factors = list(table.factors)
+            factors[pos] = other
+            entries = [(t.attributes, t.factors, t.weight) for t in A.tables]
+            entries[b] = (table.attributes, tuple(factors), table.weight)
+            changed = TableKrons(SHAPE, entries, A.coefficients or coefficients(A))
+            moved = block_errors(pair_errors(W, changed), coefficients(changed))[b]
+            K = np.linalg.inv(other.gram().dense())
+            assert moved == pytest.approx(np.sum(G * K), rel=1e-10)

@@ -147,12 +147,14 @@ def test_monte_carlo_least_squares_matches_predicted_variance() -> None:
 
 
 @pytest.mark.parametrize("make", [Prefix, AllRange])
-def test_beats_identity_and_hdmm_on_prefix_and_range(make) -> None:
+def test_beats_identity_and_hdmm_kron_on_prefix_and_range(make) -> None:
     # From four attributes on (at three, HDMM's Kron product is slightly better: a Kron
-    # strategy couples totals and residuals, which a per-subspace design cannot).
+    # strategy couples totals and residuals, which a per-subspace design cannot). OPT_+ with
+    # its blocks refitted to the consistent tables does better still here (2,930 and 41,569
+    # against 3,168 and 42,633): auto keeps whichever is least.
     W = _two_way(5, 6, make)
     mine = expected_error(W, optimize(W, "residual", RHO), RHO)
-    for method in ("identity", "hdmm"):
+    for method in ("identity", "hdmm_kron"):
         other = expected_error(W, optimize(W, method, RHO), RHO)
         assert mine <= other * (1 + 1e-9)
 

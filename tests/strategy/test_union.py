@@ -1,7 +1,10 @@
+import itertools
+
 import numpy as np
 import pytest
 from scipy.optimize import minimize
 
+import dpmm.strategy.union as union_module
 from dpmm.error import expected_error
 from dpmm.errors import UnsupportedQueryError
 from dpmm.linalg import AllRange, Identity, Kron, Ones, Prefix, VStack
@@ -129,3 +132,24 @@ def test_under_laplace_the_budget_follows_each_tables_share_of_the_consistent_er
     closed_form = closed_form.with_coefficients(optimal_coefficients(W, closed_form))
     assert A.sensitivity(1) == pytest.approx(1.0) == closed_form.sensitivity(1)
     assert expected_error(W, A, privacy) <= 0.98 * expected_error(W, closed_form, privacy)
+
+
+@pytest.mark.parametrize("make", [Prefix, AllRange])
+def test_refitting_the_blocks_to_the_consistent_tables_lowers_the_error(make, monkeypatch):
+    """Each block fitted to its own products, then made consistent, also answers part of
+    the others: its factors fitted again to that (exact per-attribute Grams; Gaussian fits
+    are certified optima, so the figures repeat) take 15-17 % off the error of every 2-way
+    product over five attributes of six values."""
+    shape = (6,) * 5
+    W = VStack(
+        [
+            Kron([make(6) if i in pair else Ones(1, 6) for i in range(5)])
+            for pair in itertools.combinations(range(5), 2)
+        ]
+    )
+    privacy = ZCDP(1)
+    refitted = expected_error(W, select_union(W, privacy), privacy)
+    monkeypatch.setattr(union_module, "_refit", lambda W, A, norm: None)
+    fitted_alone = expected_error(W, select_union(W, privacy), privacy)
+    assert W.shape[1] == np.prod(shape)
+    assert refitted <= 0.9 * fitted_alone
