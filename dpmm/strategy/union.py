@@ -227,6 +227,8 @@ def _refit(W: Matrix, A: TableKrons, norm: int) -> list[Table] | None:
         for i in read_attributes(term.factors)
         if not isinstance(term.factors[i], Identity)
     }
+    if not structured:
+        return None
     shares = np.array(block_errors(pair_errors(W, A), coefficients(A)))
     order = np.argsort(-shares)
     covered = np.cumsum(shares[order]) - shares[order]  # the larger shares before each
