@@ -331,3 +331,26 @@ def test_a_p_identity_keeps_its_structure_and_its_integers() -> None:
     assert np.allclose(
         gram.pinv().dense(), expected, rtol=1e-9, atol=1e-12 * np.abs(expected).max()
     )
+
+
+def test_a_table_block_weight_far_below_the_others_keeps_the_norms_exact() -> None:
+    # OPT_+'s budget split may leave a block nearly nothing (one the other tables answer
+    # better): rounded on its own grid, it made the others' column norms overflow.
+    from dpmm.linalg import Identity, Prefix
+    from dpmm.linalg.table_krons import TableKrons
+    from dpmm.measure.exact import analyze_strategy
+    from dpmm.measure.quantize import measurable
+
+    A = TableKrons(
+        (3, 2, 4),
+        [
+            ((0, 1), (Prefix(3), Identity(2)), 1.0),
+            ((1, 2), (Identity(2), Prefix(4)), 0.37),
+            ((2,), (Identity(4),), 1e-30),
+        ],
+    )
+    quantized = measurable(A)
+    weights = [table.weight for table in quantized.integer.tables]
+    assert weights[-1] == 1 and min(weights) >= 1  # every table still measured
+    assert analyze_strategy(quantized.integer).sensitivity_l1 > 0
+    np.testing.assert_allclose(quantized.matrix.dense(), A.dense(), atol=2.0**-12)

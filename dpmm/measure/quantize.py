@@ -37,6 +37,7 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -265,13 +266,30 @@ def _quantize_stack(A: VStack, bits: int) -> tuple[Matrix, int]:
     return VStack(blocks), common
 
 
+def _rounded_weights(weights: Sequence[float], bits: int) -> list[tuple[int, int]]:
+    """Each weight to ``bits`` significant bits, ``(integer, exponent)``, on a grid no finer
+    than ``bits`` below the largest weight's: a weight far below the others (an optimizer
+    may leave one at 10⁻³⁰) would otherwise set a grid so fine that the largest overflows
+    the exact norms. There it keeps at least one step, so every measured table is still
+    measured."""
+    rounded = [_round_weight(weight, bits) for weight in weights]
+    finest = _round_weight(max(weights, key=abs), bits)[1] + bits
+    return [
+        (weight, exponent)
+        if exponent <= finest
+        else (max(1, round(math.ldexp(old, finest))), finest)
+        for (weight, exponent), old in zip(rounded, weights, strict=True)
+    ]
+
+
 def _quantize_table_krons(A: TableKrons, bits: int) -> tuple[Matrix, int]:
-    """Each block's factors and weight rounded, then brought to the finest grid by integer
-    (power-of-two) weights, as :func:`_quantize_stack` does: still one table per block."""
+    """Each block's factors and weight rounded (the weights as :func:`_rounded_weights`
+    rounds them), then brought to the finest grid by integer (power-of-two) weights, as
+    :func:`_quantize_stack` does: still one table per block."""
     rounded = []
-    for table in A.tables:
+    weights = _rounded_weights([table.weight for table in A.tables], bits)
+    for table, (weight, exponent) in zip(A.tables, weights, strict=True):
         factors = [_quantize(factor, bits) for factor in table.factors]
-        weight, exponent = _round_weight(table.weight, bits)
         exponent += sum(e for _, e in factors)
         rounded.append((table.attributes, [f for f, _ in factors], weight, exponent))
     common = max((exponent for *_, exponent in rounded), default=0)
@@ -280,21 +298,10 @@ def _quantize_table_krons(A: TableKrons, bits: int) -> tuple[Matrix, int]:
 
 
 def _quantize_marginals(A: Marginals, bits: int) -> tuple[Matrix, int]:
-    """Each weight to ``bits`` significant bits, on a grid no finer than ``bits`` below the
-    largest weight's: a weight far below the others (an optimizer may leave one at 10⁻³⁰)
-    would otherwise set a grid so fine that the largest overflows the exact norms. There it
-    keeps at least one step, so every measured table is still measured."""
-    rounded = [_round_weight(weight, bits) for weight in A.weights.values()]
+    """Each weight as :func:`_rounded_weights` rounds it, on the finest of their grids."""
+    rounded = _rounded_weights(list(A.weights.values()), bits)
     if all(weight == old for (weight, _), old in zip(rounded, A.weights.values(), strict=True)):
         return A, 0
-    largest = max(A.weights.values(), key=abs)
-    finest = _round_weight(largest, bits)[1] + bits
-    rounded = [
-        (weight, exponent)
-        if exponent <= finest
-        else (max(1, round(math.ldexp(old, finest))), finest)
-        for (weight, exponent), old in zip(rounded, A.weights.values(), strict=True)
-    ]
     common = max(exponent for _, exponent in rounded)
     weights = {
         tuple(mask_members(mask)): weight << (common - exponent)

@@ -153,3 +153,36 @@ def test_refitting_the_blocks_to_the_consistent_tables_lowers_the_error(make, mo
     fitted_alone = expected_error(W, select_union(W, privacy), privacy)
     assert W.shape[1] == np.prod(shape)
     assert refitted <= 0.9 * fitted_alone
+
+
+def test_a_block_the_others_answer_better_keeps_a_floor_of_the_budget(monkeypatch):
+    """Split round after round, a block whose coordinates the other tables answer better
+    loses its share toward nothing (on SF1 until its variances overflowed the coefficients'
+    system): it keeps ALPHA_FLOOR of the largest weight, and the weights still sum to 1."""
+    monkeypatch.setattr(union_module, "SPLIT_ROUNDS", 40)
+    shape = (40, 30, 20)
+    read = {
+        (0, 1): [AllRange(40), Identity(30)],
+        (0, 2): [Identity(40), AllRange(20)],
+        (1, 2): [AllRange(30), Identity(20)],
+        (1,): [VStack([Identity(30), Ones(1, 30)])],
+    }
+    W = VStack(
+        [
+            Kron(
+                [
+                    factors[list(table).index(i)] if i in table else Ones(1, n)
+                    for i, n in enumerate(shape)
+                ]
+            )
+            for table, factors in read.items()
+        ]
+    )
+    A = select_union(W, PureDP(1))
+    weights = np.array(
+        [table.weight * np.prod([f.sensitivity(1) for f in table.factors]) for table in A.tables]
+    )
+    assert weights.sum() == pytest.approx(1.0)
+    assert weights.min() == pytest.approx(union_module.ALPHA_FLOOR * weights.max(), rel=1e-6)
+    assert A.sensitivity(1) == pytest.approx(1.0)
+    assert np.isfinite(expected_error(W, A, PureDP(1)))
