@@ -97,27 +97,37 @@ def test_beyond_the_dense_stack_each_table_gets_one_block(privacy):
     assert expected_error(W, A, privacy) <= bound * 1.01
 
 
+#: Four tables that share attributes, on 40 × 30 × 20 cells: the products each reads.
+SHARED_SHAPE = (40, 30, 20)
+SHARED_READS = {
+    (0, 1): [AllRange(40), Identity(30)],
+    (0, 2): [Identity(40), AllRange(20)],
+    (1, 2): [AllRange(30), Identity(20)],
+    (1,): [VStack([Identity(30), Ones(1, 30)])],
+}
+
+
+def _shared_tables() -> VStack:
+    """The union of SHARED_READS' products, every other attribute totalled."""
+
+    def on_domain(table, factors):
+        given = iter(factors)
+        return Kron([next(given) if i in table else Ones(1, n) for i, n in enumerate(SHARED_SHAPE)])
+
+    return VStack([on_domain(table, factors) for table, factors in SHARED_READS.items()])
+
+
 def test_under_laplace_the_budget_follows_each_tables_share_of_the_consistent_error():
     """Tables sharing attributes: once they are made consistent, splitting the budget by
     each table's own error (HDMM's closed form) is no longer the best split. The split
     made again by the tables' shares of W's error is 3 % lower on the same blocks."""
     privacy = PureDP(1)
-    shape = (40, 30, 20)
-    read = {
-        (0, 1): [AllRange(40), Identity(30)],
-        (0, 2): [Identity(40), AllRange(20)],
-        (1, 2): [AllRange(30), Identity(20)],
-        (1,): [VStack([Identity(30), Ones(1, 30)])],
-    }
-
-    def on_domain(table, factors):
-        given = iter(factors)
-        return Kron([next(given) if i in table else Ones(1, n) for i, n in enumerate(shape)])
+    shape, read = SHARED_SHAPE, SHARED_READS
 
     def product(factors):
         return factors[0] if len(factors) == 1 else Kron(list(factors))
 
-    W = VStack([on_domain(table, factors) for table, factors in read.items()])
+    W = _shared_tables()
     A = select_union(W, privacy)
     own = [
         expected_error(product(read[t.attributes]), product(t.factors), privacy) for t in A.tables
@@ -160,24 +170,7 @@ def test_a_block_the_others_answer_better_keeps_a_floor_of_the_budget(monkeypatc
     loses its share toward nothing (on SF1 until its variances overflowed the coefficients'
     system): it keeps ALPHA_FLOOR of the largest weight, and the weights still sum to 1."""
     monkeypatch.setattr(union_module, "SPLIT_ROUNDS", 40)
-    shape = (40, 30, 20)
-    read = {
-        (0, 1): [AllRange(40), Identity(30)],
-        (0, 2): [Identity(40), AllRange(20)],
-        (1, 2): [AllRange(30), Identity(20)],
-        (1,): [VStack([Identity(30), Ones(1, 30)])],
-    }
-    W = VStack(
-        [
-            Kron(
-                [
-                    factors[list(table).index(i)] if i in table else Ones(1, n)
-                    for i, n in enumerate(shape)
-                ]
-            )
-            for table, factors in read.items()
-        ]
-    )
+    W = _shared_tables()
     A = select_union(W, PureDP(1))
     weights = np.array(
         [table.weight * np.prod([f.sensitivity(1) for f in table.factors]) for table in A.tables]
