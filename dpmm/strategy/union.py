@@ -47,6 +47,7 @@ from dpmm.linalg import (
     Identity,
     Kron,
     Matrix,
+    Ones,
     VStack,
     Weighted,
     trace_of_product,
@@ -60,7 +61,7 @@ from dpmm.reconstruct.table_krons import (
     optimal_coefficients,
     pair_errors,
 )
-from dpmm.strategy.kron_template import fit_factor, hdmm_factors, kron_template
+from dpmm.strategy.kron_template import fit_factor, kron_template
 from dpmm.strategy.product import KronTerm, kron_terms
 from dpmm.strategy.time_budget import check_time
 
@@ -260,7 +261,8 @@ def _refit(W: Matrix, A: TableKrons, norm: int) -> list[Table] | None:
             least = float(np.sum(G * table.gram_pinvs[pos])) * factors[pos].sensitivity(norm) ** 2
             best = factors[pos]
             fitted, _ = fit_factor(G, norm, start=best, restarts=REFIT_RESTARTS)
-            for option in (*hdmm_factors(G.shape[0])[::2], fitted):  # no Total: full rank
+            n = G.shape[0]
+            for option in (Identity(n), VStack([Identity(n), Ones(1, n)]), fitted):
                 loss = trace_of_product(Dense(G), option.gram().pinv())
                 loss *= option.sensitivity(norm) ** 2
                 if loss < least * (1 - REFIT_IMPROVEMENT):
