@@ -111,8 +111,8 @@ def _split(pa_fs: pafs.FileSystem, partition: Partition, split_bytes: int) -> li
             metadata = pq.ParquetFile(handle).metadata
     except (pa.ArrowException, OSError) as error:
         raise DataError(
-            f"File '{partition.path}' is not a readable parquet file "
-            f"(truncated or corrupt: {_arrow_problem(error)})"
+            f"File '{partition.path}' is not a readable parquet file (truncated or corrupt)",
+            detail=_arrow_problem(error),
         ) from None
     pieces: list[list[int]] = [[]]
     size = 0
@@ -180,17 +180,29 @@ def open_source(spec: DataSpec, *, split_bytes: int = SPLIT_BYTES) -> Source:
     return Source(spec, pa_fs, tuple(partitions))
 
 
-def _missing(path: str, names: Sequence[str], columns: Sequence[str]) -> None:
+def _check_columns(partition: Partition, names: Sequence[str], columns: Sequence[str]) -> None:
+    """Every column to read is in the file once, and no file column is also a folder key:
+    which of two same-named columns holds the data is not for dpmm to guess."""
+    path = partition.path
     missing = [c for c in columns if c not in names]
     if missing:
         shown = ", ".join(names[:20]) + (", ..." if len(names) > 20 else "")
         raise DataError(f"File '{path}' has no column '{missing[0]}' (it has: {shown})")
+    repeated = [c for c in columns if names.count(c) > 1]
+    if repeated:
+        raise DataError(f"File '{path}' has two columns named '{repeated[0]}': rename one")
+    shadowed = [name for name, _ in partition.keys if name in names]
+    if shadowed:
+        raise DataError(
+            f"File '{path}' has a column '{shadowed[0]}' that its folder name "
+            f"'{shadowed[0]}=…' also sets: keep one of the two"
+        )
 
 
 def _read_parquet(source: Source, partition: Partition, columns: Sequence[str]) -> pa.Table:
     with source.filesystem.open_input_file(partition.path) as handle:
         file = pq.ParquetFile(handle)
-        _missing(partition.path, file.schema_arrow.names, columns)
+        _check_columns(partition, file.schema_arrow.names, columns)
         if partition.row_groups:
             return file.read_row_groups(
                 list(partition.row_groups), columns=list(columns), use_threads=False
@@ -199,14 +211,16 @@ def _read_parquet(source: Source, partition: Partition, columns: Sequence[str]) 
 
 
 def _read_csv(
-    source: Source, path: str, columns: Sequence[str], text_columns: Sequence[str]
+    source: Source, partition: Partition, columns: Sequence[str], text_columns: Sequence[str]
 ) -> pa.Table:
+    path = partition.path
+
     def stream() -> Any:
         return source.filesystem.open_input_stream(path, compression="detect")
 
     with stream() as handle:
         names = pcsv.open_csv(handle).schema.names
-    _missing(path, names, columns)
+    _check_columns(partition, names, columns)
     options = pcsv.ConvertOptions(
         include_columns=list(columns),
         column_types={c: pa.string() for c in text_columns if c in columns},
@@ -238,15 +252,18 @@ def read_partition(
     try:
         if source.spec.format == "parquet":
             return _read_parquet(source, partition, columns)
-        return _read_csv(source, path, columns, text_columns)
+        return _read_csv(source, partition, columns, text_columns)
     except DataError:
         raise
     except FileNotFoundError:
         raise DataError(f"File '{path}' does not exist (it was listed, then removed)") from None
+    except UnicodeDecodeError:
+        raise DataError(f"File '{path}' is not UTF-8 text (a csv file must be)") from None
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as error:
+        # Arrow's message may quote the offending row: the operator's terminal only.
         raise DataError(
-            f"File '{path}' is not a readable {source.spec.format} file "
-            f"(truncated or corrupt: {_arrow_problem(error)})"
+            f"File '{path}' is not a readable {source.spec.format} file (truncated or corrupt)",
+            detail=_arrow_problem(error),
         ) from None
     except OSError as error:
         reason = error.strerror or str(error).splitlines()[0]

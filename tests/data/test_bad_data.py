@@ -110,6 +110,42 @@ def test_truncated_parquet(tmp_path):
     assert f"File '{path}' is not a readable parquet file" in one_sentence(error)
 
 
+def test_a_malformed_csv_row_stays_out_of_the_message(tmp_path):
+    """Arrow's parse error quotes the row; the message may reach Prefect, so only the
+    operator-only detail carries it."""
+    path = tmp_path / "people.csv"
+    path.write_text("sex,race,income\n0,white,10\n1,white,20,Jane Roe 123-45-6789\n")
+    with pytest.raises(DataError) as error:
+        histogram(str(path), DOMAIN)
+    text = one_sentence(error)
+    assert f"File '{path}' is not a readable csv file" in text
+    assert "Jane" not in text and "Jane Roe" in error.value.detail
+
+
+def test_a_csv_that_is_not_utf8(tmp_path):
+    path = tmp_path / "people.csv"
+    path.write_bytes("sex,race,income,café\n0,white,10,1\n".encode("latin-1"))
+    with pytest.raises(DataError) as error:
+        histogram(str(path), DOMAIN)
+    assert f"File '{path}' is not UTF-8 text" in one_sentence(error)
+
+
+def test_two_columns_of_one_name_are_refused(tmp_path):
+    path = tmp_path / "people.csv"
+    path.write_text("sex,race,income,race\n0,white,10,black\n")
+    with pytest.raises(DataError) as error:
+        histogram(str(path), DOMAIN)
+    assert f"File '{path}' has two columns named 'race'" in one_sentence(error)
+
+
+def test_a_column_that_a_folder_key_also_sets_is_refused(tmp_path):
+    path = write(tmp_path / "sex=1")
+    with pytest.raises(DataError) as error:
+        histogram(str(tmp_path), DOMAIN)
+    text = one_sentence(error)
+    assert f"File '{path}' has a column 'sex' that its folder name" in text
+
+
 def test_path_not_found(tmp_path):
     with pytest.raises(DataError) as error:
         histogram(str(tmp_path / "nowhere"), DOMAIN)
