@@ -46,7 +46,8 @@ from typing import Any
 import numpy as np
 
 from dpmm.config import ReleaseConfig
-from dpmm.linalg import Identity, Matrix, VStack, Weighted
+from dpmm.errors import TooLargeError
+from dpmm.linalg import DENSE_LIMIT, Identity, Matrix, VStack, Weighted
 from dpmm.linalg.chunked_kron import axis_factors
 from dpmm.linalg.helmert_blocks import HelmertBlocks
 from dpmm.linalg.table_krons import TableKrons
@@ -91,7 +92,20 @@ def group_multisets(
     config: ReleaseConfig, strategy: ChosenStrategy, plan: str, group: WorkloadGroup
 ) -> Multisets | KronMultisets | None:
     """The coefficient multisets of a group's least-squares answers on the integer noise
-    (None: the release bounds them from the standard errors)."""
+    (None: the release bounds them from the standard errors).
+
+    The release calls this after the noise is drawn, so a group too large to form its
+    multisets gets the standard errors' bound, never an error: the plan does not form them.
+    """
+    try:
+        return _group_multisets(config, strategy, plan, group)
+    except TooLargeError:
+        return None
+
+
+def _group_multisets(
+    config: ReleaseConfig, strategy: ChosenStrategy, plan: str, group: WorkloadGroup
+) -> Multisets | KronMultisets | None:
     integer, scale = strategy.quantized.integer, strategy.quantized.scale
     shape = tuple(config.domain.shape)
     if isinstance(integer, HelmertBlocks):
@@ -209,8 +223,8 @@ def _kron_multisets(
     blocks = []
     for block in _kron_blocks(workload):
         local = axis_factors(block, shape)
-        if local is None:
-            return None
+        if local is None or any(w.size > DENSE_LIMIT for w in local):  # AllRange(512) is
+            return None  # 131,328 × 512
         axes = [
             Multisets.collect(
                 merged_multiset(row, np.ones(row.size, dtype=np.int64))

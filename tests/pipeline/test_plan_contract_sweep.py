@@ -126,6 +126,13 @@ FAST = [
         "hierarchical",
         case={"layout": "csv"},
     ),
+    _case(  # its ranges are too many to form their multisets: intervals from the errors
+        "1-attr-512-all-range-hierarchical-rho",
+        {"v": 512},
+        RHO,
+        ["{name: ranges, kind: all_range, attribute: v}"],
+        "hierarchical",
+    ),
     _case(
         "2-attrs-kron-ranges-hdmm-kron-eps-parts",
         {"a": 12, "b": 9},
