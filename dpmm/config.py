@@ -449,9 +449,19 @@ class _Reader:
             )
         return method, float(budget)
 
-    def person(self, data: DataSpec | None, domain: Domain) -> None:
-        """The person column identifies people: it cannot also be an attribute's column."""
-        if data is None or data.person is None:
+    def data_columns(self, data: DataSpec | None, domain: Domain) -> None:
+        """``data.columns`` names attributes of the domain, and the person column identifies
+        people: it cannot also be an attribute's column."""
+        if data is None:
+            return
+        for attribute, _ in data.columns:
+            if attribute not in domain:
+                self.fail(
+                    "data.columns",
+                    f"'{attribute}' is not an attribute of the domain "
+                    f"({', '.join(domain.attributes)})",
+                )
+        if data.person is None:
             return
         for attribute in domain.attributes:
             if data.column(attribute) == data.person:
@@ -527,7 +537,7 @@ def load_config(path: str | Path, *, references: bool = True) -> ReleaseConfig:
     strategy_method, time_budget = reader.strategy(document.get("strategy"))
     sections = reader.sections(document, name)
     sections["invariants"] = reader.margins(document, domain, sections["invariants"])
-    reader.person(sections["data"], domain)
+    reader.data_columns(sections["data"], domain)
     return ReleaseConfig(
         name=name,
         description=description,

@@ -565,3 +565,13 @@ def test_a_bad_person_column_names_the_key(tmp_path: Path, person, message) -> N
     with pytest.raises(ConfigError) as caught:
         load_config(path)
     assert str(caught.value).startswith(f"{path}: ") and message in str(caught.value)
+
+
+def test_data_columns_naming_no_attribute_is_refused_by_the_config(tmp_path: Path) -> None:
+    """Found when the config is read (by the plan, before any ledger entry), not by the
+    reader after the budget is reserved."""
+    data = {"path": "x.parquet", "columns": {"incme": "salary"}}
+    path = write(tmp_path, _sums({"threshold": 300}, data=data))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value).startswith(f"{path}: data.columns: 'incme' is not an attribute")

@@ -7,11 +7,19 @@ knows its Gram matrix and column norms in closed form.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
 
-from dpmm.linalg.base import IntegerNorms, Matrix, Symmetric, _check_norm, check_dense_size
+from dpmm.linalg.base import (
+    DENSE_LIMIT,
+    IntegerNorms,
+    Matrix,
+    Symmetric,
+    _check_norm,
+    check_dense_size,
+)
 from dpmm.linalg.combinators import Dense, Sparse, Weighted
 
 __all__ = [
@@ -92,24 +100,50 @@ class ClosedFormGram(Symmetric, Dense):
     """A Gram matrix with a known sparse inverse and known eigenvalues (prefix, all-range).
 
     The Gram is semiseparable, ``G_st = lower[min(s, t)] · upper[max(s, t)]`` with
-    ``generators = (lower, upper)``, and applies itself in O(n) per column by
-    :func:`semiseparable_product`; its dense array stays available.
+    ``generators = (lower, upper)``: it applies itself in O(n) per column by
+    :func:`semiseparable_product`, and its trace, diagonal and entry sum cost O(n). Its
+    dense array is formed only when read (up to :data:`PREFIX_GRAM_LIMIT` entries), so
+    a Gram over 65,536 cells costs 1 MiB until something needs it densely.
     """
 
     def __init__(
         self,
-        array: np.ndarray,
         inverse: sp.sparray,
         eigenvalues: np.ndarray,
         generators: tuple[np.ndarray, np.ndarray],
     ) -> None:
-        super().__init__(array, full_column_rank=True)
+        n = generators[0].size
+        Matrix.__init__(self, (n, n), full_column_rank=True)
         self.inverse = sp.csr_array(inverse)
         self.eigenvalues = np.sort(eigenvalues)[::-1]
         self.generators = generators
 
+    @cached_property
+    def array(self) -> np.ndarray:  # type: ignore[override]
+        """The dense Gram, formed on first read."""
+        n = self.shape[0]
+        check_dense_size(n, n, f"the dense Gram of {n:,} cells", limit=PREFIX_GRAM_LIMIT)
+        lower, upper = self.generators
+        index = np.arange(n)
+        return lower[np.minimum.outer(index, index)] * upper[np.maximum.outer(index, index)]
+
     def _matmat(self, X: np.ndarray) -> np.ndarray:
         return semiseparable_product(*self.generators, X)
+
+    def diagonal(self) -> np.ndarray:
+        lower, upper = self.generators
+        return lower * upper
+
+    def entry_sum(self) -> float:
+        return float(semiseparable_product(*self.generators, np.ones((self.shape[0], 1))).sum())
+
+    def gram(self) -> Matrix:
+        return Matrix.gram(self)  # Dense's would form the array beyond DENSE_LIMIT
+
+    def column_norms(self, p: float = 1) -> np.ndarray:
+        if self.size <= DENSE_LIMIT:
+            return Dense.column_norms(self, p)
+        return Matrix.column_norms(self, p)
 
     def pinv(self) -> Sparse:
         return Sparse(self.inverse, full_column_rank=True)
@@ -251,12 +285,10 @@ class Prefix(_ZeroOne, Matrix):
     def gram(self) -> ClosedFormGram:
         # PᵀP has entries n − max(s, t); its inverse is D Dᵀ for the difference matrix D = P⁻¹.
         n = self.shape[0]
-        check_dense_size(n, n, f"the Gram of {self!r}", limit=PREFIX_GRAM_LIMIT)
         index = np.arange(n)
         diagonal = np.full(n, 2.0)
         diagonal[0] = 1.0
         return ClosedFormGram(
-            n - np.maximum.outer(index, index).astype(np.float64),
             _tridiagonal(diagonal, -1.0),
             self.singular_values() ** 2,
             (np.ones(n), n - index.astype(np.float64)),
@@ -348,9 +380,8 @@ class AllRange(RangeQueries):
         # function of the discrete Laplacian.
         n = self.shape[1]
         index = np.arange(n, dtype=np.float64)
-        gram = (np.minimum.outer(index, index) + 1) * (n - np.maximum.outer(index, index))
         inverse = _tridiagonal(np.full(n, 2.0 / (n + 1)), -1.0 / (n + 1))
-        return ClosedFormGram(gram, inverse, self.singular_values() ** 2, (index + 1, n - index))
+        return ClosedFormGram(inverse, self.singular_values() ** 2, (index + 1, n - index))
 
     def singular_values(self) -> np.ndarray:
         # Eigenvalues of (n + 1) T⁻¹: (n + 1) / (4 sin²(kπ / (2(n + 1)))), k = 1 … n.

@@ -16,7 +16,8 @@ import numpy as np
 
 from dpmm.linalg.base import DENSE_LIMIT, Matrix, check_dense_size
 from dpmm.linalg.combinators import Dense, Sparse, Sum, VStack, Weighted
-from dpmm.linalg.elementary import Prefix, RangeQueries
+from dpmm.linalg.elementary import Identity, Prefix, RangeQueries
+from dpmm.linalg.hierarchy import TreeGramInverse
 from dpmm.linalg.kron import Kron, kron_rows
 from dpmm.linalg.marginals import Marginal, MarginalsGram
 
@@ -53,6 +54,10 @@ def _variances(W: Matrix, P: Matrix) -> np.ndarray:
         and W.domain_shape == P.domain_shape
     ):
         return np.full(W.shape[0], _marginal_variance(W, P))
+    if isinstance(W, Identity):
+        return P.diagonal()
+    if isinstance(W, Prefix) and isinstance(P, TreeGramInverse):
+        return P.prefix_variances()
     if isinstance(W, RangeQueries) and W.shape[0] > W.shape[1] and W.shape[1] ** 2 <= DENSE_LIMIT:
         return _interval_variances(W, P)
     if isinstance(W, Kron) and isinstance(P, MarginalsGram):
