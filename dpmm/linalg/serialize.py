@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
+import secrets
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator, Mapping
@@ -563,10 +563,11 @@ def save_matrix(A: Matrix, path: str | Path) -> None:
     folder = path.parent if str(path.parent) else Path(".")
     temporary = None
     try:
-        with tempfile.NamedTemporaryFile(
-            dir=folder, prefix=f".{path.name}.", suffix=".tmp", delete=False
-        ) as handle:
-            temporary = Path(handle.name)
+        # Created as any file a release writes (0666 less the umask: readable by whoever
+        # reads the answers beside it), not as a private temporary file (0600).
+        temporary = folder / f".{path.name}.{secrets.token_hex(8)}.tmp"
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with os.fdopen(descriptor, "wb") as handle:
             np.savez_compressed(handle, **payload)
             handle.flush()
             os.fsync(handle.fileno())

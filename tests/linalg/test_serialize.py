@@ -535,3 +535,13 @@ def test_saving_into_a_missing_folder_is_refused(tmp_path):
         save_matrix(Identity(2), tmp_path / "missing" / "a.npz")
     with pytest.raises(SerializationError, match="ndarray"):
         matrix_to_spec(np.eye(2))
+
+
+def test_a_saved_strategy_is_as_readable_as_the_files_beside_it(tmp_path):
+    """A release's strategy.npz gets the mode of its answers (0666 less the umask), not a
+    private temporary file's 0600: an auditor reads them all."""
+    beside = tmp_path / "answers.parquet"
+    beside.write_bytes(b"")
+    save_matrix(Prefix(4), tmp_path / "strategy.npz")
+    assert (tmp_path / "strategy.npz").stat().st_mode & 0o777 == beside.stat().st_mode & 0o777
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["answers.parquet", "strategy.npz"]
