@@ -56,6 +56,8 @@ DIFF_FIELDS = (
     "strategy.digest",
     "strategy.description",
     "privacy.budget",
+    "measurement.values_sha256",
+    "ledger.reused_from",
     "reconstruction.method",
 )
 
@@ -388,7 +390,7 @@ def format_diff(diff: ReleaseDiff) -> str:
         for change in diff.changes:
             lines.append(f"  {change.field}: {_short(change.before)} -> {_short(change.after)}")
     else:
-        lines.append("no manifest field differs")
+        lines.append(f"none of the compared manifest fields differs ({', '.join(DIFF_FIELDS)})")
     if diff.groups:
         rows = [("group", "queries a/b", "mean |Δ|", "max |Δ|", "mean SE a", "mean SE b")]
         rows += [

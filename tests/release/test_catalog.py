@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -89,7 +90,7 @@ def test_diff_reports_fields_and_group_deltas(releases):
     _, first, second, _ = releases
     diff = diff_releases(first.folder, second.folder)
     changed = {change.field for change in diff.changes}
-    assert changed == {"workload.sha256", "privacy.budget"}
+    assert changed == {"workload.sha256", "privacy.budget", "measurement.values_sha256"}
     budget = next(c for c in diff.changes if c.field == "privacy.budget")
     assert budget.before["epsilon"] == "1/2" and budget.after["epsilon"] == "1/4"
     assert [group.name for group in diff.groups] == ["cells"]
@@ -115,6 +116,21 @@ def test_a_release_diffed_with_itself_has_no_changes(releases):
     diff = diff_releases(first.folder, first.folder)
     assert diff.changes == () and diff.only_a == diff.only_b == ()
     assert all(group.max_abs_delta == 0 for group in diff.groups)
+
+
+def test_a_version_made_from_anothers_measurements_differs_by_its_origin(tmp_path, releases):
+    """Its answers are the same and it spent nothing: the diff says where it came from."""
+    _, first, _, _ = releases
+    copy = tmp_path / "v0002"
+    shutil.copytree(first.folder, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["ledger"]["reused_from"] = str(first.folder)
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    diff = diff_releases(first.folder, copy)
+    assert [change.field for change in diff.changes] == ["ledger.reused_from"]
+    assert "ledger.reused_from: null -> " in format_diff(diff)
+    same = format_diff(diff_releases(first.folder, first.folder))
+    assert "none of the compared manifest fields differs (config.sha256, domain" in same
 
 
 def test_bad_paths_are_one_sentence_release_errors(tmp_path, releases):
