@@ -155,6 +155,8 @@ class Kron(Matrix):
 
     def _trace_dot(self, other: Matrix) -> float | object:
         # trace((⊗X_i)(⊗Y_i)) = Π trace(X_i Y_i) when every X_i has the shape of Y_iᵀ.
+        if len(self.factors) == 1 and not isinstance(other, Kron):  # one factor: it
+            return trace_of_product(self.factors[0], other)
         partners = other.factors if isinstance(other, Kron) else []
         if [g.shape[::-1] for g in partners] != [f.shape for f in self.factors]:
             return NotImplemented

@@ -126,6 +126,14 @@ FAST = [
         "hierarchical",
         case={"layout": "csv"},
     ),
+    _case(  # no Gram over its cells is formed: auto picks a tree from closed-form errors
+        "1-attr-65536-prefix-auto-eps",
+        {"v": 65536},
+        EPSILON,
+        ["{name: cdf, kind: prefix, attribute: v}"],
+        "auto",
+        case={"rows": 5000},
+    ),
     _case(  # its ranges are too many to form their multisets: intervals from the errors
         "1-attr-512-all-range-hierarchical-rho",
         {"v": 512},
