@@ -9,11 +9,12 @@ reports into), the process's peak RSS, and the median strategy-selection time.
 
 Targets (the foundation issue): kron(all_range(1024)^3), 10^9 cells, under 2 s
 and 500 MB; all 3-way marginals of Adult (6.4·10^17 cells) under 5 s;
-census SF1 under 5 s. The reference column gives HDMM's measured figures
+census SF1 under 5 s; a prefix over 2¹⁶ and 2²⁰ cells (against identity) under 2 s.
+The reference column gives HDMM's measured figures
 (../shared/anchors/hdmm.md, same machine kind) where one exists.
 
 Usage:
-    python benchmarks/error_scale.py [--repeat 5] [--json]
+    python benchmarks/error_scale.py [--repeat 5] [--json] [--cases prefix]
 """
 
 from __future__ import annotations
@@ -40,6 +41,13 @@ CASES = [
     ("census sf1", "hierarchical", 5.0, None, "HDMM OPT_kron TSE 223382 in 0.62 s"),
     ("census sf1", "marginals", 5.0, None, "HDMM OPT_kron TSE 223382 in 0.62 s"),
     ("census sf1", "auto", 5.0, None, "HDMM OPT_kron TSE 223382 in 0.62 s"),
+    # One attribute of 2¹⁶ and 2²⁰ cells (an income CDF in fine bins): the baseline is
+    # identity; a tree's error comes from closed forms, nothing n × n is formed.
+    ("prefix 65536", "identity", 2.0, 100, ""),
+    ("prefix 65536", "hierarchical", 2.0, 100, ""),
+    ("prefix 65536", "auto", 2.0, 100, ""),
+    ("prefix 1048576", "identity", 2.0, 500, ""),
+    ("prefix 1048576", "hierarchical", 2.0, 500, ""),
 ]
 
 
@@ -48,9 +56,11 @@ def build(case: str, method: str):
     from dpmm.domain import Domain
     from dpmm.privacy import PureDP
     from dpmm.strategy import optimize
-    from dpmm.workload import all_range, census_sf1, kron, marginals
+    from dpmm.workload import all_range, census_sf1, kron, marginals, prefix
 
-    if case.startswith("allrange"):
+    if case.startswith("prefix"):
+        W = prefix(int(case.split()[1]))
+    elif case.startswith("allrange"):
         W = kron([all_range(1024)] * 3)
     elif case.startswith("adult"):
         domain = Domain.from_json(ADULT_DOMAIN)
@@ -118,6 +128,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5, help="runs per measurement (median)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON lines")
+    parser.add_argument("--cases", help="only workloads whose name starts with this")
     args = parser.parse_args()
 
     header = (
@@ -127,6 +138,8 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     for case, method, target_s, target_mb, reference in CASES:
+        if args.cases and not case.startswith(args.cases):
+            continue
         for operation in ("expected_error", "svd_bound"):
             row = run_case(case, method, operation, args.repeat)
             if args.json:
