@@ -193,7 +193,7 @@ def _positive(value: object, path: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"{path}: must be a positive number, got {describe_value(value)}")
     if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{path}: must be a positive finite number, got {value!r}")
+        raise ConfigError(f"{path}: must be a positive finite number, got {describe_value(value)}")
     return float(value)
 
 

@@ -411,6 +411,15 @@ def test_epsilon_message_reads_as_documented(tmp_path: Path) -> None:
     assert str(caught.value) == f"{path}: privacy.epsilon must be a positive finite number, got -1"
 
 
+def test_a_huge_epsilon_is_quoted_in_a_line_not_in_full(tmp_path: Path) -> None:
+    path = write(tmp_path, with_changes(privacy={"epsilon": "9" * 5000 + "/1" + "0" * 5000}))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    message = str(caught.value)
+    assert "privacy.epsilon must be a positive finite number, got '999" in message
+    assert len(message) < len(str(path)) + 150
+
+
 # -- private truncation thresholds and person-level bounding ---------------------------------
 
 INCOME_DOMAIN = {

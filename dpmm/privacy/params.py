@@ -15,7 +15,7 @@ from fractions import Fraction
 from numbers import Rational
 from typing import Any, ClassVar, NamedTuple, Protocol
 
-from dpmm.errors import PrivacyParameterError
+from dpmm.errors import PrivacyParameterError, describe_value
 
 __all__ = [
     "KINDS",
@@ -45,8 +45,8 @@ def exact_fraction(value: object, name: str) -> Fraction:
         >>> exact_fraction(0.1, "epsilon"), exact_fraction("1/3", "rho")
         (Fraction(1, 10), Fraction(1, 3))
     """
-    problem = f"{name} must be a positive finite number, got {value!r}"
-    out_of_range = f"{name} must be between 1e-100 and 1e100, got {value!r}"
+    problem = f"{name} must be a positive finite number, got {describe_value(value)}"
+    out_of_range = f"{name} must be between 1e-100 and 1e100, got {describe_value(value)}"
     if isinstance(value, bool):
         raise PrivacyParameterError(problem)
     try:

@@ -139,7 +139,7 @@ def _weight(value: object, path: str) -> float:
     if isinstance(value, bool) or not isinstance(value, Real):
         _fail(path, f"must be a positive number, got {describe_value(value)}")
     if not math.isfinite(value) or value <= 0:
-        _fail(path, f"must be a positive finite number, got {value!r}")
+        _fail(path, f"must be a positive finite number, got {describe_value(value)}")
     return float(value)
 
 
