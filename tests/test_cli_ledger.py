@@ -97,6 +97,7 @@ def test_errors_are_one_line(ledger: str, tmp_path: Path, capsys: pytest.Capture
         (["ledger", "show", missing], "no ledger at"),
         (["ledger", "grant", missing, "adult", "--epsilon", "1"], "no ledger at"),
         (["ledger", "show", ledger, "nobody"], "no budget has been granted to dataset 'nobody'"),
+        (["ledger", "show", str(tmp_path)], "is a folder, not a ledger file"),
     ]
     for argv, message in cases:
         status, out, err = run(argv, capsys)

@@ -155,6 +155,8 @@ class Ledger:
     def open(cls, location: str | Path, *, timeout: float = BUSY_TIMEOUT) -> Ledger:
         """Open an existing ledger; refuses a missing file, a non-ledger or an unknown schema."""
         path = _path(location)
+        if path.is_dir():
+            raise LedgerError(f"the ledger path {path} is a folder, not a ledger file")
         if not path.is_file():
             raise LedgerError(f"no ledger at {path}; create one with 'dpmm ledger init {path}'")
         connection = _connect(path, "rw", timeout)
