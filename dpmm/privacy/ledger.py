@@ -535,9 +535,14 @@ class Ledger:
                     f"{name} does not follow the hash of the entry before it", row.seq, row.kind
                 )
             if row.hash != row.expected_hash(self._key):
-                raise self._tampered(
-                    f"{name} does not match its hash: its fields were changed", row.seq, row.kind
+                # The first entry written with another key fails first: say both causes.
+                cause = (
+                    "its fields were changed, or the ledger's secret is not the one it was "
+                    "written with"
+                    if row.seq == 1
+                    else "its fields were changed"
                 )
+                raise self._tampered(f"{name} does not match its hash: {cause}", row.seq, row.kind)
             problem = replay.apply(row)
             if problem is not None:
                 raise self._tampered(f"{name} {problem}", row.seq, row.kind)

@@ -203,6 +203,19 @@ def test_rehashed_entry_breaks_the_chain(path: Path, ledger: Ledger) -> None:
         ledger.verify()
 
 
+def test_another_secret_is_named_as_a_cause(path: Path, ledger: Ledger) -> None:
+    """With the key file replaced, the first entry fails: the message says it may be the key."""
+    _three_entries(ledger)
+    ledger.close()
+    path.with_name(path.name + ".secret").write_bytes(bytes(32))
+    with Ledger.open(path) as reopened, pytest.raises(LedgerTampered) as bad:
+        reopened.verify()
+    assert "entry 1 (grant) does not match its hash: its fields were changed, or the " in str(
+        bad.value
+    )
+    assert "secret is not the one it was written with" in str(bad.value)
+
+
 def test_truncated_ledger_is_detected(path: Path, ledger: Ledger) -> None:
     _three_entries(ledger)
     with sqlite3.connect(path) as connection:
