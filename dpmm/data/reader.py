@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from dpmm.data.errors import DataError
 from dpmm.data.spec import DataSpec
 
-__all__ = ["Partition", "Source", "open_source", "read_partition"]
+__all__ = ["Partition", "Source", "check_location", "open_source", "read_partition"]
 
 #: Parquet files larger than this are split into partitions of whole row groups.
 SPLIT_BYTES = 128 * 2**20
@@ -127,6 +127,28 @@ def _split(pa_fs: pafs.FileSystem, partition: Partition, split_bytes: int) -> li
     return [Partition(partition.path, partition.keys, tuple(piece)) for piece in pieces]
 
 
+def check_location(spec: DataSpec) -> None:
+    """Refuse a data location that does not exist, reading no file: a release checks this
+    before it reserves its budget.
+
+    Raises:
+        DataError: The location does not exist or cannot be looked up.
+    """
+    _located(spec)
+
+
+def _located(spec: DataSpec) -> tuple[Any, pafs.FileSystem, str]:
+    fs, pa_fs, root = _filesystem(spec.location)
+    try:
+        exists = fs.exists(root)
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise DataError(f"The data path '{spec.location}' cannot be listed ({reason})") from None
+    if not exists:
+        raise DataError(f"The data path '{spec.location}' does not exist")
+    return fs, pa_fs, root
+
+
 def open_source(spec: DataSpec, *, split_bytes: int = SPLIT_BYTES) -> Source:
     """List a dataset's partitions; only names, sizes and large files' footers are read.
 
@@ -138,10 +160,8 @@ def open_source(spec: DataSpec, *, split_bytes: int = SPLIT_BYTES) -> Source:
         DataError: The location does not exist or cannot be listed, holds no data
             file of the format, or its folders do not all use the same hive keys.
     """
-    fs, pa_fs, root = _filesystem(spec.location)
+    fs, pa_fs, root = _located(spec)
     try:
-        if not fs.exists(root):
-            raise DataError(f"The data path '{spec.location}' does not exist")
         if fs.isdir(root):
             found = fs.find(root, withdirs=False, detail=True)
             sizes = {name: info.get("size") or 0 for name, info in found.items()}

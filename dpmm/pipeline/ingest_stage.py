@@ -28,6 +28,7 @@ from dpmm.config import ReleaseConfig
 from dpmm.data import IngestReport, MarginalTables, Source, histogram, marginal_tables, open_source
 from dpmm.data.execute import Progress
 from dpmm.data.histogram import CHUNK_CELLS, DENSE_LIMIT
+from dpmm.data.reader import check_location
 from dpmm.errors import ConfigError
 from dpmm.linalg import Marginals
 from dpmm.linalg.chunked_kron import axis_factors
@@ -84,9 +85,11 @@ def check_countable(config: ReleaseConfig) -> None:
 
     Raises:
         ConfigError: No ``data`` section.
+        DataError: Its location does not exist (no file is read here).
     """
     if config.data is None:
         raise ConfigError(f"{config.path}: data: a release needs a data section with a path")
+    check_location(config.data)
 
 
 def counting_plan(config: ReleaseConfig, strategy: ChosenStrategy) -> str:

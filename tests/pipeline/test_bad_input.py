@@ -70,6 +70,7 @@ def test_missing_data_file(tmp_path) -> None:
     missing = tmp_path / "nowhere" / "adult.parquet"
     config = write_config(tmp_path / "c", BODY, data=missing)
     _refused(config, DataError, str(missing), "does not exist")
+    assert kinds(config) == []  # found before the budget is reserved: no entry at all
 
 
 def test_truncated_parquet(tmp_path, records) -> None:
