@@ -454,13 +454,10 @@ class _Reader:
         people: it cannot also be an attribute's column."""
         if data is None:
             return
-        for attribute, _ in data.columns:
-            if attribute not in domain:
-                self.fail(
-                    "data.columns",
-                    f"'{attribute}' is not an attribute of the domain "
-                    f"({', '.join(domain.attributes)})",
-                )
+        try:
+            data.check_attributes(domain.attributes)
+        except ConfigError as error:
+            self.wrap(error)
         if data.person is None:
             return
         for attribute in domain.attributes:

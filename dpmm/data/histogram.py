@@ -30,7 +30,7 @@ from dpmm.data.reader import Partition, Source, open_source, read_partition
 from dpmm.data.spec import DataSpec
 from dpmm.data.validate import Policed, apply_policy
 from dpmm.domain import Domain
-from dpmm.errors import ConfigError, TooLargeError
+from dpmm.errors import TooLargeError
 
 __all__ = [
     "DENSE_LIMIT",
@@ -221,12 +221,7 @@ def _open(source: DataSpec | Source | str | Path, domain: Domain) -> Source:
         source = DataSpec(str(source))
     if isinstance(source, DataSpec):
         source = open_source(source)
-    for attribute, _ in source.spec.columns:
-        if attribute not in domain:
-            raise ConfigError(
-                f"data.columns: '{attribute}' is not an attribute of the domain "
-                f"({', '.join(domain.attributes)})"
-            )
+    source.spec.check_attributes(domain.attributes)
     return source
 
 

@@ -17,7 +17,7 @@ attribute summed, every other attribute the same on all of the person's rows; se
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,6 +115,19 @@ class DataSpec:
     def column(self, attribute: str) -> str:
         """The column that holds an attribute (its own name unless mapped)."""
         return self._columns.get(attribute, attribute)
+
+    def check_attributes(self, attributes: Sequence[str]) -> None:
+        """Refuse a ``columns`` entry for an attribute not among ``attributes`` (the domain's).
+
+        Raises:
+            ConfigError: ``data.columns: '<attribute>' is not an attribute of the domain``.
+        """
+        for attribute, _ in self.columns:
+            if attribute not in attributes:
+                raise ConfigError(
+                    f"data.columns: '{attribute}' is not an attribute of the domain "
+                    f"({', '.join(attributes)})"
+                )
 
 
 def _resolve(path: str, base_dir: Path) -> str:

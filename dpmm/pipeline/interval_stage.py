@@ -47,7 +47,7 @@ import numpy as np
 
 from dpmm.config import ReleaseConfig
 from dpmm.errors import TooLargeError
-from dpmm.linalg import DENSE_LIMIT, Identity, Matrix, VStack, Weighted
+from dpmm.linalg import Identity, Matrix, VStack, Weighted
 from dpmm.linalg.chunked_kron import axis_factors
 from dpmm.linalg.helmert_blocks import HelmertBlocks
 from dpmm.linalg.table_krons import TableKrons
@@ -95,7 +95,9 @@ def group_multisets(
     (None: the release bounds them from the standard errors).
 
     The release calls this after the noise is drawn, so a group too large to form its
-    multisets gets the standard errors' bound, never an error: the plan does not form them.
+    multisets (a workload factor over the dense limit: all ranges over 512 values is
+    131,328 × 512) gets the standard errors' bound, never an error: the plan does not
+    form them.
     """
     try:
         return _group_multisets(config, strategy, plan, group)
@@ -223,8 +225,8 @@ def _kron_multisets(
     blocks = []
     for block in _kron_blocks(workload):
         local = axis_factors(block, shape)
-        if local is None or any(w.size > DENSE_LIMIT for w in local):  # AllRange(512) is
-            return None  # 131,328 × 512
+        if local is None:
+            return None
         axes = [
             Multisets.collect(
                 merged_multiset(row, np.ones(row.size, dtype=np.int64))
